@@ -1,0 +1,212 @@
+# t5train Makefile
+#
+#   make                 build ./t5train
+#   make test            build and run every test (GPU tests are skipped without a GPU)
+#   make test-gpu        build and run only the GPU tests
+#   make test-cpu        build and run only the CPU tests
+#   make bench           build the benchmarks under test/bench
+#   make clean
+#
+# Overridable: CUDA_HOME, NCCL_HOME, NVCC, CC, CXX, GPU_ARCH (sm_90a; "auto" asks nvidia-smi),
+#              BUILD (object folder), DEBUG=1 (-O0 -g -G, synchronising checks), VERBOSE=1,
+#              FAST_MATH=1 (--use_fast_math for nvcc), MPI=auto|0|1 with MPI_HOME.
+# Dependencies are found with pkg-config (jansson, sentencepiece, cmocka) or a probe
+# compile (NCCL, OpenMP, MPI), never with dpkg.
+
+CUDA_HOME ?= /usr/local/cuda
+NCCL_HOME ?= $(CUDA_HOME)
+NVCC      ?= $(CUDA_HOME)/bin/nvcc
+CC        ?= gcc
+CXX       ?= g++
+GPU_ARCH  ?= sm_90a
+BUILD     ?= build
+DEBUG     ?= 0
+VERBOSE   ?= 0
+FAST_MATH ?= 0
+MPI       ?= auto
+PKG_CONFIG ?= pkg-config
+
+ifeq ($(origin CC),default)
+  CC := gcc
+endif
+ifeq ($(origin CXX),default)
+  CXX := g++
+endif
+
+ifeq ($(BUILD),build)
+  BIN ?= t5train
+else
+  BIN ?= $(BUILD)/t5train
+endif
+
+ifeq ($(VERBOSE),1)
+  Q :=
+  say = @true
+else
+  Q := @
+  say = @printf '%s\n'
+endif
+
+# ---------------------------------------------------------------------------------------------
+# feature detection (printed once, llm.c style)
+
+ifeq ($(GPU_ARCH),auto)
+  GPU_CC := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | sort -n | head -1 | tr -d .)
+  ifeq ($(GPU_CC),)
+    GPU_ARCH := sm_90a
+  else ifeq ($(GPU_CC),90)
+    GPU_ARCH := sm_90a
+  else
+    GPU_ARCH := sm_$(GPU_CC)
+  endif
+endif
+GPU_NUM := $(patsubst sm_%,%,$(GPU_ARCH))
+NVCC_GENCODE ?= -gencode arch=compute_$(GPU_NUM),code=sm_$(GPU_NUM)
+
+HAVE_NVCC     := $(shell test -x $(NVCC) && echo 1)
+HASH := \#
+HAVE_NCCL     := $(shell printf '$(HASH)include <nccl.h>\nint main(void){return 0;}\n' | $(CC) -x c - -fsyntax-only -I$(NCCL_HOME)/include -I$(CUDA_HOME)/include 2>/dev/null && echo 1)
+HAVE_JANSSON  := $(shell $(PKG_CONFIG) --exists jansson 2>/dev/null && echo 1)
+HAVE_SPM      := $(shell $(PKG_CONFIG) --exists sentencepiece 2>/dev/null && echo 1)
+HAVE_CMOCKA   := $(shell $(PKG_CONFIG) --exists cmocka 2>/dev/null && echo 1)
+HAVE_OPENMP   := $(shell printf '$(HASH)include <omp.h>\nint main(void){return omp_get_max_threads()<0;}\n' | $(CC) -x c - -fopenmp -o /dev/null 2>/dev/null && echo 1)
+ifeq ($(MPI),auto)
+  HAVE_MPI := $(shell command -v mpicc >/dev/null 2>&1 && mpicc --showme:version >/dev/null 2>&1 && echo 1)
+else ifeq ($(MPI),1)
+  HAVE_MPI := 1
+endif
+
+ifeq ($(MAKELEVEL),0)
+ifeq ($(filter clean,$(MAKECMDGOALS)),)
+  $(info ---------------------------------------------)
+  $(info $(if $(HAVE_NVCC),✓ nvcc found ($(NVCC)),✗ nvcc not found at $(NVCC): set CUDA_HOME))
+  $(info → GPU target $(GPU_ARCH))
+  $(info $(if $(HAVE_NCCL),✓ NCCL found,✗ NCCL not found: set NCCL_HOME))
+  $(info $(if $(HAVE_JANSSON),✓ jansson found,✗ jansson not found: run scripts/install_deps.sh))
+  $(info $(if $(HAVE_SPM),✓ SentencePiece found,✗ SentencePiece not found: run scripts/install_deps.sh))
+  $(info $(if $(HAVE_OPENMP),✓ OpenMP found,✗ OpenMP not found))
+  $(info $(if $(HAVE_CMOCKA),✓ cmocka found (tests),✗ cmocka not found: tests cannot build; run scripts/install_deps.sh))
+  $(info $(if $(HAVE_MPI),✓ MPI found,✗ MPI not found (multi-process launch disabled)))
+  $(info ---------------------------------------------)
+endif
+endif
+
+# ---------------------------------------------------------------------------------------------
+# flags
+
+INCLUDES := -I. -Isrc -Imodel -Idata -Icuda -I$(CUDA_HOME)/include -I$(NCCL_HOME)/include
+PKG_CFLAGS := $(shell $(PKG_CONFIG) --cflags jansson sentencepiece 2>/dev/null)
+PKG_LIBS   := $(shell $(PKG_CONFIG) --libs jansson sentencepiece 2>/dev/null)
+CMOCKA_CFLAGS := $(shell $(PKG_CONFIG) --cflags cmocka 2>/dev/null)
+CMOCKA_LIBS   := $(shell $(PKG_CONFIG) --libs cmocka 2>/dev/null)
+
+ifeq ($(DEBUG),1)
+  OPT := -O0 -g -DT5_DEBUG=1
+  NVOPT := -O0 -g -G -DT5_DEBUG=1
+else
+  OPT := -O2 -g
+  NVOPT := -O3 -lineinfo
+endif
+ifeq ($(FAST_MATH),1)
+  NVOPT += --use_fast_math
+endif
+
+DEFS := -D_GNU_SOURCE -DT5_GPU_ARCH=\"$(GPU_ARCH)\"
+ifeq ($(HAVE_MPI),1)
+  DEFS += -DT5_HAVE_MPI=1
+endif
+
+CFLAGS   := -std=gnu11 $(OPT) -Wall -Wextra -fopenmp $(DEFS) $(INCLUDES) $(PKG_CFLAGS)
+CXXFLAGS := -std=c++17 $(OPT) -Wall -Wextra -fopenmp $(DEFS) $(INCLUDES) $(PKG_CFLAGS)
+NVCCFLAGS := -std=c++17 $(NVOPT) $(NVCC_GENCODE) $(DEFS) $(INCLUDES) -Xcompiler -Wall
+LDFLAGS  := -L$(CUDA_HOME)/lib64 -L$(NCCL_HOME)/lib64 -L$(NCCL_HOME)/lib -Wl,-rpath,$(CUDA_HOME)/lib64
+LDLIBS   := -lcudart -lcublasLt -lcublas -lnccl $(PKG_LIBS) -fopenmp -lm -lpthread -ldl -lrt
+
+# ---------------------------------------------------------------------------------------------
+# sources: every file in the four rooms is built; main.c is kept out of the library
+
+C_SRCS   := $(filter-out src/main.c,$(wildcard src/*.c model/*.c data/*.c))
+CXX_SRCS := $(wildcard data/*.cc)
+CU_SRCS  := $(wildcard cuda/*.cu)
+OBJS     := $(C_SRCS:%.c=$(BUILD)/%.o) $(CXX_SRCS:%.cc=$(BUILD)/%.o) $(CU_SRCS:%.cu=$(BUILD)/%.o)
+LIB      := $(BUILD)/libt5train.a
+
+TEST_SRCS  := $(wildcard test/test_*.c)
+TEST_BINS  := $(TEST_SRCS:test/%.c=$(BUILD)/test/%)
+GPU_TESTS  := $(filter $(BUILD)/test/test_gpu_%,$(TEST_BINS))
+CPU_TESTS  := $(filter-out $(GPU_TESTS),$(TEST_BINS))
+BENCH_SRCS := $(wildcard test/bench/*.c) $(wildcard test/bench/*.cu)
+BENCH_BINS := $(patsubst test/bench/%.c,$(BUILD)/bench/%,$(patsubst test/bench/%.cu,$(BUILD)/bench/%,$(BENCH_SRCS)))
+
+.PHONY: all test test-cpu test-gpu test-ops tests bench clean
+all: $(BIN)
+ifneq ($(BIN),t5train)
+.PHONY: t5train
+t5train: $(BIN)
+endif
+
+$(BUILD)/%.o: %.c
+	$(say) "Compiling $< > $@"
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/%.o: %.cc
+	$(say) "Compiling $< > $@"
+	@mkdir -p $(dir $@)
+	$(Q)$(CXX) $(CXXFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/%.o: %.cu
+	$(say) "Compiling $< > $@"
+	@mkdir -p $(dir $@)
+	$(Q)$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
+
+$(LIB): $(OBJS)
+	$(say) "Archiving $@"
+	@rm -f $@
+	$(Q)ar rcs $@ $^
+
+$(BIN): $(BUILD)/src/main.o $(LIB)
+	$(say) "Linking $@"
+	$(Q)$(CXX) -o $@ $^ $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/test/t5test.o: test/t5test.c
+	$(say) "Compiling $< > $@"
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS) $(CMOCKA_CFLAGS) -Itest -MMD -MP -c $< -o $@
+
+$(BUILD)/test/%: test/%.c $(BUILD)/test/t5test.o $(LIB)
+	$(say) "Compiling $< > $@"
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS) $(CMOCKA_CFLAGS) -Itest -MMD -MP -c $< -o $@.o
+	$(Q)$(CXX) -o $@ $@.o $(BUILD)/test/t5test.o $(LIB) $(LDFLAGS) $(CMOCKA_LIBS) $(LDLIBS)
+
+$(BUILD)/bench/%: test/bench/%.c $(LIB)
+	$(say) "Compiling $< > $@"
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS) -Itest -c $< -o $@.o
+	$(Q)$(CXX) -o $@ $@.o $(LIB) $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/bench/%: test/bench/%.cu $(LIB)
+	$(say) "Compiling $< > $@"
+	@mkdir -p $(dir $@)
+	$(Q)$(NVCC) $(NVCCFLAGS) -Itest -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
+
+tests: $(TEST_BINS) $(BIN)
+bench: $(BENCH_BINS) $(BIN)
+
+# the test runner prints one line "N passed, N failed, N skipped" and exits non-zero on failure
+test: $(TEST_BINS) $(BIN)
+	@T5TRAIN_BIN=$(abspath $(BIN)) bash test/run_tests.sh $(TEST_BINS)
+
+test-cpu: $(CPU_TESTS) $(BIN)
+	@T5TRAIN_BIN=$(abspath $(BIN)) bash test/run_tests.sh $(CPU_TESTS)
+
+test-gpu: $(GPU_TESTS) $(BIN)
+	@T5TRAIN_BIN=$(abspath $(BIN)) T5TRAIN_REQUIRE_GPU=1 bash test/run_tests.sh $(GPU_TESTS)
+
+test-ops: test-gpu
+
+clean:
+	rm -rf $(BUILD) $(BIN)
+
+-include $(OBJS:.o=.d) $(BUILD)/src/main.d $(TEST_BINS:%=%.d)

@@ -1,0 +1,43 @@
+/*
+ * main.c: the t5train command line. The first argument picks a subcommand; anything else
+ * (or nothing) is a training/evaluation run driven by the JSON config and flags.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "commands.h"
+#include "common.h"
+
+typedef struct {
+    const char* name;
+    int (*main)(int argc, char** argv);
+    const char* help;
+} Subcommand;
+
+static const Subcommand SUBCOMMANDS[] = {
+    {"tokenize", tokenize_main, "print the token ids HF would give each input line (or --decode ids)"},
+    {"bleu", bleu_main, "corpus BLEU of a hypothesis file against reference files, as sacrebleu"},
+    {"dump-grads", dump_grads_main, "one forward+backward on a JSON batch; write loss, logits, grads"},
+};
+
+static void print_usage(void) {
+    printf("usage: t5train [--config FILE] [--deepspeed FILE] [flags...]   train / evaluate (see --help)\n");
+    for (size_t i = 0; i < T5_ARRAY_LEN(SUBCOMMANDS); i++)
+        printf("       t5train %-10s ...   %s\n", SUBCOMMANDS[i].name, SUBCOMMANDS[i].help);
+}
+
+int main(int argc, char** argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc >= 2 && argv[1][0] != '-') {
+        for (size_t i = 0; i < T5_ARRAY_LEN(SUBCOMMANDS); i++)
+            if (strcmp(argv[1], SUBCOMMANDS[i].name) == 0) return SUBCOMMANDS[i].main(argc - 1, argv + 1);
+        if (strcmp(argv[1], "help") == 0) {
+            print_usage();
+            return T5_EXIT_OK;
+        }
+        fprintf(stderr, "t5train: error: unknown command '%s'\n", argv[1]);
+        print_usage();
+        return T5_EXIT_USAGE;
+    }
+    return run_main(argc, argv);
+}

@@ -1,0 +1,101 @@
+/*
+ * t5test.c: helpers shared by the test programs (see t5test.h).
+ */
+#include "t5test.h"
+
+#include <cuda_runtime.h>
+#include <ftw.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+const char* t5test_data_dir(void) {
+    static char buf[4096];
+    static int done = 0;
+    if (done) return buf[0] ? buf : NULL;
+    done = 1;
+    const char* env = getenv("T5TRAIN_DATA");
+    const char* cands[] = {env, "../shared/data", "../../shared/data"};
+    for (size_t i = 0; i < sizeof cands / sizeof cands[0]; i++) {
+        struct stat st;
+        if (cands[i] && cands[i][0] && stat(cands[i], &st) == 0 && S_ISDIR(st.st_mode)) {
+            if (!realpath(cands[i], buf)) snprintf(buf, sizeof buf, "%s", cands[i]);
+            return buf;
+        }
+    }
+    buf[0] = 0;
+    return NULL;
+}
+
+const char* t5test_bin(void) {
+    const char* b = getenv("T5TRAIN_BIN");
+    return b && b[0] ? b : "./t5train";
+}
+
+const char* t5test_repo_dir(void) {
+    static char buf[4096];
+    if (!buf[0] && !getcwd(buf, sizeof buf)) snprintf(buf, sizeof buf, ".");
+    return buf;
+}
+
+static char tmpdir_path[256];
+static int rm_one(const char* p, const struct stat* st, int flag, struct FTW* ftw) {
+    (void)st, (void)flag, (void)ftw;
+    return remove(p);
+}
+static void rm_tmpdir(void) {
+    if (tmpdir_path[0]) nftw(tmpdir_path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+const char* t5test_tmpdir(void) {
+    if (!tmpdir_path[0]) {
+        snprintf(tmpdir_path, sizeof tmpdir_path, "/tmp/t5test.XXXXXX");
+        if (!mkdtemp(tmpdir_path)) fail_msg("mkdtemp failed");
+        atexit(rm_tmpdir);
+    }
+    return tmpdir_path;
+}
+
+int t5test_run(char* out, size_t cap, const char* fmt, ...) {
+    char cmd[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    char full[8300];
+    snprintf(full, sizeof full, "( %s ) 2>&1 </dev/null", cmd);
+    FILE* p = popen(full, "r");
+    if (!p) fail_msg("popen failed: %s", cmd);
+    size_t n = 0;
+    char tmp[4096];
+    size_t got;
+    while ((got = fread(tmp, 1, sizeof tmp, p)) > 0) {
+        if (out && n + 1 < cap) {
+            size_t k = got < cap - 1 - n ? got : cap - 1 - n;
+            memcpy(out + n, tmp, k);
+            n += k;
+        }
+    }
+    if (out && cap) out[n] = 0;
+    int st = pclose(p);
+    if (WIFEXITED(st)) return WEXITSTATUS(st);
+    if (WIFSIGNALED(st)) return 128 + WTERMSIG(st);
+    return -1;
+}
+
+void t5test_write_file(const char* path, const char* text) {
+    FILE* f = fopen(path, "wb");
+    if (!f) fail_msg("cannot write %s", path);
+    fputs(text, f);
+    fclose(f);
+}
+
+bool t5test_have_gpu(void) {
+    static int have = -1;
+    if (have < 0) {
+        int n = 0;
+        have = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+        cudaGetLastError();
+    }
+    return have;
+}

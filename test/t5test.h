@@ -1,0 +1,65 @@
+/*
+ * t5test.h: shared helpers for the cmocka test programs under test/.
+ *
+ * Each test/test_<name>.c is one program: a list of cmocka unit tests run by
+ * T5_TEST_MAIN(tests). test/run_tests.sh runs every program and prints the totals.
+ * GPU tests live in test/test_gpu_<name>.c and begin with T5_REQUIRE_GPU(), which skips
+ * the test when no GPU is present (a skip, never a pass).
+ */
+#pragma once
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+// cmocka needs the four headers above first
+#include <cmocka.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+// Path of the shared data folder (../shared/data by default, $T5TRAIN_DATA overrides),
+// or NULL when absent.
+const char* t5test_data_dir(void);
+// Path of the built t5train binary ($T5TRAIN_BIN, set by the Makefile), never NULL.
+const char* t5test_bin(void);
+// Repository root (the current directory of `make test`).
+const char* t5test_repo_dir(void);
+// A fresh empty temporary directory (removed at exit).
+const char* t5test_tmpdir(void);
+// Runs a shell command; captures stdout+stderr (truncated to cap) into out. Returns the exit code
+// (or 128+signal).
+int t5test_run(char* out, size_t cap, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
+// Writes text to path (creating it), aborts the test on failure.
+void t5test_write_file(const char* path, const char* text);
+// True when a CUDA device is usable.
+bool t5test_have_gpu(void);
+
+// Skip the current test when the shared data folder is missing.
+#define T5_REQUIRE_DATA()                                                          \
+    do {                                                                           \
+        if (!t5test_data_dir()) {                                                  \
+            print_message("shared data not found (set T5TRAIN_DATA); skipping\n"); \
+            skip();                                                                \
+        }                                                                          \
+    } while (0)
+
+// Skip the current test when there is no GPU (fails instead under `make test-gpu`).
+#define T5_REQUIRE_GPU()                                                       \
+    do {                                                                       \
+        if (!t5test_have_gpu()) {                                              \
+            if (getenv("T5TRAIN_REQUIRE_GPU")) fail_msg("no usable CUDA GPU"); \
+            skip();                                                            \
+        }                                                                      \
+    } while (0)
+
+// assert that haystack contains needle, printing both when it does not
+#define assert_contains(haystack, needle)                                                              \
+    do {                                                                                               \
+        const char* h_ = (haystack);                                                                   \
+        const char* n_ = (needle);                                                                     \
+        if (!strstr(h_, n_)) fail_msg("expected to find \"%s\" in:\n-----\n%s\n-----", n_, h_);     \
+    } while (0)
+
+#define T5_TEST_MAIN(tests) \
+    int main(void) { return cmocka_run_group_tests(tests, NULL, NULL); }
