@@ -1,0 +1,30 @@
+/*
+ * cross_entropy.cuh: fused softmax cross-entropy over the vocabulary, HF semantics
+ * (CrossEntropyLoss(ignore_index=-100), mean over the non-ignored tokens).
+ *   logits (N,V) X, labels (N) int32 (-100 = ignored). Math in fp32, logits read once per pass.
+ *   losses (N) fp32 = per-token loss (0 for ignored rows);
+ *   loss (1) fp32 = sum(losses) / count(labels != -100)  (deterministic reduction; count 0 -> loss 0)
+ *   dlogits (N,V) X = grad_scale * (softmax(logits) - onehot(label)) / count  (0 rows for ignored tokens);
+ *     dlogits may alias logits (in place); NULL skips the backward (eval).
+ *   grad_scale multiplies the gradient (the fp16 loss scale); the loss itself is unscaled.
+ * All outputs stay on the device: no host synchronisation.
+ * scratch: cross_entropy_scratch_bytes(N) bytes.
+ */
+#pragma once
+#include <cuda_runtime.h>
+#include <stddef.h>
+
+#include "dtype.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+size_t cross_entropy_scratch_bytes(int N);
+void cross_entropy_forward_backward(float* loss, float* losses, void* dlogits, const void* logits, DType dt,
+                                    const int* labels, int N, int V, float grad_scale, void* scratch,
+                                    cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,54 @@
+/*
+ * matmul.cuh: every GEMM of the model goes through cuBLASLt here, fp32 accumulation always.
+ *
+ * Row-major contract (as PyTorch reads it):  D (M,N) = alpha * op(A) (M,K) @ op(B) (K,N) + beta * D
+ *   A is stored (M,K) row-major, or (K,M) when trans_a;  B is stored (K,N), or (N,K) when trans_b.
+ *   beta = 1 accumulates into D (the `+=` of parameter gradients); beta = 0 overwrites.
+ *   batch > 1: strided batched; strides in elements between consecutive matrices (0 = broadcast).
+ * A and B share one dtype (f32, f16 or bf16); D may be that dtype or f32 (e.g. fp16 inputs with fp32
+ * gradient buffers, or fp32 attention scores). Linear layer y = x W^T with W (N,K): trans_b = true.
+ * Descriptors, layouts and the heuristic's algorithm are created once per distinct GemmDesc and cached.
+ * All pointers must be 16-byte aligned (checked, with a message naming the operand).
+ */
+#pragma once
+#include <cuda_runtime.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "dtype.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { GEMM_EPI_NONE = 0, GEMM_EPI_RELU = 1 } GemmEpilogue;
+
+typedef struct {
+    int M, N, K;
+    bool trans_a, trans_b;
+    DType dt_ab;   // dtype of A and B
+    DType dt_d;    // dtype of D (== dt_ab or DT_F32)
+    int batch;     // 1 for a plain GEMM
+    int64_t stride_a, stride_b, stride_d;  // elements, used when batch > 1
+    float alpha, beta;
+    GemmEpilogue epilogue;  // RELU: D = relu(alpha*AB + beta*D) (forward of ReLU FF, beta must be 0)
+} GemmDesc;
+
+// Creates the cuBLASLt handle and workspace for the current device (idempotent).
+void matmul_init(void);
+void matmul_shutdown(void);
+// D = alpha op(A) op(B) + beta D on `stream`. No host synchronisation.
+void matmul(const GemmDesc* g, void* d, const void* a, const void* b, cudaStream_t stream);
+
+// Convenience for a Linear layer without bias: out (M,N) = inp (M,K) @ W^T, W (N,K).
+void linear_forward(void* out, DType dt_out, const void* inp, const void* w, DType dt, int M, int N, int K,
+                    cudaStream_t stream);
+// dinp (M,K) = dout (M,N) @ W (N,K)   (assigned, or accumulated when accumulate_dinp)
+// dw   (N,K) += dout^T (N,M) @ inp (M,K)   (always accumulated; dw may be f32 while dt is f16/bf16)
+// Either output may be NULL to skip it.
+void linear_backward(void* dinp, DType dt_dinp, bool accumulate_dinp, void* dw, DType dt_dw, const void* dout,
+                     const void* inp, const void* w, DType dt, int M, int N, int K, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,25 @@
+/*
+ * position_bias.cuh: T5's bucketed relative position bias.
+ *   forward:  bias[h,q,k] = table[bucket(k - (q + q_offset)), h]      bias (H,Tq,Tk) fp32,
+ *             table (NB,H) dtype dt (relative_attention_bias.weight), buckets: device int32 array with
+ *             bucket(rel) = buckets[rel + rel_offset] (computed on the host by model/relpos.c with HF's
+ *             fp32 formula, uploaded once: the float log must not be re-derived on the device).
+ *   backward: dtable (NB,H) fp32 += sum over (q,k) with that bucket of dbias[h,q,k]; deterministic.
+ */
+#pragma once
+#include <cuda_runtime.h>
+
+#include "dtype.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+void position_bias_forward(float* bias, const void* table, DType dt, const int* buckets, int rel_offset, int NB,
+                           int H, int Tq, int Tk, int q_offset, cudaStream_t stream);
+void position_bias_backward(float* dtable, const float* dbias, const int* buckets, int rel_offset, int NB, int H,
+                            int Tq, int Tk, int q_offset, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
