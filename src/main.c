@@ -2,6 +2,7 @@
  * main.c: the t5train command line. The first argument picks a subcommand; anything else
  * (or nothing) is a training/evaluation run driven by the JSON config and flags.
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -28,7 +29,10 @@ static void print_usage(void) {
 
 int main(int argc, char** argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
-    if (argc >= 2 && argv[1][0] != '-') {
+    // a first argument that is a flag or a .json file (HF's `run_translation.py job.json`) is a run
+    size_t n1 = argc >= 2 ? strlen(argv[1]) : 0;
+    bool is_json = n1 > 5 && strcmp(argv[1] + n1 - 5, ".json") == 0;
+    if (argc >= 2 && argv[1][0] != '-' && !is_json) {
         for (size_t i = 0; i < T5_ARRAY_LEN(SUBCOMMANDS); i++)
             if (strcmp(argv[1], SUBCOMMANDS[i].name) == 0) return SUBCOMMANDS[i].main(argc - 1, argv + 1);
         if (strcmp(argv[1], "help") == 0) {
