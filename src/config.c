@@ -1043,6 +1043,23 @@ int config_resolve(RunConfig* c, char* err, size_t n) {
         return errf(err, n, T5_EXIT_USAGE, "do_train needs --dataset_name or --train_file");
     if (!c->source_lang[0] || !c->target_lang[0])
         return errf(err, n, T5_EXIT_USAGE, "source_lang and target_lang are required (e.g. --source_lang en --target_lang ro)");
+    if (!c->source_prefix_set) {
+        // T5 was pre-trained with task prefixes; HF's translation example passes
+        // "translate English to Romanian: " for en->ro. We make that the default for T5 models
+        // (an explicit "" turns it off) instead of HF's warning.
+        static const char* const LANG_NAMES[][2] = {{"en", "English"}, {"ro", "Romanian"}, {"de", "German"},
+                                                      {"fr", "French"}};
+        const char *sn = NULL, *tn = NULL;
+        for (size_t i = 0; i < T5_ARRAY_LEN(LANG_NAMES); i++) {
+            if (!strcmp(c->source_lang, LANG_NAMES[i][0])) sn = LANG_NAMES[i][1];
+            if (!strcmp(c->target_lang, LANG_NAMES[i][0])) tn = LANG_NAMES[i][1];
+        }
+        if (sn && tn) {
+            snprintf(c->source_prefix, sizeof c->source_prefix, "translate %s to %s: ", sn, tn);
+            c->source_prefix_set = true;
+            c->src[config_key_index("source_prefix")] = CONFIG_SRC_DERIVED;
+        }
+    }
     if (c->evaluation_strategy != STRATEGY_NO && !c->do_eval) {
         c->do_eval = true;  // HF: an evaluation strategy turns do_eval on
         c->src[kde] = CONFIG_SRC_DERIVED;
