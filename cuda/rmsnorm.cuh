@@ -1,6 +1,8 @@
 /*
  * rmsnorm.cuh: T5LayerNorm (RMS norm, no mean, no bias), fp32 statistics.
  *   forward:  rstd[n] = 1/sqrt(mean_d(x[n,d]^2) + eps);  out[n,d] = round_X(w[d] * x[n,d] * rstd[n])
+ *             NOTE(numerics): with an fp16/bf16 weight, x*rstd is first rounded to the weight's dtype,
+ *             as HF's T5LayerNorm does (`hidden.to(weight.dtype)` before the multiply).
  *             x (N,D) fp32 residual stream; w (D) dtype dt_w; out (N,D) dtype dt_out; rstd (N) fp32 saved.
  *   backward: dx (N,D) fp32 +=  (the residual stream's gradient accumulates: llm.c contract)
  *             dw (D)   fp32 +=  (parameter gradients accumulate), reduced deterministically

@@ -1,0 +1,163 @@
+/*
+ * rmsnorm.cu: T5LayerNorm = RMS norm without mean or bias, fp32 statistics (see rmsnorm.cuh).
+ *   forward:  rstd[n] (N) fp32 = 1/sqrt(mean_d x[n,d]^2 + eps)            x (N,D) fp32, w (D) dt_w
+ *             y = x * rstd (fp32); NOTE(numerics): when w is fp16/bf16, y is rounded to w's dtype first (HF casts the
+ *             normalised hidden state to the weight dtype before the multiply), then
+ *             out[n,d] (N,D) dt_out = round(w[d] * y)
+ *   backward: dx (N,D) fp32 += rstd * (dy - x * rstd^2 * mean_d(dy * x)),  dy = dout * w     (+=)
+ *             dw (D)   fp32 += sum_n dout[n,d] * y[n,d]                                        (+=)
+ *             (the rounding of y is passed straight through, as autograd does for a cast)
+ * Layout: one warp per row, lanes own 8-element chunks (128-bit accesses when D % 8 == 0 and the
+ * pointers are aligned). The dw reduction is deterministic: each block accumulates its rows in shared
+ * memory (one row of D floats per warp, rows assigned to warps by a fixed rule), sums its warps in
+ * order into scratch (nblk, D), and a second kernel sums the nblk partials in order into dw.
+ * nblk depends on N only, so the bits do not depend on the GPU model.
+ */
+#include "common.cuh"
+#include "rmsnorm.cuh"
+
+// ---- CUDA kernels
+
+template <typename TW, typename TO>
+__global__ void rmsnorm_forward_kernel1(TO* out, float* rstd, const float* x, const TW* w, int N, int D, float eps,
+                                        bool vec) {
+    const int lane = threadIdx.x & 31;
+    const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (row >= N) return;
+    const float* xr = x + (size_t)row * D;
+    float ss = 0.0f;
+    for (int i0 = lane * EW_CHUNK; i0 < D; i0 += 32 * EW_CHUNK) {
+        float v[EW_CHUNK];
+        load_chunk(xr, i0, D, vec, v);
+#pragma unroll
+        for (int j = 0; j < EW_CHUNK; j++) ss += v[j] * v[j];
+    }
+    ss = warp_reduce_sum(ss);
+    const float r = rsqrtf(ss / (float)D + eps);
+    if (lane == 0) rstd[row] = r;
+    TO* outr = out + (size_t)row * D;
+    for (int i0 = lane * EW_CHUNK; i0 < D; i0 += 32 * EW_CHUNK) {
+        float v[EW_CHUNK], wv[EW_CHUNK];
+        load_chunk(xr, i0, D, vec, v);
+        load_chunk(w, i0, D, vec, wv);
+#pragma unroll
+        for (int j = 0; j < EW_CHUNK; j++) v[j] = wv[j] * round_to<TW>(v[j] * r);
+        store_chunk(outr, i0, D, vec, v);
+    }
+}
+
+// grid = nblk blocks of nwarps warps; row n goes to warp (n % (nblk*nwarps)); dynamic smem nwarps*D floats
+template <typename TW, typename TO>
+__global__ void rmsnorm_backward_kernel1(float* dx, float* partial, const TO* dout, const float* x, const TW* w,
+                                         const float* rstd, int N, int D, bool vec) {
+    extern __shared__ float dw_sh[];  // (nwarps, D)
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    float* dw_w = dw_sh + (size_t)warp * D;
+    for (int i = lane; i < D; i += 32) dw_w[i] = 0.0f;
+    __syncwarp();
+    for (int row = blockIdx.x * nwarps + warp; row < N; row += gridDim.x * nwarps) {
+        const float* xr = x + (size_t)row * D;
+        const TO* gr = dout + (size_t)row * D;
+        const float r = rstd[row];
+        float dot = 0.0f;  // sum_d dy * x
+        for (int i0 = lane * EW_CHUNK; i0 < D; i0 += 32 * EW_CHUNK) {
+            float v[EW_CHUNK], g[EW_CHUNK], wv[EW_CHUNK];
+            load_chunk(xr, i0, D, vec, v);
+            load_chunk(gr, i0, D, vec, g);
+            load_chunk(w, i0, D, vec, wv);
+#pragma unroll
+            for (int j = 0; j < EW_CHUNK; j++) dot += g[j] * wv[j] * v[j];
+        }
+        dot = warp_reduce_sum(dot);
+        const float c = r * r * dot / (float)D;
+        float* dxr = dx + (size_t)row * D;
+        for (int i0 = lane * EW_CHUNK; i0 < D; i0 += 32 * EW_CHUNK) {
+            float v[EW_CHUNK], g[EW_CHUNK], wv[EW_CHUNK], d[EW_CHUNK];
+            load_chunk(xr, i0, D, vec, v);
+            load_chunk(gr, i0, D, vec, g);
+            load_chunk(w, i0, D, vec, wv);
+            load_chunk(dxr, i0, D, vec, d);
+#pragma unroll
+            for (int j = 0; j < EW_CHUNK; j++) {
+                d[j] += r * (g[j] * wv[j] - v[j] * c);
+                if (i0 + j < D) dw_w[i0 + j] += g[j] * round_to<TW>(v[j] * r);  // this lane owns i0+j
+            }
+            store_chunk(dxr, i0, D, vec, d);
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < D; i += blockDim.x) {
+        float s = 0.0f;
+        for (int k = 0; k < nwarps; k++) s += dw_sh[(size_t)k * D + i];
+        partial[(size_t)blockIdx.x * D + i] = s;
+    }
+}
+
+// dw[d] += sum_b partial[b, d], b in order
+__global__ void rmsnorm_dw_reduce_kernel1(float* dw, const float* partial, int nblk, int D) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= D) return;
+    float s = 0.0f;
+    for (int b = 0; b < nblk; b++) s += partial[(size_t)b * D + i];
+    dw[i] += s;
+}
+
+// ---- kernel launchers
+
+static int rmsnorm_backward_blocks(int N) { return N < 1 ? 1 : T5_MIN(CEIL_DIV(N, 16), 512); }
+static int rmsnorm_backward_warps(int D) { return D <= 3072 ? 4 : 1; }
+
+extern "C" size_t rmsnorm_backward_scratch_floats(int N, int D) {
+    return (size_t)rmsnorm_backward_blocks(N) * (size_t)D;
+}
+
+template <typename TO, typename TW>
+static void rmsnorm_forward_tt(void* out, float* rstd, const float* x, const void* w, int N, int D, float eps,
+                               cudaStream_t stream) {
+    const bool vec = D % EW_CHUNK == 0 && is_aligned16(out) && is_aligned16(x) && is_aligned16(w);
+    const int warps = 8;
+    rmsnorm_forward_kernel1<TW, TO><<<CEIL_DIV(N, warps), warps * 32, 0, stream>>>((TO*)out, rstd, x, (const TW*)w,
+                                                                                    N, D, eps, vec);
+}
+template <typename TO>
+static void rmsnorm_forward_t(void* out, float* rstd, const float* x, const void* w, DType dt_w, int N, int D,
+                              float eps, cudaStream_t stream) {
+    DTYPE_DISPATCH_PAIR(dt_w, rmsnorm_forward_tt, TO, out, rstd, x, w, N, D, eps, stream);
+}
+
+template <typename TO, typename TW>
+static void rmsnorm_backward_tt(float* dx, float* dw, const void* dout, const float* x, const void* w,
+                                const float* rstd, int N, int D, float* scratch, cudaStream_t stream) {
+    const bool vec = D % EW_CHUNK == 0 && is_aligned16(dx) && is_aligned16(dout) && is_aligned16(x) && is_aligned16(w);
+    const int nblk = rmsnorm_backward_blocks(N), warps = rmsnorm_backward_warps(D);
+    const size_t smem = (size_t)warps * D * sizeof(float);
+    if (smem > 48 * 1024) {
+        // one-time attribute per instantiation; cheap host call, no synchronisation
+        CUDA_CHECK(cudaFuncSetAttribute(rmsnorm_backward_kernel1<TW, TO>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)smem));
+    }
+    rmsnorm_backward_kernel1<TW, TO><<<nblk, warps * 32, smem, stream>>>(dx, scratch, (const TO*)dout, x, (const TW*)w,
+                                                                        rstd, N, D, vec);
+    CUDA_LAUNCH_CHECK();
+    rmsnorm_dw_reduce_kernel1<<<CEIL_DIV(D, 256), 256, 0, stream>>>(dw, scratch, nblk, D);
+}
+template <typename TO>
+static void rmsnorm_backward_t(float* dx, float* dw, const void* dout, const float* x, const void* w, DType dt_w,
+                               const float* rstd, int N, int D, float* scratch, cudaStream_t stream) {
+    DTYPE_DISPATCH_PAIR(dt_w, rmsnorm_backward_tt, TO, dx, dw, dout, x, w, rstd, N, D, scratch, stream);
+}
+
+extern "C" void rmsnorm_forward(void* out, DType dt_out, float* rstd, const float* x, const void* w, DType dt_w, int N,
+                                int D, float eps, cudaStream_t stream) {
+    if (N <= 0 || D <= 0) return;
+    DTYPE_DISPATCH(dt_out, rmsnorm_forward_t, out, rstd, x, w, dt_w, N, D, eps, stream);
+    CUDA_LAUNCH_CHECK();
+}
+
+extern "C" void rmsnorm_backward(float* dx, float* dw, const void* dout, DType dt_out, const float* x, const void* w,
+                                 DType dt_w, const float* rstd, int N, int D, float* scratch, cudaStream_t stream) {
+    if (N <= 0 || D <= 0) return;
+    if (D > 12288) t5_die(T5_EXIT_FAILURE, "rmsnorm_backward: D = %d is above the supported 12288", D);
+    DTYPE_DISPATCH(dt_out, rmsnorm_backward_t, dx, dw, dout, x, w, dt_w, rstd, N, D, scratch, stream);
+    CUDA_LAUNCH_CHECK();
+}

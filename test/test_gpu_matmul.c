@@ -1,0 +1,265 @@
+/*
+ * test_gpu_matmul.c: the cuBLASLt wrapper of cuda/matmul.cu against an fp64 CPU GEMM.
+ * Every transpose combination at odd sizes (M=7 N=33 K=40) and a tile-sized one, every input dtype,
+ * D in the input dtype and in fp32; strided batches with a broadcast operand; beta = 1 accumulation;
+ * the RELU epilogue; linear_forward/linear_backward (dw accumulates: called twice it doubles);
+ * a misaligned operand is refused with a message naming it.
+ */
+#include <unistd.h>
+
+#include "test_gpu_util.h"
+
+#include "../cuda/matmul.cuh"
+
+// tolerance by (A/B dtype, D dtype); fp32 D keeps fp32 accumulation error only (would fail with TF32)
+static Tol matmul_tol(DType dt_ab, DType dt_d) {
+    if (dt_d == DT_F32) return dt_ab == DT_F32 ? (Tol){1e-5, 1e-5} : (Tol){5e-5, 1e-5};
+    return dt_d == DT_F16 ? (Tol){1e-3, 1e-3} : (Tol){1e-2, 8e-3};
+}
+
+// D (M,N) = alpha op(A) op(B) + beta D, fp64
+static void ref_gemm(double* D, const float* A, const float* B, int M, int N, int K, bool ta, bool tb, double alpha,
+                     double beta) {
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            double s = 0.0;
+            for (int k = 0; k < K; k++) {
+                const double a = ta ? A[(size_t)k * M + m] : A[(size_t)m * K + k];
+                const double b = tb ? B[(size_t)n * K + k] : B[(size_t)k * N + n];
+                s += a * b;
+            }
+            D[(size_t)m * N + n] = alpha * s + beta * D[(size_t)m * N + n];
+        }
+}
+
+static bool run_case(int M, int N, int K, bool ta, bool tb, DType dt, DType dt_d, int batch, bool bcast_b,
+                     float alpha, float beta, GemmEpilogue epi, uint64_t seed) {
+    TRng rng = {seed};
+    const size_t na = (size_t)M * K, nb = (size_t)K * N, nd = (size_t)M * N;
+    const int batch_b = bcast_b ? 1 : batch;
+    float* A = host_floats(na * batch);
+    float* B = host_floats(nb * batch_b);
+    float* D0 = host_floats(nd * batch);
+    float* got = host_floats(nd * batch);
+    double* ref = host_doubles(nd * batch);
+    fill_uniform(A, na * batch, &rng, -1.0f, 1.0f);
+    fill_uniform(B, nb * batch_b, &rng, -1.0f, 1.0f);
+    fill_uniform(D0, nd * batch, &rng, -1.0f, 1.0f);
+    host_round_all(dt, A, na * batch);
+    host_round_all(dt, B, nb * batch_b);
+    host_round_all(dt_d, D0, nd * batch);
+    void* dA = dev_upload(dt, A, na * batch);
+    void* dB = dev_upload(dt, B, nb * batch_b);
+    void* dD = beta != 0.0f ? dev_upload(dt_d, D0, nd * batch) : dev_alloc_poisoned(nd * batch * dtype_size(dt_d));
+
+    GemmDesc g;
+    memset(&g, 0, sizeof g);
+    g.M = M;
+    g.N = N;
+    g.K = K;
+    g.trans_a = ta;
+    g.trans_b = tb;
+    g.dt_ab = dt;
+    g.dt_d = dt_d;
+    g.batch = batch;
+    g.stride_a = (int64_t)na;
+    g.stride_b = bcast_b ? 0 : (int64_t)nb;
+    g.stride_d = (int64_t)nd;
+    g.alpha = alpha;
+    g.beta = beta;
+    g.epilogue = epi;
+    matmul(&g, dD, dA, dB, 0);
+    dev_download(got, dt_d, dD, nd * batch);
+
+    for (int b = 0; b < batch; b++) {
+        double* r = ref + (size_t)b * nd;
+        for (size_t i = 0; i < nd; i++) r[i] = D0[(size_t)b * nd + i];
+        ref_gemm(r, A + (size_t)b * na, B + (size_t)(bcast_b ? 0 : b) * nb, M, N, K, ta, tb, alpha, beta);
+        if (epi == GEMM_EPI_RELU)
+            for (size_t i = 0; i < nd; i++) r[i] = r[i] > 0 ? r[i] : 0.0;
+    }
+    char what[128];
+    snprintf(what, sizeof what, "gemm %dx%dx%d %c%c b%d%s%s%s D=%s", M, N, K, ta ? 'T' : 'N', tb ? 'T' : 'N', batch,
+             bcast_b ? " bcastB" : "", beta != 0.0f ? " beta" : "", epi == GEMM_EPI_RELU ? " relu" : "",
+             dtype_name(dt_d));
+    const bool ok = check_close(what, dt, got, ref, nd * batch, matmul_tol(dt, dt_d));
+    CUDA_CHECK(cudaFree(dA));
+    CUDA_CHECK(cudaFree(dB));
+    CUDA_CHECK(cudaFree(dD));
+    free(A);
+    free(B);
+    free(D0);
+    free(got);
+    free(ref);
+    return ok;
+}
+
+static void test_matmul_transposes(void** state) {
+    (void)state;
+    T5_REQUIRE_GPU();
+    matmul_init();
+    const int sizes[2][3] = {{7, 33, 40}, {64, 128, 256}};
+    bool ok = true;
+    for (int s = 0; s < 2; s++)
+        for (int di = 0; di < 3; di++)
+            for (int out32 = 0; out32 < 2; out32++) {
+                const DType dt = ALL_DTYPES[di], dt_d = out32 ? DT_F32 : dt;
+                if (dt == DT_F32 && !out32) continue;  // fp32 in, fp32 out covered once
+                for (int t = 0; t < 4; t++)
+                    ok &= run_case(sizes[s][0], sizes[s][1], sizes[s][2], t & 1, t & 2, dt, dt_d, 1, false, 1.0f,
+                                   0.0f, GEMM_EPI_NONE, 100 + t + 10 * di);
+            }
+    assert_true(ok);
+}
+
+static void test_matmul_batched_beta(void** state) {
+    (void)state;
+    T5_REQUIRE_GPU();
+    matmul_init();
+    bool ok = true;
+    for (int di = 0; di < 3; di++) {
+        const DType dt = ALL_DTYPES[di];
+        ok &= run_case(16, 24, 32, false, true, dt, dt, 3, false, 1.0f, 0.0f, GEMM_EPI_NONE, 7);   // Q K^T shape
+        ok &= run_case(16, 24, 32, false, false, dt, DT_F32, 3, true, 0.5f, 1.0f, GEMM_EPI_NONE, 8);  // bcast + beta
+        ok &= run_case(7, 33, 40, true, false, dt, DT_F32, 2, false, 1.0f, 1.0f, GEMM_EPI_NONE, 9);   // dW += odd
+        ok &= run_case(8, 40, 24, true, true, dt, dt, 1, false, 1.0f, 1.0f, GEMM_EPI_NONE, 10);
+        ok &= run_case(32, 64, 48, false, true, dt, dt, 1, false, 1.0f, 0.0f, GEMM_EPI_RELU, 11);
+    }
+    assert_true(ok);
+}
+
+// linear layer: out = x W^T; dinp = dout W (assign, then accumulate); dw += dout^T x (twice doubles)
+static void test_linear_forward_backward(void** state) {
+    (void)state;
+    T5_REQUIRE_GPU();
+    matmul_init();
+    const int M = 24, N = 40, K = 56;
+    bool ok = true;
+    for (int di = 0; di < 3; di++) {
+        const DType dt = ALL_DTYPES[di];
+        TRng rng = {1234 + di};
+        float *x = host_floats((size_t)M * K), *w = host_floats((size_t)N * K), *dout = host_floats((size_t)M * N);
+        fill_uniform(x, (size_t)M * K, &rng, -1, 1);
+        fill_uniform(w, (size_t)N * K, &rng, -1, 1);
+        fill_uniform(dout, (size_t)M * N, &rng, -1, 1);
+        host_round_all(dt, x, (size_t)M * K);
+        host_round_all(dt, w, (size_t)N * K);
+        host_round_all(dt, dout, (size_t)M * N);
+        void *dx = dev_upload(dt, x, (size_t)M * K), *dw_ = dev_upload(dt, w, (size_t)N * K);
+        void* ddout = dev_upload(dt, dout, (size_t)M * N);
+        void* dy = dev_alloc_poisoned((size_t)M * N * dtype_size(dt));
+        void* dinp = dev_alloc_poisoned((size_t)M * K * 4);
+        float* zeros = host_floats((size_t)N * K);
+        void* dwgrad = dev_upload(DT_F32, zeros, (size_t)N * K);
+
+        linear_forward(dy, dt, dx, dw_, dt, M, N, K, 0);
+        float* got = host_floats((size_t)M * N);
+        double* ref = host_doubles((size_t)N * K > (size_t)M * N ? (size_t)N * K : (size_t)M * N);
+        dev_download(got, dt, dy, (size_t)M * N);
+        memset(ref, 0, sizeof(double) * (size_t)M * N);
+        ref_gemm(ref, x, w, M, N, K, false, true, 1, 0);
+        ok &= check_close("linear_forward", dt, got, ref, (size_t)M * N, matmul_tol(dt, dt));
+        free(got);
+
+        // dinp in fp32: assigned, then accumulated (doubles)
+        got = host_floats((size_t)M * K);
+        linear_backward(dinp, DT_F32, false, dwgrad, DT_F32, ddout, dx, dw_, dt, M, N, K, 0);
+        dev_download(got, DT_F32, dinp, (size_t)M * K);
+        memset(ref, 0, sizeof(double) * (size_t)M * K);
+        ref_gemm(ref, dout, w, M, K, N, false, false, 1, 0);
+        ok &= check_close("linear_backward dinp (=)", dt, got, ref, (size_t)M * K, matmul_tol(dt, DT_F32));
+        linear_backward(dinp, DT_F32, true, dwgrad, DT_F32, ddout, dx, dw_, dt, M, N, K, 0);
+        dev_download(got, DT_F32, dinp, (size_t)M * K);
+        for (size_t i = 0; i < (size_t)M * K; i++) ref[i] *= 2;
+        ok &= check_close("linear_backward dinp (+=)", dt, got, ref, (size_t)M * K, matmul_tol(dt, DT_F32));
+        free(got);
+
+        // dw after two calls = 2 dout^T x
+        got = host_floats((size_t)N * K);
+        dev_download(got, DT_F32, dwgrad, (size_t)N * K);
+        memset(ref, 0, sizeof(double) * (size_t)N * K);
+        ref_gemm(ref, dout, x, N, K, M, true, false, 2, 0);
+        ok &= check_close("linear_backward dw (+= twice)", dt, got, ref, (size_t)N * K, matmul_tol(dt, DT_F32));
+        free(got);
+
+        CUDA_CHECK(cudaFree(dx));
+        CUDA_CHECK(cudaFree(dw_));
+        CUDA_CHECK(cudaFree(ddout));
+        CUDA_CHECK(cudaFree(dy));
+        CUDA_CHECK(cudaFree(dinp));
+        CUDA_CHECK(cudaFree(dwgrad));
+        free(x);
+        free(w);
+        free(dout);
+        free(zeros);
+        free(ref);
+    }
+    assert_true(ok);
+}
+
+// the same shape twice gives bit-identical results (cached plan, no atomics)
+static void test_matmul_deterministic(void** state) {
+    (void)state;
+    T5_REQUIRE_GPU();
+    matmul_init();
+    const int M = 96, N = 64, K = 4096;  // long K: split-K candidates
+    TRng rng = {77};
+    float* A = host_floats((size_t)K * M);
+    float* B = host_floats((size_t)K * N);
+    fill_uniform(A, (size_t)K * M, &rng, -1, 1);
+    fill_uniform(B, (size_t)K * N, &rng, -1, 1);
+    void* dA = dev_upload(DT_BF16, A, (size_t)K * M);
+    void* dB = dev_upload(DT_BF16, B, (size_t)K * N);
+    void* dD = dev_alloc_poisoned((size_t)M * N * 4);
+    float* r1 = host_floats((size_t)M * N);
+    float* r2 = host_floats((size_t)M * N);
+    GemmDesc g = {.M = M, .N = N, .K = K, .trans_a = true, .trans_b = false, .dt_ab = DT_BF16, .dt_d = DT_F32,
+                  .batch = 1, .alpha = 1.0f, .beta = 0.0f, .epilogue = GEMM_EPI_NONE};
+    matmul(&g, dD, dA, dB, 0);
+    dev_download(r1, DT_F32, dD, (size_t)M * N);
+    dev_poison(dD, (size_t)M * N * 4);
+    matmul(&g, dD, dA, dB, 0);
+    dev_download(r2, DT_F32, dD, (size_t)M * N);
+    assert_true(check_equal_bits("gemm twice (dW shape, K=4096)", r1, r2, (size_t)M * N));
+    CUDA_CHECK(cudaFree(dA));
+    CUDA_CHECK(cudaFree(dB));
+    CUDA_CHECK(cudaFree(dD));
+    free(A);
+    free(B);
+    free(r1);
+    free(r2);
+}
+
+// a misaligned operand: one-line error naming the operand, exit 1. Runs this program again with
+// T5TEST_MATMUL_MISALIGNED set, so the failing process is a fresh one.
+static void matmul_misaligned_child(void) {
+    static char buf[256] __attribute__((aligned(256)));
+    GemmDesc g = {.M = 4, .N = 8, .K = 8, .dt_ab = DT_F16, .dt_d = DT_F16, .batch = 1, .alpha = 1.0f};
+    matmul(&g, buf, buf + 2, buf, 0);  // A is off by 2 bytes: refused before any CUDA call
+    exit(0);
+}
+
+static void test_matmul_misaligned(void** state) {
+    (void)state;
+    T5_REQUIRE_GPU();
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    assert_true(n > 0);
+    self[n] = 0;
+    char out[4096];
+    int rc = t5test_run(out, sizeof out, "T5TEST_MATMUL_MISALIGNED=1 '%s'", self);
+    printf("# child (rc %d) said: %s", rc, out);
+    assert_int_equal(rc, 1);
+    assert_contains(out, "operand A");
+    assert_contains(out, "16-byte aligned");
+}
+
+int main(void) {
+    if (getenv("T5TEST_MATMUL_MISALIGNED")) matmul_misaligned_child();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_matmul_transposes),       cmocka_unit_test(test_matmul_batched_beta),
+        cmocka_unit_test(test_linear_forward_backward), cmocka_unit_test(test_matmul_deterministic),
+        cmocka_unit_test(test_matmul_misaligned),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
