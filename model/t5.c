@@ -1,0 +1,892 @@
+/*
+ * t5.c: T5 forward and backward on the GPU (see t5.h for the contract, docs/model.md for the data
+ * flow and docs/numerics.md for every numerics decision; deviations from HF carry NOTE(numerics)).
+ *
+ * Dimension names: B batch, Ts source length, Tt target length, D d_model, H heads, Dk d_kv,
+ * HD = H*Dk (!= D for t5-3b/11b), F d_ff, V vocab, L / Ld encoder / decoder blocks, NB buckets.
+ * N = B*T rows of a (B, T, .) tensor. X = the run dtype.
+ *
+ * Data flow of one block (pre-norm; the residual stream x is fp32):
+ *   self-attention:  ln = rmsnorm(x); q,k,v = ln W^T -> split heads; S = Q K^T (fp32);
+ *                    P = softmax(S + bias + mask) (X); ctx = merge(dropout(P) V); x += dropout(ctx Wo^T)
+ *   cross-attention (decoder): the same with k,v from the encoder output, no position bias,
+ *                    the encoder padding mask
+ *   feed-forward:    ln = rmsnorm(x); a = act(ln Wi^T) (or gelu_new(ln Wi0^T) * ln Wi1^T);
+ *                    x += dropout(dropout(a) Wo^T)
+ * Activations of every block are kept (one BlockActs per block), or with gradient checkpointing only
+ * the block inputs resid[l] are kept and a single BlockActs is refilled by recomputing the block in
+ * the backward (same kernels, same inputs, same dropout offsets: bit-identical).
+ */
+#include "t5.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../cuda/activation.cuh"
+#include "../cuda/attention_softmax.cuh"
+#include "../cuda/check.h"
+#include "../cuda/cross_entropy.cuh"
+#include "../cuda/dropout.cuh"
+#include "../cuda/elementwise.cuh"
+#include "../cuda/embedding.cuh"
+#include "../cuda/matmul.cuh"
+#include "../cuda/position_bias.cuh"
+#include "../cuda/rmsnorm.cuh"
+#include "../src/common.h"
+#include "relpos.h"
+
+// ---------------------------------------------------------------------------------------------
+// dropout sites: every site gets its own disjoint range of Philox counters,
+//   offset = ((stack * 4096 + (layer + 1)) * 16 + site) << 36
+// (layer = -1 for the embedding and final-norm sites). 2^36 elements per site is far above any
+// (B, H, T, T) tensor; the seed is the per-step seed given to t5_model_forward. The same
+// (seed, site, element index) gives the same mask in forward, backward and a recomputation.
+
+typedef enum {
+    SITE_EMBED = 0,     // embedding output of the stack (fp32 residual)
+    SITE_SA_PROBS = 1,  // self-attention probabilities
+    SITE_SA_OUT = 2,    // self-attention sublayer output before the residual add
+    SITE_CA_PROBS = 3,  // cross-attention probabilities
+    SITE_CA_OUT = 4,    // cross-attention sublayer output
+    SITE_FF_ACT = 5,    // inside FF, after the activation (after the product when gated)
+    SITE_FF_OUT = 6,    // FF sublayer output
+    SITE_FINAL = 7,     // after the stack's final layer norm
+} DropoutSite;
+
+static uint64_t site_offset(T5Stack stack, int layer, DropoutSite site) {
+    return ((((uint64_t)stack * 4096u + (uint64_t)(layer + 1)) * 16u + (uint64_t)site) << 36);
+}
+
+// ---------------------------------------------------------------------------------------------
+// structures
+
+typedef struct {
+    int q, k, v, o, relbias, ln;  // self-attention (relbias: block 0 only, else -1)
+    int cq, ck, cv, co, cln;      // cross-attention (decoder only, else -1)
+    int wi, wi0, wi1, wo, ffln;   // feed-forward (wi for ReLU; wi0/wi1 for gated)
+} BlockParamIdx;
+
+typedef struct {
+    void* ln;          // (B*Tq, D) X      normed sublayer input
+    float* rstd;       // (B*Tq) fp32      1/rms of the input rows
+    void* q;           // (B, H, Tq, Dk) X
+    void* k;           // (B, H, Tk, Dk) X
+    void* v;           // (B, H, Tk, Dk) X
+    void* probs;       // (B, H, Tq, Tk) PX softmax output (before dropout); PX = fp32, or X with probs_in_x
+    void* probs_drop;  // (B, H, Tq, Tk) PX dropout(probs); NULL when the model has no dropout buffers
+    void* probs_x;     // (B, H, Tq, Tk) X  round_X(dropout(probs)), the P of P V; NULL when PX == X
+    void* ctx;         // (B*Tq, HD) X     merged P V (input of o)
+    float* x_out;      // (B*Tq, D) fp32   residual after this sublayer
+} AttnActs;
+
+typedef struct {
+    void* ln;     // (B*T, D) X
+    float* rstd;  // (B*T) fp32
+    void* a;      // (B*T, F) X  relu(ln Wi^T) (ReLU) or ln Wi0^T (gated)
+    void* b;      // (B*T, F) X  ln Wi1^T (gated only)
+    void* g;      // (B*T, F) X  gelu_new(a) * b (gated only)
+    void* drop;   // (B*T, F) X  dropout of the activation (input of wo); NULL without dropout buffers
+} FFActs;
+
+typedef struct {
+    AttnActs sa;  // self-attention
+    AttnActs ca;  // cross-attention (decoder)
+    FFActs ff;
+} BlockActs;
+
+struct T5Model {
+    const ParamTable* t;
+    ZeroEngine* Z;
+    T5ModelOptions opt;
+    DType X;
+    size_t xs;  // sizeof X
+    DType PX;   // dtype of the stored attention probabilities (fp32 unless probs_in_x)
+    DType NX;   // dtype of the weights of non-GEMM ops (norms, bias tables, embedding lookup): X or fp32
+    float* cur_mb;  // fp32 view of the unit fetched last (when NX is fp32), else NULL
+    int D, H, Dk, HD, F, V, L, Ld, NB, max_dist;
+    float eps;
+    bool gated, tied;
+    bool train;
+
+    BlockParamIdx* enc_idx;  // (L)
+    BlockParamIdx* dec_idx;  // (Ld)
+    int p_embed, p_lm_head, p_enc_final, p_dec_final;
+    int u_shared, u_final, u_lm;
+
+    // current batch (device)
+    int B, Ts, Tt;
+    bool has_labels, has_dec_mask;
+    int* input_ids;       // (B, Ts) int32
+    int* attn_mask;       // (B, Ts) int32
+    int* dec_ids;         // (B, Tt) int32
+    int* dec_mask;        // (B, Tt) int32
+    int* labels;          // (B, Tt) int32
+    int* buckets_enc;     // (2*max_Ts-1) int32 bidirectional buckets
+    int* buckets_dec;     // (2*max_Tt-1) int32 causal buckets
+    int relo_enc, relo_dec;
+
+    // activations
+    float** resid_enc;    // (L+1) x (B*Ts, D) fp32: block inputs; resid_enc[L] = encoder stack output
+    float** resid_dec;    // (Ld+1) x (B*Tt, D) fp32
+    BlockActs* enc_acts;  // (L, or 1 with checkpointing)
+    BlockActs* dec_acts;  // (Ld, or 1)
+    float* bias_enc;      // (H, Ts, Ts) fp32 position bias of the encoder (shared by all blocks)
+    float* bias_dec;      // (H, Tt, Tt) fp32
+    float* rstd_encf;     // (B*Ts) fp32 final norm
+    float* rstd_decf;     // (B*Tt) fp32
+    float* enc_out32;     // (B*Ts, D) fp32 dropout(final_norm(encoder))
+    void* enc_out;        // (B*Ts, D) X  enc_out32 rounded: keys/values source of cross-attention
+    float* lm_in32;       // (B*Tt, D) fp32 dropout(final_norm(decoder)) (* D^-0.5 when tied)
+    void* lm_in;          // (B*Tt, D) X  lm_in32 rounded: the lm_head input
+    void* logits;         // (B*Tt, V) X
+    void* dlogits;        // (B*Tt, V) X  == logits unless keep_logits
+    float* loss;          // (1) fp32
+    float* losses;        // (B*Tt) fp32 per token
+
+    // scratch (shared by all blocks)
+    void* lin;            // (max N * max(HD, D)) X  linear outputs before split / residual add
+    float* scores;        // (B*H*max Tq*Tk) fp32
+    void* dbranch;        // (maxN, D) X
+    void* dctx;           // (maxN, HD) X
+    void* dOh;            // (B, H, Tq, Dk) X
+    void* dP;             // (B, H, Tq, Tk) X
+    void* dS;             // (B, H, Tq, Tk) X
+    void *dqh, *dkh, *dvh;  // (B, H, T, Dk) X
+    void *dqm, *dkm, *dvm;  // (B*T, HD) X
+    void* dln;            // (maxN, D) X
+    void *dff, *dfa, *dfb;  // (maxN, F) X
+    float* dres_enc;      // (B*Ts, D) fp32 residual gradient
+    float* dres_dec;      // (B*Tt, D) fp32
+    float* d_enc;         // (B*Ts, D) fp32 gradient of enc_out (summed over decoder blocks)
+    float* dlm32;         // (B*Tt, D) fp32 gradient of lm_in32
+    float* dbias_enc;     // (H, Ts, Ts) fp32
+    float* dbias_dec;     // (H, Tt, Tt) fp32
+    float* rms_scratch;   // rmsnorm_backward_scratch_floats
+    void* emb_scratch;
+    void* ce_scratch;
+
+    void* arena;
+    size_t arena_bytes;
+    uint64_t seed;
+    float p;  // dropout probability of the current forward
+    bool fwd_with_grad;
+};
+
+// ---------------------------------------------------------------------------------------------
+// arena: one cudaMalloc for every activation; a first pass with base == NULL measures it
+
+typedef struct {
+    char* base;
+    size_t used;
+} Arena;
+
+static void* arena_take(Arena* a, size_t bytes) {
+    size_t off = a->used;
+    a->used += CEIL_DIV(bytes ? bytes : 1, (size_t)256) * 256;
+    return a->base ? a->base + off : NULL;
+}
+
+static void layout_attn(Arena* a, AttnActs* x, size_t xs, size_t ps, int B, int H, int Tq, int Tk, int D, int HD,
+                        bool drop) {
+    size_t Nq = (size_t)B * Tq, Nk = (size_t)B * Tk;
+    x->ln = arena_take(a, Nq * D * xs);
+    x->rstd = arena_take(a, Nq * 4);
+    x->q = arena_take(a, Nq * HD * xs);
+    x->k = arena_take(a, Nk * HD * xs);
+    x->v = arena_take(a, Nk * HD * xs);
+    x->probs = arena_take(a, (size_t)B * H * Tq * Tk * ps);
+    x->probs_drop = drop ? arena_take(a, (size_t)B * H * Tq * Tk * ps) : NULL;
+    x->probs_x = ps != xs ? arena_take(a, (size_t)B * H * Tq * Tk * xs) : NULL;
+    x->ctx = arena_take(a, Nq * HD * xs);
+    x->x_out = arena_take(a, Nq * D * 4);
+}
+
+static void layout_ff(Arena* a, FFActs* f, size_t xs, size_t N, int D, int F, bool gated, bool drop) {
+    f->ln = arena_take(a, N * D * xs);
+    f->rstd = arena_take(a, N * 4);
+    f->a = arena_take(a, N * F * xs);
+    f->b = gated ? arena_take(a, N * F * xs) : NULL;
+    f->g = gated ? arena_take(a, N * F * xs) : NULL;
+    f->drop = drop ? arena_take(a, N * F * xs) : NULL;
+}
+
+static void model_layout(T5Model* M, Arena* a) {
+    const int B = M->opt.max_B, Ts = M->opt.max_Ts, Tt = M->opt.max_Tt;
+    const size_t xs = M->xs, ps = dtype_size(M->PX), Ns = (size_t)B * Ts, Nt = (size_t)B * Tt, Nmax = T5_MAX(Ns, Nt);
+    const int D = M->D, H = M->H, HD = M->HD, F = M->F, V = M->V;
+    const bool drop = M->opt.dropout_rate > 0;
+    const bool ckpt = M->opt.gradient_checkpointing;
+
+    M->input_ids = arena_take(a, Ns * 4);
+    M->attn_mask = arena_take(a, Ns * 4);
+    M->dec_ids = arena_take(a, Nt * 4);
+    M->dec_mask = arena_take(a, Nt * 4);
+    M->labels = arena_take(a, Nt * 4);
+    M->buckets_enc = arena_take(a, (size_t)relpos_table_len(Ts) * 4);
+    M->buckets_dec = arena_take(a, (size_t)relpos_table_len(Tt) * 4);
+
+    for (int l = 0; l <= M->L; l++) M->resid_enc[l] = arena_take(a, Ns * D * 4);
+    for (int l = 0; l <= M->Ld; l++) M->resid_dec[l] = arena_take(a, Nt * D * 4);
+    int ne = ckpt ? 1 : M->L, nd = ckpt ? 1 : M->Ld;
+    for (int l = 0; l < ne; l++) {
+        layout_attn(a, &M->enc_acts[l].sa, xs, ps, B, H, Ts, Ts, D, HD, drop);
+        layout_ff(a, &M->enc_acts[l].ff, xs, Ns, D, F, M->gated, drop);
+    }
+    for (int l = 0; l < nd; l++) {
+        layout_attn(a, &M->dec_acts[l].sa, xs, ps, B, H, Tt, Tt, D, HD, drop);
+        layout_attn(a, &M->dec_acts[l].ca, xs, ps, B, H, Tt, Ts, D, HD, drop);
+        layout_ff(a, &M->dec_acts[l].ff, xs, Nt, D, F, M->gated, drop);
+    }
+    M->bias_enc = arena_take(a, (size_t)H * Ts * Ts * 4);
+    M->bias_dec = arena_take(a, (size_t)H * Tt * Tt * 4);
+    M->rstd_encf = arena_take(a, Ns * 4);
+    M->rstd_decf = arena_take(a, Nt * 4);
+    M->enc_out32 = arena_take(a, Ns * D * 4);
+    M->enc_out = arena_take(a, Ns * D * xs);
+    M->lm_in32 = arena_take(a, Nt * D * 4);
+    M->lm_in = arena_take(a, Nt * D * xs);
+    M->dlm32 = arena_take(a, Nt * D * 4);
+    M->logits = arena_take(a, Nt * V * xs);
+    M->dlogits = M->opt.keep_logits ? arena_take(a, Nt * V * xs) : M->logits;
+    M->loss = arena_take(a, 4);
+    M->losses = arena_take(a, Nt * 4);
+
+    size_t TT = T5_MAX(T5_MAX((size_t)Ts * Ts, (size_t)Tt * Tt), (size_t)Tt * Ts);
+    size_t NHD = Nmax * (size_t)HD;
+    M->lin = arena_take(a, Nmax * T5_MAX(HD, D) * xs);
+    M->scores = arena_take(a, (size_t)B * H * TT * 4);
+    M->dbranch = arena_take(a, Nmax * D * xs);
+    M->dctx = arena_take(a, NHD * xs);
+    M->dOh = arena_take(a, NHD * xs);
+    M->dP = arena_take(a, (size_t)B * H * TT * T5_MAX(ps, xs));
+    M->dS = arena_take(a, (size_t)B * H * TT * T5_MAX(ps, xs));
+    M->dqh = arena_take(a, NHD * xs);
+    M->dkh = arena_take(a, NHD * xs);
+    M->dvh = arena_take(a, NHD * xs);
+    M->dqm = arena_take(a, NHD * xs);
+    M->dkm = arena_take(a, NHD * xs);
+    M->dvm = arena_take(a, NHD * xs);
+    M->dln = arena_take(a, Nmax * D * xs);
+    M->dff = arena_take(a, Nmax * F * xs);
+    M->dfa = arena_take(a, Nmax * F * xs);
+    M->dfb = arena_take(a, Nmax * F * xs);
+    M->dres_enc = arena_take(a, Ns * D * 4);
+    M->dres_dec = arena_take(a, Nt * D * 4);
+    M->d_enc = arena_take(a, Ns * D * 4);
+    M->dbias_enc = arena_take(a, (size_t)H * Ts * Ts * 4);
+    M->dbias_dec = arena_take(a, (size_t)H * Tt * Tt * 4);
+    M->rms_scratch = arena_take(a, rmsnorm_backward_scratch_floats((int)Nmax, D) * 4);
+    M->emb_scratch = arena_take(a, embedding_backward_scratch_bytes((int)Nmax));
+    M->ce_scratch = arena_take(a, cross_entropy_scratch_bytes((int)Nt));
+}
+
+static void block_index(const ParamTable* t, T5Stack st, int l, BlockParamIdx* b) {
+    b->q = params_find(t, ROLE_SA_Q, st, l);
+    b->k = params_find(t, ROLE_SA_K, st, l);
+    b->v = params_find(t, ROLE_SA_V, st, l);
+    b->o = params_find(t, ROLE_SA_O, st, l);
+    b->relbias = params_find(t, ROLE_SA_RELBIAS, st, l);
+    b->ln = params_find(t, ROLE_SA_LN, st, l);
+    b->cq = params_find(t, ROLE_CA_Q, st, l);
+    b->ck = params_find(t, ROLE_CA_K, st, l);
+    b->cv = params_find(t, ROLE_CA_V, st, l);
+    b->co = params_find(t, ROLE_CA_O, st, l);
+    b->cln = params_find(t, ROLE_CA_LN, st, l);
+    b->wi = params_find(t, ROLE_FF_WI, st, l);
+    b->wi0 = params_find(t, ROLE_FF_WI0, st, l);
+    b->wi1 = params_find(t, ROLE_FF_WI1, st, l);
+    b->wo = params_find(t, ROLE_FF_WO, st, l);
+    b->ffln = params_find(t, ROLE_FF_LN, st, l);
+}
+
+T5Model* t5_model_create(const ParamTable* t, ZeroEngine* Z, const T5ModelOptions* opt, char* err, size_t errlen) {
+    const T5Config* c = &t->cfg;
+    if (opt->max_B <= 0 || opt->max_Ts <= 0 || opt->max_Tt <= 0) {
+        snprintf(err, errlen, "invalid model sizes: max batch %d, max source length %d, max target length %d",
+                 opt->max_B, opt->max_Ts, opt->max_Tt);
+        return NULL;
+    }
+    if (opt->dtype != zero_working_dtype(Z)) {
+        snprintf(err, errlen, "model dtype %s differs from the parameter engine's working dtype %s",
+                 dtype_name(opt->dtype), dtype_name(zero_working_dtype(Z)));
+        return NULL;
+    }
+    T5Model* M = calloc_check(1, sizeof *M);
+    M->t = t;
+    M->Z = Z;
+    M->opt = *opt;
+    M->X = opt->dtype;
+    M->xs = dtype_size(opt->dtype);
+    M->PX = opt->probs_in_x ? opt->dtype : DT_F32;
+    M->NX = opt->nongemm_in_x ? opt->dtype : DT_F32;
+    M->D = c->d_model;
+    M->H = c->num_heads;
+    M->Dk = c->d_kv;
+    M->HD = c->num_heads * c->d_kv;
+    M->F = c->d_ff;
+    M->V = c->vocab_size;
+    M->L = c->num_layers;
+    M->Ld = c->num_decoder_layers;
+    M->NB = c->relative_attention_num_buckets;
+    M->max_dist = c->relative_attention_max_distance;
+    M->eps = c->layer_norm_epsilon;
+    M->gated = c->feed_forward == T5_FF_GATED_GELU;
+    M->tied = c->tie_word_embeddings;
+    M->train = true;
+
+    M->enc_idx = calloc_check((size_t)M->L, sizeof(BlockParamIdx));
+    M->dec_idx = calloc_check((size_t)M->Ld, sizeof(BlockParamIdx));
+    for (int l = 0; l < M->L; l++) block_index(t, STACK_ENCODER, l, &M->enc_idx[l]);
+    for (int l = 0; l < M->Ld; l++) block_index(t, STACK_DECODER, l, &M->dec_idx[l]);
+    M->p_embed = params_find(t, ROLE_EMBED, STACK_NONE, -1);
+    M->p_lm_head = M->tied ? M->p_embed : params_find(t, ROLE_LM_HEAD, STACK_NONE, -1);
+    M->p_enc_final = params_find(t, ROLE_FINAL_LN, STACK_ENCODER, -1);
+    M->p_dec_final = params_find(t, ROLE_FINAL_LN, STACK_DECODER, -1);
+    M->u_shared = params_unit_shared(t);
+    M->u_final = params_unit_final_norms(t);
+    M->u_lm = M->tied ? M->u_shared : params_unit_lm_head(t);
+
+    M->resid_enc = calloc_check((size_t)M->L + 1, sizeof(float*));
+    M->resid_dec = calloc_check((size_t)M->Ld + 1, sizeof(float*));
+    int ne = opt->gradient_checkpointing ? 1 : M->L, nd = opt->gradient_checkpointing ? 1 : M->Ld;
+    M->enc_acts = calloc_check((size_t)T5_MAX(ne, 1), sizeof(BlockActs));
+    M->dec_acts = calloc_check((size_t)T5_MAX(nd, 1), sizeof(BlockActs));
+
+    Arena a = {0};
+    model_layout(M, &a);
+    M->arena_bytes = a.used;
+    if (cudaMalloc(&M->arena, a.used) != cudaSuccess) {
+        (void)cudaGetLastError();
+        size_t free_b = 0, total_b = 0;
+        cudaMemGetInfo(&free_b, &total_b);
+        snprintf(err, errlen,
+                 "out of GPU memory for activations: %.2f GiB needed for batch %d x (%d, %d) in %s, %.2f GiB free%s",
+                 (double)a.used / (1 << 30), opt->max_B, opt->max_Ts, opt->max_Tt, dtype_name(opt->dtype),
+                 (double)free_b / (1 << 30),
+                 opt->gradient_checkpointing ? "" : " (gradient_checkpointing would keep only block inputs)");
+        t5_model_destroy(M);
+        return NULL;
+    }
+    a = (Arena){.base = M->arena};
+    model_layout(M, &a);
+
+    // bucket tables (host, HF's fp32 formula) -> device once
+    int nb_e = relpos_table_len(opt->max_Ts), nb_d = relpos_table_len(opt->max_Tt);
+    int* h = malloc_check((size_t)T5_MAX(nb_e, nb_d) * sizeof(int));
+    M->relo_enc = relpos_bucket_table(h, opt->max_Ts, true, M->NB, M->max_dist);
+    CUDA_CHECK(cudaMemcpy(M->buckets_enc, h, (size_t)nb_e * sizeof(int), cudaMemcpyHostToDevice));
+    M->relo_dec = relpos_bucket_table(h, opt->max_Tt, false, M->NB, M->max_dist);
+    CUDA_CHECK(cudaMemcpy(M->buckets_dec, h, (size_t)nb_d * sizeof(int), cudaMemcpyHostToDevice));
+    free(h);
+    matmul_init();
+    return M;
+}
+
+void t5_model_destroy(T5Model* M) {
+    if (!M) return;
+    if (M->arena) cudaFree(M->arena);
+    free(M->enc_idx);
+    free(M->dec_idx);
+    free(M->resid_enc);
+    free(M->resid_dec);
+    free(M->enc_acts);
+    free(M->dec_acts);
+    free(M);
+}
+
+size_t t5_model_activation_bytes(const T5Model* M) { return M->arena_bytes; }
+void t5_model_set_train(T5Model* M, bool train) { M->train = train; }
+const float* t5_model_loss_device(const T5Model* M) { return M->loss; }
+const void* t5_model_logits(const T5Model* M) { return M->logits; }
+
+float t5_model_loss(T5Model* M, cudaStream_t stream) {
+    float h = 0;
+    CUDA_CHECK(cudaMemcpyAsync(&h, M->loss, sizeof h, cudaMemcpyDeviceToHost, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    return h;
+}
+
+// ---------------------------------------------------------------------------------------------
+// batch
+
+static int check_ids(const int* ids, int B, int T, int lo, int hi, bool allow_ignore, const char* field, char* err,
+                     size_t errlen) {
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < T; i++) {
+            int v = ids[(size_t)b * T + i];
+            if (allow_ignore && v == T5_LABEL_IGNORE) continue;
+            if (v < lo || v >= hi) {
+                snprintf(err, errlen, "%s[%d][%d] = %d is outside [%d, %d)%s", field, b, i, v, lo, hi,
+                         allow_ignore ? " and is not -100" : "");
+                return -1;
+            }
+        }
+    return 0;
+}
+
+int t5_model_set_batch(T5Model* M, const T5Batch* bt, cudaStream_t stream, char* err, size_t errlen) {
+    if (bt->B <= 0 || bt->Ts <= 0 || bt->Tt <= 0 || bt->B > M->opt.max_B || bt->Ts > M->opt.max_Ts ||
+        bt->Tt > M->opt.max_Tt) {
+        snprintf(err, errlen, "batch shape (B %d, Ts %d, Tt %d) is empty or exceeds the model's maxima (%d, %d, %d)",
+                 bt->B, bt->Ts, bt->Tt, M->opt.max_B, M->opt.max_Ts, M->opt.max_Tt);
+        return -1;
+    }
+    if (!bt->input_ids) {
+        snprintf(err, errlen, "batch has no input_ids");
+        return -1;
+    }
+    if (!bt->labels && !bt->decoder_input_ids) {
+        snprintf(err, errlen, "batch has neither labels nor decoder_input_ids");
+        return -1;
+    }
+    const int B = bt->B, Ts = bt->Ts, Tt = bt->Tt;
+    size_t Ns = (size_t)B * Ts, Nt = (size_t)B * Tt;
+    if (check_ids(bt->input_ids, B, Ts, 0, M->V, false, "input_ids", err, errlen)) return -1;
+    if (bt->attention_mask && check_ids(bt->attention_mask, B, Ts, 0, 2, false, "attention_mask", err, errlen))
+        return -1;
+    if (bt->labels && check_ids(bt->labels, B, Tt, 0, M->V, true, "labels", err, errlen)) return -1;
+    if (bt->decoder_input_ids && check_ids(bt->decoder_input_ids, B, Tt, 0, M->V, false, "decoder_input_ids", err, errlen))
+        return -1;
+    if (bt->decoder_attention_mask &&
+        check_ids(bt->decoder_attention_mask, B, Tt, 0, 2, false, "decoder_attention_mask", err, errlen))
+        return -1;
+
+    int* host = malloc_check((Ns + 2 * Nt) * sizeof(int));
+    int* mask = host;
+    int* dec = host + Ns;
+    for (size_t i = 0; i < Ns; i++) mask[i] = bt->attention_mask ? bt->attention_mask[i] : 1;
+    if (bt->decoder_input_ids) {
+        memcpy(dec, bt->decoder_input_ids, Nt * sizeof(int));
+    } else {
+        // HF _shift_right: start token, then labels[:-1] with -100 replaced by pad
+        for (int b = 0; b < B; b++) {
+            dec[(size_t)b * Tt] = M->t->cfg.decoder_start_token_id;
+            for (int i = 1; i < Tt; i++) {
+                int v = bt->labels[(size_t)b * Tt + i - 1];
+                dec[(size_t)b * Tt + i] = v == T5_LABEL_IGNORE ? M->t->cfg.pad_token_id : v;
+            }
+        }
+    }
+    M->B = B;
+    M->Ts = Ts;
+    M->Tt = Tt;
+    M->has_labels = bt->labels != NULL;
+    M->has_dec_mask = bt->decoder_attention_mask != NULL;
+    // synchronous copies: the host arrays are freed right after (outside forward/backward)
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    CUDA_CHECK(cudaMemcpy(M->input_ids, bt->input_ids, Ns * sizeof(int), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(M->attn_mask, mask, Ns * sizeof(int), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(M->dec_ids, dec, Nt * sizeof(int), cudaMemcpyHostToDevice));
+    if (bt->labels) CUDA_CHECK(cudaMemcpy(M->labels, bt->labels, Nt * sizeof(int), cudaMemcpyHostToDevice));
+    if (bt->decoder_attention_mask)
+        CUDA_CHECK(cudaMemcpy(M->dec_mask, bt->decoder_attention_mask, Nt * sizeof(int), cudaMemcpyHostToDevice));
+    free(host);
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// helpers
+
+static inline void* wptr(const T5Model* M, void* unit_base, int pidx) {
+    return (char*)unit_base + M->t->params[pidx].offset * M->xs;
+}
+static inline float* gptr(const T5Model* M, float* grad_base, int pidx) {
+    return grad_base + M->t->params[pidx].offset;
+}
+// weights of a non-GEMM op (norm weight, bias table, embedding lookup), dtype M->NX
+static inline const void* nwptr(const T5Model* M, void* unit_base, int pidx) {
+    return M->cur_mb ? (const void*)(M->cur_mb + M->t->params[pidx].offset) : wptr(M, unit_base, pidx);
+}
+// zero_fetch plus (unless nongemm_in_x) the unit's fp32 view for the non-GEMM ops.
+// NOTE(numerics): as HF autocast, RMSNorm weights, the relative-bias tables and the embedding lookup use fp32
+// parameters; only GEMM operands are X. (In fp32 runs both views are the same buffer.)
+static void* unit_fetch(T5Model* M, int unit, cudaStream_t s) {
+    void* wb = zero_fetch(M->Z, unit, s);
+    M->cur_mb = M->NX == DT_F32 ? (float*)zero_fetch_fp32(M->Z, unit, s) : NULL;
+    return wb;
+}
+
+// batched row-major GEMM: d[i] (M,N) = op(a[i]) op(b[i]) for i < batch
+static void bmm(void* d, DType dt_d, const void* a, bool ta, const void* b, bool tb, DType dt_ab, int batch, int m,
+                int n, int k, int64_t sa, int64_t sb, int64_t sd, cudaStream_t s) {
+    GemmDesc g = {.M = m, .N = n, .K = k, .trans_a = ta, .trans_b = tb, .dt_ab = dt_ab, .dt_d = dt_d,
+                  .batch = batch, .stride_a = sa, .stride_b = sb, .stride_d = sd, .alpha = 1.0f, .beta = 0.0f,
+                  .epilogue = GEMM_EPI_NONE};
+    matmul(&g, d, a, b, s);
+}
+
+// ---------------------------------------------------------------------------------------------
+// attention sublayer
+//   x_out (B*Tq, D) fp32 = x_in + dropout(o(attn(rmsnorm(x_in))))
+//   kv_src: NULL for self-attention (k, v from the normed input), else (B*Tk, D) X (encoder output)
+
+typedef struct {
+    int q, k, v, o, ln;
+} AttnIdx;
+
+static void attn_forward(T5Model* M, void* wb, AttnIdx w, AttnActs* a, const float* x_in, const void* kv_src, int Tq,
+                         int Tk, const float* bias, const int* key_mask, bool causal, uint64_t off_probs,
+                         uint64_t off_out, cudaStream_t s) {
+    const DType X = M->X;
+    const int B = M->B, H = M->H, Dk = M->Dk, HD = M->HD, D = M->D;
+    const int Nq = B * Tq, Nk = B * Tk;
+    const float p = M->p;
+    rmsnorm_forward(a->ln, X, a->rstd, x_in, nwptr(M, wb, w.ln), M->NX, Nq, D, M->eps, s);
+    const void* kv_in = kv_src ? kv_src : a->ln;
+    linear_forward(M->lin, X, a->ln, wptr(M, wb, w.q), X, Nq, HD, D, s);
+    split_heads(a->q, M->lin, X, B, Tq, H, Dk, s);
+    linear_forward(M->lin, X, kv_in, wptr(M, wb, w.k), X, Nk, HD, D, s);
+    split_heads(a->k, M->lin, X, B, Tk, H, Dk, s);
+    linear_forward(M->lin, X, kv_in, wptr(M, wb, w.v), X, Nk, HD, D, s);
+    split_heads(a->v, M->lin, X, B, Tk, H, Dk, s);
+    // S (B,H,Tq,Tk) fp32 = Q K^T, no 1/sqrt(Dk) (T5 folds it into q's init)
+    const size_t nS = (size_t)B * H * Tq * Tk;
+    const int64_t sQ = (int64_t)Tq * Dk, sK = (int64_t)Tk * Dk, sS = (int64_t)Tq * Tk;
+    if (M->opt.scores_fp32 || X == DT_F32) {
+        bmm(M->scores, DT_F32, a->q, false, a->k, true, X, B * H, Tq, Tk, Dk, sQ, sK, sS, s);
+    } else {
+        // NOTE(numerics): as HF autocast, the Q K^T matmul outputs X; the position bias and the mask are then
+        // added in fp32 (transformers 5 adds them out of place, promoting to fp32) and the softmax runs in fp32.
+        // Measured on the tiny fixtures: fp32 scores put fp16 gradients 1.9x over tolerance vs HF (scores_fp32).
+        bmm(M->dS, X, a->q, false, a->k, true, X, B * H, Tq, Tk, Dk, sQ, sK, sS, s);
+        cast(M->scores, DT_F32, M->dS, X, nS, s);
+    }
+    void* pd = p > 0 ? a->probs_drop : a->probs;
+    attention_softmax_forward(a->probs, pd, M->PX, M->scores, bias, key_mask, causal, 0, B, H, Tq, Tk, p, M->seed,
+                              off_probs, s);
+    if (a->probs_x) {
+        cast(a->probs_x, X, pd, M->PX, nS, s);
+        pd = a->probs_x;
+    }
+    // ctx heads (B,H,Tq,Dk) = dropout(P) V -> merged (B*Tq, HD)
+    bmm(M->lin, X, pd, false, a->v, false, X, B * H, Tq, Dk, Tk, sS, sK, sQ, s);
+    merge_heads(a->ctx, M->lin, X, B, Tq, H, Dk, s);
+    linear_forward(M->lin, X, a->ctx, wptr(M, wb, w.o), X, Nq, D, HD, s);
+    CUDA_CHECK(cudaMemcpyAsync(a->x_out, x_in, (size_t)Nq * D * sizeof(float), cudaMemcpyDeviceToDevice, s));
+    residual_dropout_add(a->x_out, M->lin, X, (size_t)Nq * D, p, M->seed, off_out, s);
+}
+
+// dres (B*Tq, D) fp32: on entry d x_out, on exit d x_in (+= through the norm).
+// d_kv (B*Tk, D) fp32 += gradient of kv_src (cross-attention), NULL for self-attention.
+// dbias (H,Tq,Tk) fp32 += position-bias gradient, or NULL.
+static void attn_backward(T5Model* M, void* wb, float* gb, AttnIdx w, const AttnActs* a, const float* x_in,
+                          const void* kv_src, float* d_kv, int Tq, int Tk, float* dbias, uint64_t off_probs,
+                          uint64_t off_out, float* dres, cudaStream_t s) {
+    const DType X = M->X;
+    const int B = M->B, H = M->H, Dk = M->Dk, HD = M->HD, D = M->D;
+    const int Nq = B * Tq, Nk = B * Tk;
+    const float p = M->p;
+    const void* pd = a->probs_x ? a->probs_x : p > 0 ? a->probs_drop : a->probs;  // the X operand of P V
+    const int64_t sQ = (int64_t)Tq * Dk, sK = (int64_t)Tk * Dk, sS = (int64_t)Tq * Tk;
+    residual_dropout_backward(M->dbranch, X, dres, (size_t)Nq * D, p, M->seed, off_out, s);
+    linear_backward(M->dctx, X, false, gptr(M, gb, w.o), DT_F32, M->dbranch, a->ctx, wptr(M, wb, w.o), X, Nq, D, HD, s);
+    split_heads(M->dOh, M->dctx, X, B, Tq, H, Dk, s);
+    // dP (B,H,Tq,Tk) PX = dO V^T ; dV (B,H,Tk,Dk) = dropout(P)^T dO
+    bmm(M->dP, M->PX, M->dOh, false, a->v, true, X, B * H, Tq, Tk, Dk, sQ, sK, sS, s);
+    bmm(M->dvh, X, pd, true, M->dOh, false, X, B * H, Tk, Dk, Tq, sS, sQ, sK, s);
+    // softmax backward with the stored PX probabilities; dS PX, then X for the GEMMs (HF: the fp32 softmax
+    // gradient is cast to X by the backward of scores.float())
+    attention_softmax_backward(M->dS, dbias, M->PX, M->dP, a->probs, B, H, Tq, Tk, p, M->seed, off_probs, s);
+    const void* dSx = M->dS;
+    if (M->PX != X) {
+        cast(M->dP, X, M->dS, M->PX, (size_t)B * H * Tq * Tk, s);
+        dSx = M->dP;
+    }
+    // dQ (B,H,Tq,Dk) = dS K ; dK (B,H,Tk,Dk) = dS^T Q
+    bmm(M->dqh, X, dSx, false, a->k, false, X, B * H, Tq, Dk, Tk, sS, sK, sQ, s);
+    bmm(M->dkh, X, dSx, true, a->q, false, X, B * H, Tk, Dk, Tq, sS, sQ, sK, s);
+    merge_heads(M->dqm, M->dqh, X, B, Tq, H, Dk, s);
+    merge_heads(M->dkm, M->dkh, X, B, Tk, H, Dk, s);
+    merge_heads(M->dvm, M->dvh, X, B, Tk, H, Dk, s);
+    linear_backward(M->dln, X, false, gptr(M, gb, w.q), DT_F32, M->dqm, a->ln, wptr(M, wb, w.q), X, Nq, HD, D, s);
+    if (kv_src) {
+        // the encoder output's gradient is summed in fp32 over every decoder block
+        linear_backward(d_kv, DT_F32, true, gptr(M, gb, w.k), DT_F32, M->dkm, kv_src, wptr(M, wb, w.k), X, Nk, HD,
+                        D, s);
+        linear_backward(d_kv, DT_F32, true, gptr(M, gb, w.v), DT_F32, M->dvm, kv_src, wptr(M, wb, w.v), X, Nk, HD,
+                        D, s);
+    } else {
+        linear_backward(M->dln, X, true, gptr(M, gb, w.k), DT_F32, M->dkm, a->ln, wptr(M, wb, w.k), X, Nq, HD, D, s);
+        linear_backward(M->dln, X, true, gptr(M, gb, w.v), DT_F32, M->dvm, a->ln, wptr(M, wb, w.v), X, Nq, HD, D, s);
+    }
+    rmsnorm_backward(dres, gptr(M, gb, w.ln), M->dln, X, x_in, nwptr(M, wb, w.ln), M->NX, a->rstd, Nq, D, M->rms_scratch, s);
+}
+
+// ---------------------------------------------------------------------------------------------
+// feed-forward sublayer: x_out = x_in + dropout(wo(dropout(act(...))))
+// write_out == false (checkpoint recompute) stops after the activations the backward needs.
+
+static void ff_forward(T5Model* M, void* wb, const BlockParamIdx* pi, FFActs* f, const float* x_in, float* x_out,
+                       int N, uint64_t off_act, uint64_t off_out, bool write_out, cudaStream_t s) {
+    const DType X = M->X;
+    const int D = M->D, F = M->F;
+    const float p = M->p;
+    const size_t NF = (size_t)N * F;
+    rmsnorm_forward(f->ln, X, f->rstd, x_in, nwptr(M, wb, pi->ffln), M->NX, N, D, M->eps, s);
+    void* act;
+    if (M->gated) {
+        linear_forward(f->a, X, f->ln, wptr(M, wb, pi->wi0), X, N, F, D, s);
+        linear_forward(f->b, X, f->ln, wptr(M, wb, pi->wi1), X, N, F, D, s);
+        gated_gelu_forward(f->g, f->a, f->b, X, NF, s);
+        act = f->g;
+    } else {
+        linear_forward(f->a, X, f->ln, wptr(M, wb, pi->wi), X, N, F, D, s);
+        relu_forward(f->a, f->a, X, NF, s);
+        act = f->a;
+    }
+    void* act_d = act;
+    if (p > 0) {
+        dropout_forward(f->drop, act, X, NF, p, M->seed, off_act, s);
+        act_d = f->drop;
+    }
+    if (!write_out) return;
+    // NOTE(numerics): HF keeps `wo` in fp32 (_keep_in_fp32_modules) when loading fp16 weights; under autocast
+    // (our reference) wo runs in X like every other GEMM. A keep_wo_fp32 option can be added later.
+    linear_forward(M->lin, X, act_d, wptr(M, wb, pi->wo), X, N, D, F, s);
+    CUDA_CHECK(cudaMemcpyAsync(x_out, x_in, (size_t)N * D * sizeof(float), cudaMemcpyDeviceToDevice, s));
+    residual_dropout_add(x_out, M->lin, X, (size_t)N * D, p, M->seed, off_out, s);
+}
+
+static void ff_backward(T5Model* M, void* wb, float* gb, const BlockParamIdx* pi, const FFActs* f, const float* x_in,
+                        int N, uint64_t off_act, uint64_t off_out, float* dres, cudaStream_t s) {
+    const DType X = M->X;
+    const int D = M->D, F = M->F;
+    const float p = M->p;
+    const size_t NF = (size_t)N * F;
+    const void* act = M->gated ? f->g : f->a;
+    const void* act_d = p > 0 ? f->drop : act;
+    residual_dropout_backward(M->dbranch, X, dres, (size_t)N * D, p, M->seed, off_out, s);
+    linear_backward(M->dff, X, false, gptr(M, gb, pi->wo), DT_F32, M->dbranch, act_d, wptr(M, wb, pi->wo), X, N, D,
+                    F, s);
+    if (p > 0) dropout_backward(M->dff, M->dff, X, NF, p, M->seed, off_act, s);
+    if (M->gated) {
+        gated_gelu_backward(M->dfa, M->dfb, M->dff, f->a, f->b, X, NF, s);
+        linear_backward(M->dln, X, false, gptr(M, gb, pi->wi0), DT_F32, M->dfa, f->ln, wptr(M, wb, pi->wi0), X, N, F,
+                        D, s);
+        linear_backward(M->dln, X, true, gptr(M, gb, pi->wi1), DT_F32, M->dfb, f->ln, wptr(M, wb, pi->wi1), X, N, F,
+                        D, s);
+    } else {
+        relu_backward(M->dff, M->dff, f->a, X, NF, s);
+        linear_backward(M->dln, X, false, gptr(M, gb, pi->wi), DT_F32, M->dff, f->ln, wptr(M, wb, pi->wi), X, N, F, D,
+                        s);
+    }
+    rmsnorm_backward(dres, gptr(M, gb, pi->ffln), M->dln, X, x_in, nwptr(M, wb, pi->ffln), M->NX, f->rstd, N, D,
+                     M->rms_scratch, s);
+}
+
+// ---------------------------------------------------------------------------------------------
+// blocks
+
+static AttnIdx sa_idx(const BlockParamIdx* b) { return (AttnIdx){b->q, b->k, b->v, b->o, b->ln}; }
+static AttnIdx ca_idx(const BlockParamIdx* b) { return (AttnIdx){b->cq, b->ck, b->cv, b->co, b->cln}; }
+
+static BlockActs* enc_acts(T5Model* M, int l) { return &M->enc_acts[M->opt.gradient_checkpointing ? 0 : l]; }
+static BlockActs* dec_acts(T5Model* M, int l) { return &M->dec_acts[M->opt.gradient_checkpointing ? 0 : l]; }
+
+// encoder block l: resid_enc[l] -> resid_enc[l+1] (write_out false: recompute activations only)
+static void enc_block_forward(T5Model* M, int l, void* wb, bool write_out, cudaStream_t s) {
+    const BlockParamIdx* pi = &M->enc_idx[l];
+    BlockActs* A = enc_acts(M, l);
+    if (l == 0)  // the position bias of block 0's table, shared by every block of the stack
+        position_bias_forward(M->bias_enc, nwptr(M, wb, pi->relbias), M->NX, M->buckets_enc, M->relo_enc, M->NB, M->H,
+                              M->Ts, M->Ts, 0, s);
+    attn_forward(M, wb, sa_idx(pi), &A->sa, M->resid_enc[l], NULL, M->Ts, M->Ts, M->bias_enc, M->attn_mask, false,
+                 site_offset(STACK_ENCODER, l, SITE_SA_PROBS), site_offset(STACK_ENCODER, l, SITE_SA_OUT), s);
+    ff_forward(M, wb, pi, &A->ff, A->sa.x_out, M->resid_enc[l + 1], M->B * M->Ts,
+               site_offset(STACK_ENCODER, l, SITE_FF_ACT), site_offset(STACK_ENCODER, l, SITE_FF_OUT), write_out, s);
+}
+
+static void dec_block_forward(T5Model* M, int l, void* wb, bool write_out, cudaStream_t s) {
+    const BlockParamIdx* pi = &M->dec_idx[l];
+    BlockActs* A = dec_acts(M, l);
+    if (l == 0)
+        position_bias_forward(M->bias_dec, nwptr(M, wb, pi->relbias), M->NX, M->buckets_dec, M->relo_dec, M->NB, M->H,
+                              M->Tt, M->Tt, 0, s);
+    attn_forward(M, wb, sa_idx(pi), &A->sa, M->resid_dec[l], NULL, M->Tt, M->Tt, M->bias_dec,
+                 M->has_dec_mask ? M->dec_mask : NULL, true, site_offset(STACK_DECODER, l, SITE_SA_PROBS),
+                 site_offset(STACK_DECODER, l, SITE_SA_OUT), s);
+    attn_forward(M, wb, ca_idx(pi), &A->ca, A->sa.x_out, M->enc_out, M->Tt, M->Ts, NULL, M->attn_mask, false,
+                 site_offset(STACK_DECODER, l, SITE_CA_PROBS), site_offset(STACK_DECODER, l, SITE_CA_OUT), s);
+    ff_forward(M, wb, pi, &A->ff, A->ca.x_out, M->resid_dec[l + 1], M->B * M->Tt,
+               site_offset(STACK_DECODER, l, SITE_FF_ACT), site_offset(STACK_DECODER, l, SITE_FF_OUT), write_out, s);
+}
+
+static void enc_block_backward(T5Model* M, int l, void* wb, float* gb, cudaStream_t s) {
+    const BlockParamIdx* pi = &M->enc_idx[l];
+    BlockActs* A = enc_acts(M, l);
+    ff_backward(M, wb, gb, pi, &A->ff, A->sa.x_out, M->B * M->Ts, site_offset(STACK_ENCODER, l, SITE_FF_ACT),
+                site_offset(STACK_ENCODER, l, SITE_FF_OUT), M->dres_enc, s);
+    attn_backward(M, wb, gb, sa_idx(pi), &A->sa, M->resid_enc[l], NULL, NULL, M->Ts, M->Ts, M->dbias_enc,
+                  site_offset(STACK_ENCODER, l, SITE_SA_PROBS), site_offset(STACK_ENCODER, l, SITE_SA_OUT),
+                  M->dres_enc, s);
+    if (l == 0)  // every block's bias gradient has been summed into dbias_enc by now
+        position_bias_backward(gptr(M, gb, pi->relbias), M->dbias_enc, M->buckets_enc, M->relo_enc, M->NB, M->H,
+                               M->Ts, M->Ts, 0, s);
+}
+
+static void dec_block_backward(T5Model* M, int l, void* wb, float* gb, cudaStream_t s) {
+    const BlockParamIdx* pi = &M->dec_idx[l];
+    BlockActs* A = dec_acts(M, l);
+    ff_backward(M, wb, gb, pi, &A->ff, A->ca.x_out, M->B * M->Tt, site_offset(STACK_DECODER, l, SITE_FF_ACT),
+                site_offset(STACK_DECODER, l, SITE_FF_OUT), M->dres_dec, s);
+    attn_backward(M, wb, gb, ca_idx(pi), &A->ca, A->sa.x_out, M->enc_out, M->d_enc, M->Tt, M->Ts, NULL,
+                  site_offset(STACK_DECODER, l, SITE_CA_PROBS), site_offset(STACK_DECODER, l, SITE_CA_OUT),
+                  M->dres_dec, s);
+    attn_backward(M, wb, gb, sa_idx(pi), &A->sa, M->resid_dec[l], NULL, NULL, M->Tt, M->Tt, M->dbias_dec,
+                  site_offset(STACK_DECODER, l, SITE_SA_PROBS), site_offset(STACK_DECODER, l, SITE_SA_OUT),
+                  M->dres_dec, s);
+    if (l == 0)
+        position_bias_backward(gptr(M, gb, pi->relbias), M->dbias_dec, M->buckets_dec, M->relo_dec, M->NB, M->H,
+                               M->Tt, M->Tt, 0, s);
+}
+
+// ---------------------------------------------------------------------------------------------
+// whole model
+
+void t5_model_forward(T5Model* M, bool with_grad, float grad_scale, uint64_t seed, cudaStream_t s) {
+    ZeroEngine* Z = M->Z;
+    const DType X = M->X;
+    const int B = M->B, Ts = M->Ts, Tt = M->Tt, D = M->D, V = M->V;
+    const size_t Ns = (size_t)B * Ts, Nt = (size_t)B * Tt;
+    M->seed = seed;
+    M->p = M->train ? M->opt.dropout_rate : 0.0f;
+    M->fwd_with_grad = with_grad && M->has_labels;
+    void* wb;
+
+    // encoder: h = dropout(embed(ids)) (fp32 residual; T5 does not scale the embedding)
+    wb = unit_fetch(M, M->u_shared, s);
+    embedding_forward(M->resid_enc[0], M->input_ids, nwptr(M, wb, M->p_embed), M->NX, (int)Ns, D, s);
+    zero_release(Z, M->u_shared, s);
+    if (M->p > 0)
+        dropout_forward(M->resid_enc[0], M->resid_enc[0], DT_F32, Ns * D, M->p, seed,
+                        site_offset(STACK_ENCODER, -1, SITE_EMBED), s);
+    for (int l = 0; l < M->L; l++) {
+        int u = params_unit_enc_block(M->t, l);
+        wb = unit_fetch(M, u, s);
+        enc_block_forward(M, l, wb, true, s);
+        zero_release(Z, u, s);
+    }
+    // final norm, dropout (and the tied scaling) in fp32, then one rounding to X for the GEMMs: as HF autocast,
+    // where these outputs stay fp32 until a linear layer casts them
+    wb = unit_fetch(M, M->u_final, s);
+    rmsnorm_forward(M->enc_out32, DT_F32, M->rstd_encf, M->resid_enc[M->L], nwptr(M, wb, M->p_enc_final), M->NX,
+                    (int)Ns, D, M->eps, s);
+    zero_release(Z, M->u_final, s);
+    if (M->p > 0)
+        dropout_forward(M->enc_out32, M->enc_out32, DT_F32, Ns * D, M->p, seed,
+                        site_offset(STACK_ENCODER, -1, SITE_FINAL), s);
+    cast(M->enc_out, X, M->enc_out32, DT_F32, Ns * D, s);
+
+    // decoder
+    wb = unit_fetch(M, M->u_shared, s);
+    embedding_forward(M->resid_dec[0], M->dec_ids, nwptr(M, wb, M->p_embed), M->NX, (int)Nt, D, s);
+    zero_release(Z, M->u_shared, s);
+    if (M->p > 0)
+        dropout_forward(M->resid_dec[0], M->resid_dec[0], DT_F32, Nt * D, M->p, seed,
+                        site_offset(STACK_DECODER, -1, SITE_EMBED), s);
+    for (int l = 0; l < M->Ld; l++) {
+        int u = params_unit_dec_block(M->t, l);
+        wb = unit_fetch(M, u, s);
+        dec_block_forward(M, l, wb, true, s);
+        zero_release(Z, u, s);
+    }
+    wb = unit_fetch(M, M->u_final, s);
+    rmsnorm_forward(M->lm_in32, DT_F32, M->rstd_decf, M->resid_dec[M->Ld], nwptr(M, wb, M->p_dec_final), M->NX,
+                    (int)Nt, D, M->eps, s);
+    zero_release(Z, M->u_final, s);
+    if (M->p > 0)
+        dropout_forward(M->lm_in32, M->lm_in32, DT_F32, Nt * D, M->p, seed, site_offset(STACK_DECODER, -1, SITE_FINAL),
+                        s);
+    // tied (v1.0): sequence_output * D^-0.5 before the shared-embedding lm_head; untied (v1.1): no scaling
+    if (M->tied) scale_inplace(M->lm_in32, DT_F32, Nt * D, 1.0f / sqrtf((float)D), s);
+    cast(M->lm_in, X, M->lm_in32, DT_F32, Nt * D, s);
+    wb = unit_fetch(M, M->u_lm, s);
+    linear_forward(M->logits, X, M->lm_in, wptr(M, wb, M->p_lm_head), X, (int)Nt, V, D, s);
+    zero_release(Z, M->u_lm, s);
+
+    if (M->has_labels)
+        cross_entropy_forward_backward(M->loss, M->losses, M->fwd_with_grad ? M->dlogits : NULL, M->logits, X,
+                                       M->labels, (int)Nt, V, grad_scale, M->ce_scratch, s);
+    else
+        CUDA_CHECK(cudaMemsetAsync(M->loss, 0, sizeof(float), s));
+}
+
+void t5_model_backward(T5Model* M, cudaStream_t s) {
+    if (!M->fwd_with_grad)
+        t5_die(T5_EXIT_FAILURE, "internal: t5_model_backward without a forward(with_grad) over a batch with labels");
+    ZeroEngine* Z = M->Z;
+    const DType X = M->X;
+    const int B = M->B, Ts = M->Ts, Tt = M->Tt, D = M->D, V = M->V, H = M->H;
+    const size_t Ns = (size_t)B * Ts, Nt = (size_t)B * Tt;
+    const bool ckpt = M->opt.gradient_checkpointing;
+    void* wb;
+    float* gb;
+
+    CUDA_CHECK(cudaMemsetAsync(M->dres_dec, 0, Nt * D * sizeof(float), s));
+    CUDA_CHECK(cudaMemsetAsync(M->dres_enc, 0, Ns * D * sizeof(float), s));
+    CUDA_CHECK(cudaMemsetAsync(M->d_enc, 0, Ns * D * sizeof(float), s));
+    CUDA_CHECK(cudaMemsetAsync(M->dbias_enc, 0, (size_t)H * Ts * Ts * sizeof(float), s));
+    CUDA_CHECK(cudaMemsetAsync(M->dbias_dec, 0, (size_t)H * Tt * Tt * sizeof(float), s));
+
+    // lm_head: dlm_in (B*Tt, D) = dlogits W ; dW += dlogits^T lm_in
+    wb = unit_fetch(M, M->u_lm, s);
+    gb = zero_grad(Z, M->u_lm);
+    linear_backward(M->dln, X, false, gptr(M, gb, M->p_lm_head), DT_F32, M->dlogits, M->lm_in,
+                    wptr(M, wb, M->p_lm_head), X, (int)Nt, V, D, s);
+    zero_release(Z, M->u_lm, s);
+    if (!M->tied) zero_grad_ready(Z, M->u_lm, s);
+    cast(M->dlm32, DT_F32, M->dln, X, Nt * D, s);
+    if (M->tied) scale_inplace(M->dlm32, DT_F32, Nt * D, 1.0f / sqrtf((float)D), s);
+    if (M->p > 0)
+        dropout_backward(M->dlm32, M->dlm32, DT_F32, Nt * D, M->p, M->seed, site_offset(STACK_DECODER, -1, SITE_FINAL),
+                         s);
+    wb = unit_fetch(M, M->u_final, s);
+    gb = zero_grad(Z, M->u_final);
+    rmsnorm_backward(M->dres_dec, gptr(M, gb, M->p_dec_final), M->dlm32, DT_F32, M->resid_dec[M->Ld],
+                     nwptr(M, wb, M->p_dec_final), M->NX, M->rstd_decf, (int)Nt, D, M->rms_scratch, s);
+    zero_release(Z, M->u_final, s);
+
+    for (int l = M->Ld - 1; l >= 0; l--) {
+        int u = params_unit_dec_block(M->t, l);
+        wb = unit_fetch(M, u, s);
+        gb = zero_grad(Z, u);
+        if (ckpt) dec_block_forward(M, l, wb, false, s);
+        dec_block_backward(M, l, wb, gb, s);
+        zero_release(Z, u, s);
+        zero_grad_ready(Z, u, s);
+    }
+    if (M->p > 0)
+        dropout_backward(M->dres_dec, M->dres_dec, DT_F32, Nt * D, M->p, M->seed,
+                         site_offset(STACK_DECODER, -1, SITE_EMBED), s);
+    gb = zero_grad(Z, M->u_shared);
+    embedding_backward(gptr(M, gb, M->p_embed), M->dres_dec, M->dec_ids, (int)Nt, D, V, M->emb_scratch, s);
+
+    // encoder output: d_enc (fp32, summed over the decoder's cross-attentions) -> final norm -> blocks
+    if (M->p > 0)
+        dropout_backward(M->d_enc, M->d_enc, DT_F32, Ns * D, M->p, M->seed, site_offset(STACK_ENCODER, -1, SITE_FINAL),
+                         s);
+    wb = unit_fetch(M, M->u_final, s);
+    gb = zero_grad(Z, M->u_final);
+    rmsnorm_backward(M->dres_enc, gptr(M, gb, M->p_enc_final), M->d_enc, DT_F32, M->resid_enc[M->L],
+                     nwptr(M, wb, M->p_enc_final), M->NX, M->rstd_encf, (int)Ns, D, M->rms_scratch, s);
+    zero_release(Z, M->u_final, s);
+    zero_grad_ready(Z, M->u_final, s);
+
+    for (int l = M->L - 1; l >= 0; l--) {
+        int u = params_unit_enc_block(M->t, l);
+        wb = unit_fetch(M, u, s);
+        gb = zero_grad(Z, u);
+        if (ckpt) enc_block_forward(M, l, wb, false, s);
+        enc_block_backward(M, l, wb, gb, s);
+        zero_release(Z, u, s);
+        zero_grad_ready(Z, u, s);
+    }
+    if (M->p > 0)
+        dropout_backward(M->dres_enc, M->dres_enc, DT_F32, Ns * D, M->p, M->seed,
+                         site_offset(STACK_ENCODER, -1, SITE_EMBED), s);
+    gb = zero_grad(Z, M->u_shared);
+    embedding_backward(gptr(M, gb, M->p_embed), M->dres_enc, M->input_ids, (int)Ns, D, V, M->emb_scratch, s);
+    zero_grad_ready(Z, M->u_shared, s);
+    M->fwd_with_grad = false;
+}

@@ -1,0 +1,188 @@
+/*
+ * zero.c: the parameter engine, stage 0 (everything resident on the GPU). See zero.h.
+ */
+#include "zero.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "../cuda/check.h"
+#include "../cuda/elementwise.cuh"
+#include "common.h"
+
+typedef struct {
+    bool fetched;     // between fetch and release
+    bool grad_ready;  // grad_ready was called this step
+} UnitState;
+
+struct ZeroEngine {
+    int stage;
+    DType dt;                 // working dtype X
+    int num_units;
+    size_t* numel;            // (num_units)
+    size_t* offset;           // (num_units) element offset in the flat buffers
+    char** name;              // (num_units)
+    UnitState* state;         // (num_units)
+    size_t flat_numel;
+    float* master;            // (flat_numel) fp32
+    float* grad;              // (flat_numel) fp32
+    void* working;            // (flat_numel) X; == master when X is fp32
+    int grads_ready;
+};
+
+ZeroEngine* zero_create(int stage, DType dt, int num_units, const size_t* unit_numel, const char* const* unit_name,
+                        char* err, size_t errlen) {
+    if (stage != 0) {
+        snprintf(err, errlen, "not implemented yet: ZeRO stage %d (only stage 0 exists)", stage);
+        return NULL;
+    }
+    ZeroEngine* Z = calloc_check(1, sizeof *Z);
+    Z->stage = stage;
+    Z->dt = dt;
+    Z->num_units = num_units;
+    Z->numel = calloc_check((size_t)num_units, sizeof(size_t));
+    Z->offset = calloc_check((size_t)num_units, sizeof(size_t));
+    Z->name = calloc_check((size_t)num_units, sizeof(char*));
+    Z->state = calloc_check((size_t)num_units, sizeof(UnitState));
+    for (int u = 0; u < num_units; u++) {
+        Z->numel[u] = unit_numel[u];
+        Z->offset[u] = Z->flat_numel;
+        Z->flat_numel += CEIL_DIV(unit_numel[u], (size_t)8) * 8;  // keep every unit 16-byte aligned
+        char buf[32];
+        snprintf(buf, sizeof buf, "unit %d", u);
+        Z->name[u] = strdup_check(unit_name && unit_name[u] ? unit_name[u] : buf);
+    }
+    size_t n = Z->flat_numel ? Z->flat_numel : 8;
+    size_t bytes = n * 4 * 2 + (dt == DT_F32 ? 0 : n * dtype_size(dt));
+    if (cudaMalloc((void**)&Z->master, n * 4) != cudaSuccess || cudaMalloc((void**)&Z->grad, n * 4) != cudaSuccess ||
+        (dt != DT_F32 && cudaMalloc(&Z->working, n * dtype_size(dt)) != cudaSuccess)) {
+        (void)cudaGetLastError();
+        snprintf(err, errlen,
+                 "out of GPU memory allocating the parameters: %.2f GiB for %zu elements (fp32 master + fp32 "
+                 "grads%s%s)",
+                 (double)bytes / (1024.0 * 1024 * 1024), Z->flat_numel, dt == DT_F32 ? "" : " + ", dt == DT_F32 ? "" : dtype_name(dt));
+        cudaFree(Z->master);
+        cudaFree(Z->grad);
+        Z->master = Z->grad = NULL;
+        zero_destroy(Z);
+        return NULL;
+    }
+    if (dt == DT_F32) Z->working = Z->master;
+    CUDA_CHECK(cudaMemset(Z->master, 0, n * 4));
+    CUDA_CHECK(cudaMemset(Z->grad, 0, n * 4));
+    if (dt != DT_F32) CUDA_CHECK(cudaMemset(Z->working, 0, n * dtype_size(dt)));
+    return Z;
+}
+
+void zero_destroy(ZeroEngine* Z) {
+    if (!Z) return;
+    if (Z->working && Z->working != Z->master) cudaFree(Z->working);
+    cudaFree(Z->master);
+    cudaFree(Z->grad);
+    for (int u = 0; u < Z->num_units; u++) free(Z->name[u]);
+    free(Z->name);
+    free(Z->numel);
+    free(Z->offset);
+    free(Z->state);
+    free(Z);
+}
+
+static void zero_check_unit(const ZeroEngine* Z, int unit, const char* fn) {
+    if (unit < 0 || unit >= Z->num_units)
+        t5_check_failed("ZERO", fn, "unit index out of range", __FILE__, __LINE__, fn);
+}
+
+DType zero_working_dtype(const ZeroEngine* Z) { return Z->dt; }
+int zero_num_units(const ZeroEngine* Z) { return Z->num_units; }
+size_t zero_unit_numel(const ZeroEngine* Z, int unit) {
+    zero_check_unit(Z, unit, __func__);
+    return Z->numel[unit];
+}
+
+void* zero_fetch(ZeroEngine* Z, int unit, cudaStream_t stream) {
+    (void)stream;  // stage 0: resident, nothing to order
+    zero_check_unit(Z, unit, __func__);
+    if (Z->state[unit].fetched) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "%s fetched twice without release", Z->name[unit]);
+        t5_check_failed("ZERO", "zero_fetch", msg, __FILE__, __LINE__, __func__);
+    }
+    Z->state[unit].fetched = true;
+    return (char*)Z->working + Z->offset[unit] * dtype_size(Z->dt);
+}
+
+const float* zero_fetch_fp32(ZeroEngine* Z, int unit, cudaStream_t stream) {
+    (void)stream;
+    zero_check_unit(Z, unit, __func__);
+    if (!Z->state[unit].fetched) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "fp32 view of %s asked for outside fetch/release", Z->name[unit]);
+        t5_check_failed("ZERO", "zero_fetch_fp32", msg, __FILE__, __LINE__, __func__);
+    }
+    return Z->master + Z->offset[unit];
+}
+
+void zero_release(ZeroEngine* Z, int unit, cudaStream_t stream) {
+    (void)stream;
+    zero_check_unit(Z, unit, __func__);
+    if (!Z->state[unit].fetched) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "%s released but not fetched", Z->name[unit]);
+        t5_check_failed("ZERO", "zero_release", msg, __FILE__, __LINE__, __func__);
+    }
+    Z->state[unit].fetched = false;
+}
+
+float* zero_grad(ZeroEngine* Z, int unit) {
+    zero_check_unit(Z, unit, __func__);
+    if (Z->state[unit].grad_ready) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "gradient of %s asked for after grad_ready in the same step", Z->name[unit]);
+        t5_check_failed("ZERO", "zero_grad", msg, __FILE__, __LINE__, __func__);
+    }
+    return Z->grad + Z->offset[unit];
+}
+
+void zero_grad_ready(ZeroEngine* Z, int unit, cudaStream_t stream) {
+    (void)stream;  // stage 0, one rank: the gradient is already where the optimizer reads it
+    zero_check_unit(Z, unit, __func__);
+    if (Z->state[unit].grad_ready) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "grad_ready called twice for %s in one step", Z->name[unit]);
+        t5_check_failed("ZERO", "zero_grad_ready", msg, __FILE__, __LINE__, __func__);
+    }
+    Z->state[unit].grad_ready = true;
+    Z->grads_ready++;
+}
+
+void zero_zero_grads(ZeroEngine* Z, cudaStream_t stream) {
+    CUDA_CHECK(cudaMemsetAsync(Z->grad, 0, Z->flat_numel * sizeof(float), stream));
+    for (int u = 0; u < Z->num_units; u++) Z->state[u].grad_ready = false;
+    Z->grads_ready = 0;
+}
+
+bool zero_all_released(const ZeroEngine* Z) {
+    for (int u = 0; u < Z->num_units; u++)
+        if (Z->state[u].fetched) return false;
+    return true;
+}
+
+int zero_num_grads_ready(const ZeroEngine* Z) { return Z->grads_ready; }
+
+float* zero_master(ZeroEngine* Z, int unit) {
+    zero_check_unit(Z, unit, __func__);
+    return Z->master + Z->offset[unit];
+}
+
+void zero_sync_working(ZeroEngine* Z, cudaStream_t stream) {
+    if (Z->dt == DT_F32 || Z->flat_numel == 0) return;
+    cast(Z->working, Z->dt, Z->master, DT_F32, Z->flat_numel, stream);
+}
+
+size_t zero_unit_offset(const ZeroEngine* Z, int unit) {
+    zero_check_unit(Z, unit, __func__);
+    return Z->offset[unit];
+}
+size_t zero_flat_numel(const ZeroEngine* Z) { return Z->flat_numel; }
+float* zero_flat_master(ZeroEngine* Z) { return Z->master; }
+float* zero_flat_grad(ZeroEngine* Z) { return Z->grad; }
