@@ -26,15 +26,6 @@ struct DataLoader {
     bool ended;       // the end of the epoch was reported
 };
 
-static void set_err(char* err, size_t errlen, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
-static void set_err(char* err, size_t errlen, const char* fmt, ...) {
-    if (!err || !errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 // ----------------------------------------------------------------------------
 // RNG and permutations
 
@@ -130,12 +121,12 @@ void dataloader_set_epoch(DataLoader* dl, int64_t epoch) {
 
 DataLoader* dataloader_open(const Dataset* ds, const DataOptions* opt, bool train, char* err, size_t errlen) {
     int B = train ? opt->train_batch_size : opt->eval_batch_size;
-    if (B < 1) { set_err(err, errlen, "%s batch size must be >= 1, got %d", train ? "train" : "eval", B); return NULL; }
+    if (B < 1) { t5_set_err(err, errlen, "%s batch size must be >= 1, got %d", train ? "train" : "eval", B); return NULL; }
     if (opt->world_size < 1 || opt->rank < 0 || opt->rank >= opt->world_size) {
-        set_err(err, errlen, "bad rank %d for world size %d", opt->rank, opt->world_size);
+        t5_set_err(err, errlen, "bad rank %d for world size %d", opt->rank, opt->world_size);
         return NULL;
     }
-    if (dataset_size(ds) < 1) { set_err(err, errlen, "the data set is empty"); return NULL; }
+    if (dataset_size(ds) < 1) { t5_set_err(err, errlen, "the data set is empty"); return NULL; }
     DataLoader* dl = (DataLoader*)calloc_check(1, sizeof(DataLoader));
     dl->ds = ds;
     dl->N = dataset_size(ds);
@@ -153,13 +144,13 @@ DataLoader* dataloader_open(const Dataset* ds, const DataOptions* opt, bool trai
     if (!train && opt->val_max_target_length > 0) dl->max_tgt = opt->val_max_target_length;
     dl->seed = opt->seed;
     if (dl->drop_last && dl->N < dl->W) {
-        set_err(err, errlen, "drop_last with %lld examples and %d ranks leaves no data", (long long)dl->N, dl->W);
+        t5_set_err(err, errlen, "drop_last with %lld examples and %d ranks leaves no data", (long long)dl->N, dl->W);
         free(dl);
         return NULL;
     }
     dataloader_set_epoch(dl, 0);
     if (dl->n_batches == 0) {
-        set_err(err, errlen, "%lld examples give no full batch of %d per rank on %d ranks (drop_last)", (long long)dl->N, B, dl->W);
+        t5_set_err(err, errlen, "%lld examples give no full batch of %d per rank on %d ranks (drop_last)", (long long)dl->N, B, dl->W);
         dataloader_close(dl);
         return NULL;
     }
@@ -290,12 +281,12 @@ void dataloader_state_save(const DataLoader* dl, DataLoaderState* st) {
 
 int dataloader_state_restore(DataLoader* dl, const DataLoaderState* st, char* err, size_t errlen) {
     if (st->magic != DATALOADER_STATE_MAGIC || st->version != 1) {
-        set_err(err, errlen, "data loader state: bad magic/version (not a t5train data position)");
+        t5_set_err(err, errlen, "data loader state: bad magic/version (not a t5train data position)");
         return -1;
     }
     if (st->n_examples != dl->N || st->world_size != dl->W || st->rank != dl->rank || st->batch_size != dl->B ||
         st->seed != dl->seed || st->flags != loader_flags(dl)) {
-        set_err(err, errlen,
+        t5_set_err(err, errlen,
                 "data loader state does not match this run (saved: %lld examples, rank %d/%d, batch %d, seed %llu, flags %d; "
                 "now: %lld examples, rank %d/%d, batch %d, seed %llu, flags %d)",
                 (long long)st->n_examples, st->rank, st->world_size, st->batch_size, (unsigned long long)st->seed, st->flags,
@@ -303,12 +294,12 @@ int dataloader_state_restore(DataLoader* dl, const DataLoaderState* st, char* er
         return -1;
     }
     if (st->epoch < 0 || st->batch_in_epoch < 0) {
-        set_err(err, errlen, "data loader state: negative position");
+        t5_set_err(err, errlen, "data loader state: negative position");
         return -1;
     }
     dataloader_set_epoch(dl, st->epoch);
     if (st->batch_in_epoch > dl->n_batches) {
-        set_err(err, errlen, "data loader state: batch %lld beyond the %lld batches of an epoch", (long long)st->batch_in_epoch,
+        t5_set_err(err, errlen, "data loader state: batch %lld beyond the %lld batches of an epoch", (long long)st->batch_in_epoch,
                 (long long)dl->n_batches);
         return -1;
     }

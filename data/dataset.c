@@ -49,15 +49,6 @@ struct Dataset {
     int64_t skipped;
 };
 
-static void set_err(char* err, size_t errlen, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
-static void set_err(char* err, size_t errlen, const char* fmt, ...) {
-    if (!err || !errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -150,7 +141,7 @@ static int resolve_explicit(const DataOptions* opt, DataSplit split, char** sp, 
     const char* tl = opt->target_lang;
     const char* key = data_split_name(split);
     if (ends_with(f, ".json") || ends_with(f, ".jsonl")) {
-        if (!t5_is_file(f)) { set_err(err, errlen, "%s_file not found: %s", key, f); return -1; }
+        if (!t5_is_file(f)) { t5_set_err(err, errlen, "%s_file not found: %s", key, f); return -1; }
         *sp = strdup_check(f); *tp = NULL; *fmt = 'j';
         return 0;
     }
@@ -166,15 +157,15 @@ static int resolve_explicit(const DataOptions* opt, DataSplit split, char** sp, 
             }
             free(pat);
         }
-        if (!other) { set_err(err, errlen, "%s_file %s is SGML but no target file was given and its name does not end in -src.%s.sgm", key, f, sl); return -1; }
-        if (!t5_is_file(f)) { set_err(err, errlen, "%s_file not found: %s", key, f); free(other); return -1; }
-        if (!t5_is_file(other)) { set_err(err, errlen, "target SGML file not found: %s (pair of %s)", other, f); free(other); return -1; }
+        if (!other) { t5_set_err(err, errlen, "%s_file %s is SGML but no target file was given and its name does not end in -src.%s.sgm", key, f, sl); return -1; }
+        if (!t5_is_file(f)) { t5_set_err(err, errlen, "%s_file not found: %s", key, f); free(other); return -1; }
+        if (!t5_is_file(other)) { t5_set_err(err, errlen, "target SGML file not found: %s (pair of %s)", other, f); free(other); return -1; }
         *sp = strdup_check(f); *tp = other; *fmt = 's';
         return 0;
     }
     if (g) {
-        if (!t5_is_file(f)) { set_err(err, errlen, "%s_file not found: %s", key, f); return -1; }
-        if (!t5_is_file(g)) { set_err(err, errlen, "%s target file not found: %s", key, g); return -1; }
+        if (!t5_is_file(f)) { t5_set_err(err, errlen, "%s_file not found: %s", key, f); return -1; }
+        if (!t5_is_file(g)) { t5_set_err(err, errlen, "%s target file not found: %s", key, g); return -1; }
         *sp = strdup_check(f); *tp = strdup_check(g); *fmt = 't';
         return 0;
     }
@@ -183,7 +174,7 @@ static int resolve_explicit(const DataOptions* opt, DataSplit split, char** sp, 
         size_t base = strlen(f) - strlen(suf);
         char* other = str_printf("%.*s.%s", (int)base, f, tl);
         free(suf);
-        if (!t5_is_file(other)) { set_err(err, errlen, "%s: found %s but not its parallel file %s", key, f, other); free(other); return -1; }
+        if (!t5_is_file(other)) { t5_set_err(err, errlen, "%s: found %s but not its parallel file %s", key, f, other); free(other); return -1; }
         *sp = strdup_check(f); *tp = other; *fmt = 't';
         return 0;
     }
@@ -191,7 +182,7 @@ static int resolve_explicit(const DataOptions* opt, DataSplit split, char** sp, 
     char* a = str_printf("%s.%s", f, sl);
     char* b = str_printf("%s.%s", f, tl);
     if (t5_is_file(a) && t5_is_file(b)) { *sp = a; *tp = b; *fmt = 't'; return 0; }
-    set_err(err, errlen, "%s_file %s: not found (looked for %s, and for the pair %s + %s)", key, f, f, a, b);
+    t5_set_err(err, errlen, "%s_file %s: not found (looked for %s, and for the pair %s + %s)", key, f, f, a, b);
     free(a); free(b);
     return -1;
 }
@@ -199,18 +190,18 @@ static int resolve_explicit(const DataOptions* opt, DataSplit split, char** sp, 
 int dataset_resolve_files(const DataOptions* opt, DataSplit split, char** src_path, char** tgt_path, char* format,
                           char* err, size_t errlen) {
     *src_path = *tgt_path = NULL;
-    if ((unsigned)split > 2) { set_err(err, errlen, "bad split %d", (int)split); return -1; }
+    if ((unsigned)split > 2) { t5_set_err(err, errlen, "bad split %d", (int)split); return -1; }
     if (!opt->source_lang || !opt->target_lang || !*opt->source_lang || !*opt->target_lang) {
-        set_err(err, errlen, "source_lang and target_lang must be set");
+        t5_set_err(err, errlen, "source_lang and target_lang must be set");
         return -1;
     }
     if (!strcmp(opt->source_lang, opt->target_lang)) {
-        set_err(err, errlen, "source_lang and target_lang are both '%s'", opt->source_lang);
+        t5_set_err(err, errlen, "source_lang and target_lang are both '%s'", opt->source_lang);
         return -1;
     }
     if (opt->split_file[split]) return resolve_explicit(opt, split, src_path, tgt_path, format, err, errlen);
     if (!opt->dataset_name) {
-        set_err(err, errlen, "no %s data: give --dataset (e.g. wmt16-ro-en) or --%s_file", data_split_name(split), data_split_name(split));
+        t5_set_err(err, errlen, "no %s data: give --dataset (e.g. wmt16-ro-en) or --%s_file", data_split_name(split), data_split_name(split));
         return -1;
     }
     char name[256];
@@ -230,7 +221,7 @@ int dataset_resolve_files(const DataOptions* opt, DataSplit split, char** src_pa
             bool ok = (!strcmp(opt->source_lang, l1) && !strcmp(opt->target_lang, l2)) ||
                       (!strcmp(opt->source_lang, l2) && !strcmp(opt->target_lang, l1));
             if (!ok) {
-                set_err(err, errlen, "dataset %s has languages %s and %s, but source_lang=%s target_lang=%s", name, l1, l2,
+                t5_set_err(err, errlen, "dataset %s has languages %s and %s, but source_lang=%s target_lang=%s", name, l1, l2,
                         opt->source_lang, opt->target_lang);
                 return -1;
             }
@@ -256,7 +247,7 @@ int dataset_resolve_files(const DataOptions* opt, DataSplit split, char** src_pa
         if (t5_is_file(j)) { *src_path = j; *format = 'j'; rc = 0; free(a); free(b); break; }
         if (t5_is_file(a) && t5_is_file(b)) { *src_path = a; *tgt_path = b; *format = 't'; rc = 0; free(j); break; }
         if (t5_is_file(a) != t5_is_file(b)) {
-            set_err(err, errlen, "%s split of %s is incomplete: %s exists but %s does not", sp, name,
+            t5_set_err(err, errlen, "%s split of %s is incomplete: %s exists but %s does not", sp, name,
                     t5_is_file(a) ? a : b, t5_is_file(a) ? b : a);
             free(j); free(a); free(b); free(home_dir);
             return -1;
@@ -268,7 +259,7 @@ int dataset_resolve_files(const DataOptions* opt, DataSplit split, char** src_pa
     }
     free(home_dir);
     if (rc) {
-        set_err(err, errlen, "no %s split of %s found; looked for: %s. HINT: run scripts/prepare_wmt16.sh, set --data_dir or $T5TRAIN_DATA, or pass --%s_file",
+        t5_set_err(err, errlen, "no %s split of %s found; looked for: %s. HINT: run scripts/prepare_wmt16.sh, set --data_dir or $T5TRAIN_DATA, or pass --%s_file",
                 sp, name, used ? looked : "(no search directory: data_dir, $T5TRAIN_DATA and $HOME are all unset)", sp);
     }
     return rc;
@@ -350,7 +341,7 @@ static int tokenize_pairs(const TextPairs* tp, const Tokenizer* tok, const char*
     }
     int rc = 0;
     if (err_at != INT64_MAX) {
-        set_err(err, errlen, "%s:%lld: %s", path, (long long)tp->line[err_at], first_err);
+        t5_set_err(err, errlen, "%s:%lld: %s", path, (long long)tp->line[err_at], first_err);
         rc = -1;
     } else {
         size_t ts = 0, tt = 0;
@@ -400,7 +391,7 @@ static int cache_write(const char* path, const TokArrays* a, uint64_t key, int m
     int64_t n = a->n, ts = a->src_off[n], tt = a->tgt_off[n];
     size_t body = cache_body_bytes(n, ts, tt);
     unsigned char* buf = (unsigned char*)malloc(body ? body : 1);
-    if (!buf) { set_err(err, errlen, "out of memory building the token cache"); return -1; }
+    if (!buf) { t5_set_err(err, errlen, "out of memory building the token cache"); return -1; }
     size_t o = 0;
 #define PUT(ptr, bytes) do { memcpy(buf + o, (ptr), (bytes)); o += (bytes); } while (0)
     PUT(a->src_off, (size_t)(n + 1) * 8);
@@ -430,14 +421,14 @@ static int cache_write(const char* path, const TokArrays* a, uint64_t key, int m
     FILE* f = fopen(tmp, "wb");
     int rc = 0;
     if (!f) {
-        set_err(err, errlen, "cannot write token cache %s: %s", tmp, strerror(errno));
+        t5_set_err(err, errlen, "cannot write token cache %s: %s", tmp, strerror(errno));
         rc = -1;
     } else {
         bool ok = fwrite(hdr, 1, sizeof hdr, f) == sizeof hdr && fwrite(buf, 1, body, f) == body;
         ok = (fflush(f) == 0) && ok;
         ok = (fclose(f) == 0) && ok;
         if (!ok || rename(tmp, path) != 0) {
-            set_err(err, errlen, "cannot write token cache %s: %s", path, strerror(errno));
+            t5_set_err(err, errlen, "cannot write token cache %s: %s", path, strerror(errno));
             unlink(tmp);
             rc = -1;
         }
@@ -598,7 +589,7 @@ Dataset* dataset_open(const DataOptions* opt, DataSplit split, const Tokenizer* 
                               : text_pairs_read_parallel(src_path, tgt_path, &tp, err, errlen);
         if (rc) { free(tgt_path); dataset_close(ds); return NULL; }
         if (tp.n == 0) {
-            set_err(err, errlen, "%s: no usable %s pairs (%lld skipped as empty)", src_path, data_split_name(split), (long long)tp.n_skipped_empty);
+            t5_set_err(err, errlen, "%s: no usable %s pairs (%lld skipped as empty)", src_path, data_split_name(split), (long long)tp.n_skipped_empty);
             text_pairs_free(&tp); free(tgt_path); dataset_close(ds);
             return NULL;
         }

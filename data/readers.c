@@ -13,15 +13,6 @@
 #include "../src/common.h"
 #include "tokenizer.h"
 
-static void set_err(char* err, size_t errlen, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
-static void set_err(char* err, size_t errlen, const char* fmt, ...) {
-    if (!err || !errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 // ----------------------------------------------------------------------------
 // storage
 
@@ -74,15 +65,15 @@ void text_pairs_free(TextPairs* tp) {
 
 static char* read_whole(const char* path, size_t* len, char* err, size_t errlen) {
     if (!t5_path_exists(path)) {
-        set_err(err, errlen, "file not found: %s", path);
+        t5_set_err(err, errlen, "file not found: %s", path);
         return NULL;
     }
     if (t5_is_dir(path)) {
-        set_err(err, errlen, "%s is a directory, expected a file", path);
+        t5_set_err(err, errlen, "%s is a directory, expected a file", path);
         return NULL;
     }
     char* buf = t5_read_file(path, len);
-    if (!buf) set_err(err, errlen, "cannot read %s: %s", path, strerror(errno));
+    if (!buf) t5_set_err(err, errlen, "cannot read %s: %s", path, strerror(errno));
     return buf;
 }
 
@@ -99,19 +90,19 @@ static int64_t split_lines(char* buf, size_t len, const char* path, char*** line
         if (l > 0 && buf[pos + l - 1] == '\r') l--;
         int64_t lineno = n + 1;
         if (l > TEXT_MAX_LINE_BYTES) {
-            set_err(err, errlen, "%s:%lld: line is %zu bytes, longer than the %zu-byte limit (is this a text file?)",
+            t5_set_err(err, errlen, "%s:%lld: line is %zu bytes, longer than the %zu-byte limit (is this a text file?)",
                     path, (long long)lineno, l, TEXT_MAX_LINE_BYTES);
             free(v);
             return -1;
         }
         if (memchr(buf + pos, 0, l)) {
-            set_err(err, errlen, "%s:%lld: line contains a NUL byte (is this a text file?)", path, (long long)lineno);
+            t5_set_err(err, errlen, "%s:%lld: line contains a NUL byte (is this a text file?)", path, (long long)lineno);
             free(v);
             return -1;
         }
         size_t bad;
         if (!utf8_validate(buf + pos, l, &bad)) {
-            set_err(err, errlen, "%s:%lld: invalid UTF-8 at byte %zu of the line", path, (long long)lineno, bad + 1);
+            t5_set_err(err, errlen, "%s:%lld: invalid UTF-8 at byte %zu of the line", path, (long long)lineno, bad + 1);
             free(v);
             return -1;
         }
@@ -144,7 +135,7 @@ int text_pairs_read_parallel(const char* src_path, const char* tgt_path, TextPai
     int64_t nt = ns < 0 ? -1 : split_lines(tb, tl, tgt_path, &tv, err, errlen);
     if (ns < 0 || nt < 0) { free(sv); free(tv); text_pairs_free(out); return -1; }
     if (ns != nt) {
-        set_err(err, errlen, "parallel files differ in length: %s has %lld lines but %s has %lld (line i of one must translate line i of the other)",
+        t5_set_err(err, errlen, "parallel files differ in length: %s has %lld lines but %s has %lld (line i of one must translate line i of the other)",
                 src_path, (long long)ns, tgt_path, (long long)nt);
         free(sv); free(tv); text_pairs_free(out);
         return -1;
@@ -178,13 +169,13 @@ int text_pairs_read_jsonl(const char* path, const char* src_lang, const char* tg
         json_error_t jerr;
         json_t* row = json_loads(l, JSON_REJECT_DUPLICATES, &jerr);
         if (!row) {
-            set_err(err, errlen, "%s:%lld: invalid JSON: %s (column %d)", path, (long long)(i + 1), jerr.text, jerr.column);
+            t5_set_err(err, errlen, "%s:%lld: invalid JSON: %s (column %d)", path, (long long)(i + 1), jerr.text, jerr.column);
             rc = -1;
             break;
         }
         json_t* tr = json_is_object(row) ? json_object_get(row, "translation") : NULL;
         if (!tr || !json_is_object(tr)) {
-            set_err(err, errlen, "%s:%lld: expected {\"translation\": {\"%s\": ..., \"%s\": ...}}, found no \"translation\" object",
+            t5_set_err(err, errlen, "%s:%lld: expected {\"translation\": {\"%s\": ..., \"%s\": ...}}, found no \"translation\" object",
                     path, (long long)(i + 1), src_lang, tgt_lang);
             json_decref(row);
             rc = -1;
@@ -195,7 +186,7 @@ int text_pairs_read_jsonl(const char* path, const char* src_lang, const char* tg
         for (int k = 0; k < 2; k++) {
             json_t* v = json_object_get(tr, langs[k]);
             if (!v || !json_is_string(v)) {
-                set_err(err, errlen, "%s:%lld: \"translation\" has no %s \"%s\" key%s", path, (long long)(i + 1),
+                t5_set_err(err, errlen, "%s:%lld: \"translation\" has no %s \"%s\" key%s", path, (long long)(i + 1),
                         v ? "string value for the" : "", langs[k], v ? "" : " (check --source_lang/--target_lang)");
                 rc = -1;
                 break;
@@ -203,12 +194,12 @@ int text_pairs_read_jsonl(const char* path, const char* src_lang, const char* tg
             size_t sl = json_string_length(v);
             const char* sv = json_string_value(v);
             if (memchr(sv, 0, sl)) {
-                set_err(err, errlen, "%s:%lld: \"%s\" text contains a NUL character", path, (long long)(i + 1), langs[k]);
+                t5_set_err(err, errlen, "%s:%lld: \"%s\" text contains a NUL character", path, (long long)(i + 1), langs[k]);
                 rc = -1;
                 break;
             }
             if (used + sl + 1 > len + 2 * (size_t)n + 16) {  // cannot happen; never overflow
-                set_err(err, errlen, "%s:%lld: internal error: JSON string larger than its line", path, (long long)(i + 1));
+                t5_set_err(err, errlen, "%s:%lld: internal error: JSON string larger than its line", path, (long long)(i + 1));
                 rc = -1;
                 break;
             }
@@ -293,13 +284,13 @@ static int sgml_parse(char* buf, size_t len, const char* path, SgmlSegs* out, ch
     size_t pos = 0, counted = 0;
     size_t bad;
     if (memchr(buf, 0, len)) {
-        set_err(err, errlen, "%s: contains a NUL byte (is this an SGML file?)", path);
+        t5_set_err(err, errlen, "%s: contains a NUL byte (is this an SGML file?)", path);
         return -1;
     }
     if (!utf8_validate(buf, len, &bad)) {
         int64_t l = 1;
         for (size_t i = 0; i < bad; i++) l += buf[i] == '\n';
-        set_err(err, errlen, "%s:%lld: invalid UTF-8", path, (long long)l);
+        t5_set_err(err, errlen, "%s:%lld: invalid UTF-8", path, (long long)l);
         return -1;
     }
     for (;;) {
@@ -310,11 +301,11 @@ static int sgml_parse(char* buf, size_t len, const char* path, SgmlSegs* out, ch
         char c = seg[4];
         if (c != ' ' && c != '>' && c != '\t') { pos = at + 4; continue; }
         char* gt = (char*)memchr(seg, '>', len - at);
-        if (!gt) { set_err(err, errlen, "%s:%lld: unterminated <seg tag", path, (long long)lineno); goto fail; }
+        if (!gt) { t5_set_err(err, errlen, "%s:%lld: unterminated <seg tag", path, (long long)lineno); goto fail; }
         char* close = (char*)memmem(gt + 1, len - (size_t)(gt + 1 - buf), "</seg>", 6);
-        if (!close) { set_err(err, errlen, "%s:%lld: <seg> without </seg>", path, (long long)lineno); goto fail; }
+        if (!close) { t5_set_err(err, errlen, "%s:%lld: <seg> without </seg>", path, (long long)lineno); goto fail; }
         char* nlpos = (char*)memchr(gt + 1, '\n', (size_t)(close - gt - 1));
-        if (nlpos) { set_err(err, errlen, "%s:%lld: <seg> text runs over a line break (missing </seg>?)", path, (long long)lineno); goto fail; }
+        if (nlpos) { t5_set_err(err, errlen, "%s:%lld: <seg> text runs over a line break (missing </seg>?)", path, (long long)lineno); goto fail; }
         // id="N" attribute
         char* id = NULL;
         *gt = 0;
@@ -366,15 +357,15 @@ int text_pairs_read_sgml(const char* src_path, const char* tgt_path, TextPairs* 
     if (sgml_parse(tb, tl, tgt_path, &t, err, errlen)) { free(s.text); free(s.id); free(s.line); text_pairs_free(out); return -1; }
     int rc = 0;
     if (s.n == 0) {
-        set_err(err, errlen, "%s: no <seg> elements found", src_path);
+        t5_set_err(err, errlen, "%s: no <seg> elements found", src_path);
         rc = -1;
     } else if (s.n != t.n) {
-        set_err(err, errlen, "SGML files differ: %s has %lld segments but %s has %lld", src_path, (long long)s.n, tgt_path, (long long)t.n);
+        t5_set_err(err, errlen, "SGML files differ: %s has %lld segments but %s has %lld", src_path, (long long)s.n, tgt_path, (long long)t.n);
         rc = -1;
     } else {
         for (int64_t i = 0; i < s.n; i++) {
             if (s.id[i] && t.id[i] && strcmp(s.id[i], t.id[i])) {
-                set_err(err, errlen, "%s:%lld: segment id \"%s\" does not match id \"%s\" at %s:%lld",
+                t5_set_err(err, errlen, "%s:%lld: segment id \"%s\" does not match id \"%s\" at %s:%lld",
                         src_path, (long long)s.line[i], s.id[i], t.id[i], tgt_path, (long long)t.line[i]);
                 rc = -1;
                 break;

@@ -60,15 +60,6 @@ bad:
     return false;
 }
 
-static void set_err(char* err, size_t errlen, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
-static void set_err(char* err, size_t errlen, const char* fmt, ...) {
-    if (!err || !errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 // ----------------------------------------------------------------------------
 // open / close
 
@@ -76,7 +67,7 @@ static void set_err(char* err, size_t errlen, const char* fmt, ...) {
 static char* resolve_model_path(const char* path, bool* has_json, char* err, size_t errlen) {
     *has_json = false;
     if (!path || !*path) {
-        set_err(err, errlen, "no tokenizer given (use --model DIR or --tokenizer FILE)");
+        t5_set_err(err, errlen, "no tokenizer given (use --model DIR or --tokenizer FILE)");
         return NULL;
     }
     if (t5_is_dir(path)) {
@@ -86,16 +77,16 @@ static char* resolve_model_path(const char* path, bool* has_json, char* err, siz
         free(json);
         if (!t5_is_file(model_path)) {
             if (*has_json)
-                set_err(err, errlen, "%s has tokenizer.json but no spiece.model; t5train reads the SentencePiece model (copy spiece.model from the HF checkpoint)", path);
+                t5_set_err(err, errlen, "%s has tokenizer.json but no spiece.model; t5train reads the SentencePiece model (copy spiece.model from the HF checkpoint)", path);
             else
-                set_err(err, errlen, "no spiece.model in model directory %s", path);
+                t5_set_err(err, errlen, "no spiece.model in model directory %s", path);
             free(model_path);
             return NULL;
         }
         return model_path;
     }
     if (!t5_path_exists(path)) {
-        set_err(err, errlen, "tokenizer file not found: %s", path);
+        t5_set_err(err, errlen, "tokenizer file not found: %s", path);
         return NULL;
     }
     return strdup_check(path);
@@ -108,7 +99,7 @@ int tokenizer_file_hash(const char* path, char** model_path, uint64_t* hash, cha
     size_t flen = 0;
     char* bytes = t5_read_file(mp, &flen);
     if (!bytes) {
-        set_err(err, errlen, "cannot read %s: %s", mp, strerror(errno));
+        t5_set_err(err, errlen, "cannot read %s: %s", mp, strerror(errno));
         free(mp);
         return -1;
     }
@@ -126,7 +117,7 @@ Tokenizer* tokenizer_open(const char* path, char* err, size_t errlen) {
     char sperr[512] = {0};
     SpmProcessor* sp = spm_load(model_path, sperr, sizeof sperr);
     if (!sp) {
-        set_err(err, errlen, "%s", sperr);
+        t5_set_err(err, errlen, "%s", sperr);
         free(model_path);
         return NULL;
     }
@@ -134,7 +125,7 @@ Tokenizer* tokenizer_open(const char* path, char* err, size_t errlen) {
     const char* p1 = spm_id_to_piece(sp, 1);
     const char* p2 = spm_id_to_piece(sp, 2);
     if (spm_vocab_size(sp) < 4 || strcmp(p0, "<pad>") || strcmp(p1, "</s>") || strcmp(p2, "<unk>")) {
-        set_err(err, errlen, "%s is a SentencePiece model but not a T5 one (expected <pad>=0 </s>=1 <unk>=2, found %s %s %s)",
+        t5_set_err(err, errlen, "%s is a SentencePiece model but not a T5 one (expected <pad>=0 </s>=1 <unk>=2, found %s %s %s)",
                 model_path, p0 ? p0 : "?", p1 ? p1 : "?", p2 ? p2 : "?");
         spm_free(sp);
         free(model_path);
@@ -143,7 +134,7 @@ Tokenizer* tokenizer_open(const char* path, char* err, size_t errlen) {
     size_t flen = 0;
     char* bytes = t5_read_file(model_path, &flen);
     if (!bytes) {
-        set_err(err, errlen, "cannot read %s: %s", model_path, strerror(errno));
+        t5_set_err(err, errlen, "cannot read %s: %s", model_path, strerror(errno));
         spm_free(sp);
         free(model_path);
         return NULL;
@@ -221,17 +212,17 @@ static int encode_segment(const Tokenizer* tok, const char* s, size_t len, int32
     char* copy = NULL;
     if (memmem(s, len, "\xC2\x85", 2)) {  // U+0085: whitespace to HF, unknown to SentencePiece
         copy = (char*)malloc(len);
-        if (!copy) { set_err(err, errlen, "out of memory"); return -1; }
+        if (!copy) { t5_set_err(err, errlen, "out of memory"); return -1; }
         memcpy(copy, s, len);
         for (size_t i = 0; i + 1 < len; i++)
             if ((unsigned char)copy[i] == 0xC2 && (unsigned char)copy[i + 1] == 0x85) { copy[i] = ' '; copy[i + 1] = ' '; }
         s = copy;
     }
     // every piece covers at least one byte, plus at most one lone "▁" per byte: 2*len+2 is enough
-    if (!ensure_cap(buf, cap, *n + 2 * len + 2)) { free(copy); set_err(err, errlen, "out of memory"); return -1; }
+    if (!ensure_cap(buf, cap, *n + 2 * len + 2)) { free(copy); t5_set_err(err, errlen, "out of memory"); return -1; }
     int k = spm_encode(tok->sp, s, len, *buf + *n, (int)(*cap - *n), err, errlen);
     if (k > (int)(*cap - *n)) {  // cannot happen by the bound above, but never trust it
-        if (!ensure_cap(buf, cap, *n + (size_t)k)) { free(copy); set_err(err, errlen, "out of memory"); return -1; }
+        if (!ensure_cap(buf, cap, *n + (size_t)k)) { free(copy); t5_set_err(err, errlen, "out of memory"); return -1; }
         k = spm_encode(tok->sp, s, len, *buf + *n, (int)(*cap - *n), err, errlen);
     }
     free(copy);
@@ -251,7 +242,7 @@ static int encode_text(const Tokenizer* tok, const char* s, size_t len, int32_t*
         size_t m = match_added_token(tok, s + i, len - i, &id);
         if (!m) { i++; continue; }
         if (encode_segment(tok, s + start, i - start, buf, cap, n, err, errlen)) return -1;
-        if (!ensure_cap(buf, cap, *n + 1)) { set_err(err, errlen, "out of memory"); return -1; }
+        if (!ensure_cap(buf, cap, *n + 1)) { t5_set_err(err, errlen, "out of memory"); return -1; }
         (*buf)[(*n)++] = id;
         i += m;
         start = i;
@@ -266,7 +257,7 @@ int tokenizer_encode(const Tokenizer* tok, const char* prefix, const char* text,
     if (plen) {
         // HF tokenizes the concatenated string; an added token could straddle the seam, so join first
         char* joined = (char*)malloc(plen + len + 1);
-        if (!joined) { set_err(err, errlen, "out of memory"); return -1; }
+        if (!joined) { t5_set_err(err, errlen, "out of memory"); return -1; }
         memcpy(joined, prefix, plen);
         memcpy(joined + plen, text, len);
         joined[plen + len] = 0;
@@ -277,9 +268,9 @@ int tokenizer_encode(const Tokenizer* tok, const char* prefix, const char* text,
         return -1;
     }
     if (max_length > 0 && n > (size_t)max_length - 1) n = (size_t)max_length - 1;
-    if (!ensure_cap(buf, cap, n + 1)) { set_err(err, errlen, "out of memory"); return -1; }
+    if (!ensure_cap(buf, cap, n + 1)) { t5_set_err(err, errlen, "out of memory"); return -1; }
     (*buf)[n++] = T5_EOS_ID;
-    if (n > (size_t)INT32_MAX) { set_err(err, errlen, "text too long"); return -1; }
+    if (n > (size_t)INT32_MAX) { t5_set_err(err, errlen, "text too long"); return -1; }
     return (int)n;
 }
 

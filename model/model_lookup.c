@@ -36,17 +36,6 @@ static void text_add(Text* t, const char* fmt, ...) {
     t->len += (size_t)n;
 }
 
-static int lk_err(char* err, size_t errlen, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
-static int lk_err(char* err, size_t errlen, const char* fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
-
 static bool file_in(const char* dir, const char* name, char* out, size_t outlen) {
     char* p = t5_path_join(dir, name);
     bool ok = t5_is_file(p);
@@ -217,7 +206,7 @@ static const char* hint_text(const char* model) {
 }
 
 static int pytorch_bin_error(const ModelLocation* l, char* err, size_t errlen) {
-    return lk_err(err, errlen,
+    return t5_set_err(err, errlen,
                   "%s has only PyTorch weights (%s), which t5train does not read.\n"
                   "HINT: convert them once to safetensors (needs torch + safetensors):\n"
                   "  python3 scripts/convert_bin_to_safetensors.py %s",
@@ -226,7 +215,7 @@ static int pytorch_bin_error(const ModelLocation* l, char* err, size_t errlen) {
 }
 
 int model_lookup(const char* model, int need, ModelLocation* loc, char* err, size_t errlen) {
-    if (!model || !*model) return lk_err(err, errlen, "no model given (--model NAME_OR_DIR)");
+    if (!model || !*model) return t5_set_err(err, errlen, "no model given (--model NAME_OR_DIR)");
     if (need == 0) need = MODEL_NEED_WEIGHTS;
     ModelLocation l;
     // 1. a local directory is taken as is
@@ -234,14 +223,14 @@ int model_lookup(const char* model, int need, ModelLocation* loc, char* err, siz
         const char* why = probe_dir(model, need, &l);
         if ((need & MODEL_NEED_WEIGHTS) && l.weights == MODEL_WEIGHTS_PYTORCH_BIN) return pytorch_bin_error(&l, err, errlen);
         if (why)
-            return lk_err(err, errlen, "model directory %s is not usable: %s.\nHINT: it needs config.json and "
+            return t5_set_err(err, errlen, "model directory %s is not usable: %s.\nHINT: it needs config.json and "
                           "model.safetensors (or model.safetensors.index.json + shards), as save_pretrained writes them",
                           model, why);
         *loc = l;
         return 0;
     }
     if (t5_path_exists(model))
-        return lk_err(err, errlen, "--model %s is a file, not a directory; give the directory that holds it", model);
+        return t5_set_err(err, errlen, "--model %s is a file, not a directory; give the directory that holds it", model);
     // 2. the HF hub cache
     Text tried = {0};
     char** roots = cache_roots_all();
@@ -288,7 +277,7 @@ int model_lookup(const char* model, int need, ModelLocation* loc, char* err, siz
         if (first_bin) {
             pytorch_bin_error(&bin_loc, err, errlen);
         } else {
-            lk_err(err, errlen,
+            t5_set_err(err, errlen,
                    "model '%s' not found: it is not a local directory and not in the HuggingFace cache.\n"
                    "Looked in:\n%sHINT:\n%s",
                    model, tried.s ? tried.s : "", hint_text(model));

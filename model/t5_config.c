@@ -109,25 +109,14 @@ const char* t5_config_preset_names(void) {
 // ---------------------------------------------------------------------------------------------
 // config.json
 
-static int set_err(char* err, size_t errlen, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
-static int set_err(char* err, size_t errlen, const char* fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
-
 // reads an integer key if present; min is the smallest accepted value
 static int get_int(json_t* root, const char* key, int* out, int min, const char* path, char* err, size_t errlen) {
     json_t* v = json_object_get(root, key);
     if (!v || json_is_null(v)) return 0;
-    if (!json_is_integer(v)) return set_err(err, errlen, "%s: key \"%s\" must be an integer", path, key);
+    if (!json_is_integer(v)) return t5_set_err(err, errlen, "%s: key \"%s\" must be an integer", path, key);
     json_int_t x = json_integer_value(v);
     if (x < min || x > 1000000000)
-        return set_err(err, errlen, "%s: key \"%s\" = %lld is out of range (must be >= %d)", path, key,
+        return t5_set_err(err, errlen, "%s: key \"%s\" = %lld is out of range (must be >= %d)", path, key,
                        (long long)x, min);
     *out = (int)x;
     return 0;
@@ -137,10 +126,10 @@ static int get_float(json_t* root, const char* key, float* out, double min, doub
                      size_t errlen) {
     json_t* v = json_object_get(root, key);
     if (!v || json_is_null(v)) return 0;
-    if (!json_is_number(v)) return set_err(err, errlen, "%s: key \"%s\" must be a number", path, key);
+    if (!json_is_number(v)) return t5_set_err(err, errlen, "%s: key \"%s\" must be a number", path, key);
     double x = json_number_value(v);
     if (!(x >= min && x <= max))
-        return set_err(err, errlen, "%s: key \"%s\" = %g is out of range [%g, %g]", path, key, x, min, max);
+        return t5_set_err(err, errlen, "%s: key \"%s\" = %g is out of range [%g, %g]", path, key, x, min, max);
     *out = (float)x;
     return 0;
 }
@@ -149,19 +138,19 @@ int t5_config_load_json(const char* path, T5Config* cfg, char* err, size_t errle
     json_error_t jerr;
     json_t* root = json_load_file(path, 0, &jerr);
     if (!root) {
-        if (!t5_path_exists(path)) return set_err(err, errlen, "cannot read %s: %s", path, strerror(ENOENT));
-        return set_err(err, errlen, "%s:%d:%d: invalid JSON: %s", path, jerr.line, jerr.column, jerr.text);
+        if (!t5_path_exists(path)) return t5_set_err(err, errlen, "cannot read %s: %s", path, strerror(ENOENT));
+        return t5_set_err(err, errlen, "%s:%d:%d: invalid JSON: %s", path, jerr.line, jerr.column, jerr.text);
     }
     if (!json_is_object(root)) {
         json_decref(root);
-        return set_err(err, errlen, "%s: expected a JSON object at the top level", path);
+        return t5_set_err(err, errlen, "%s: expected a JSON object at the top level", path);
     }
     T5Config c;
     config_defaults(&c);
     int rc = -1;
     json_t* mt = json_object_get(root, "model_type");
     if (mt && !(json_is_string(mt) && strcmp(json_string_value(mt), "t5") == 0)) {
-        set_err(err, errlen, "%s: key \"model_type\" is %s%s%s, only \"t5\" models are supported", path,
+        t5_set_err(err, errlen, "%s: key \"model_type\" is %s%s%s, only \"t5\" models are supported", path,
                 json_is_string(mt) ? "\"" : "", json_is_string(mt) ? json_string_value(mt) : "not a string",
                 json_is_string(mt) ? "\"" : "");
         goto done;
@@ -188,7 +177,7 @@ int t5_config_load_json(const char* path, T5Config* cfg, char* err, size_t errle
     json_t* tie = json_object_get(root, "tie_word_embeddings");
     if (tie && !json_is_null(tie)) {
         if (!json_is_boolean(tie)) {
-            set_err(err, errlen, "%s: key \"tie_word_embeddings\" must be true or false", path);
+            t5_set_err(err, errlen, "%s: key \"tie_word_embeddings\" must be true or false", path);
             goto done;
         }
         c.tie_word_embeddings = json_is_true(tie);
@@ -200,7 +189,7 @@ int t5_config_load_json(const char* path, T5Config* cfg, char* err, size_t errle
     json_t* scale = json_object_get(root, "scale_decoder_outputs");
     if (scale && !json_is_null(scale)) {
         if (!json_is_boolean(scale)) {
-            set_err(err, errlen, "%s: key \"scale_decoder_outputs\" must be true or false", path);
+            t5_set_err(err, errlen, "%s: key \"scale_decoder_outputs\" must be true or false", path);
             goto done;
         }
         c.tie_word_embeddings = json_is_true(scale);
@@ -209,7 +198,7 @@ int t5_config_load_json(const char* path, T5Config* cfg, char* err, size_t errle
     json_t* ff = json_object_get(root, "feed_forward_proj");
     if (ff && !json_is_null(ff)) {
         if (!json_is_string(ff)) {
-            set_err(err, errlen, "%s: key \"feed_forward_proj\" must be a string", path);
+            t5_set_err(err, errlen, "%s: key \"feed_forward_proj\" must be a string", path);
             goto done;
         }
         const char* s = json_string_value(ff);
@@ -220,7 +209,7 @@ int t5_config_load_json(const char* path, T5Config* cfg, char* err, size_t errle
         } else {
             const char* dash = strchr(s, '-');
             bool valid = !dash || (strncmp(s, "gated-", 6) == 0 && !strchr(s + 6, '-'));
-            set_err(err, errlen,
+            t5_set_err(err, errlen,
                     "%s: key \"feed_forward_proj\" = \"%s\" is %s; t5train supports \"relu\" (T5 v1.0) and "
                     "\"gated-gelu\" (T5 v1.1 / FLAN-T5)",
                     path, s, valid ? "not supported" : "not of the form \"<act>\" or \"gated-<act>\"");
@@ -228,12 +217,12 @@ int t5_config_load_json(const char* path, T5Config* cfg, char* err, size_t errle
         }
     }
     if (c.relative_attention_num_buckets % 2 != 0 || c.relative_attention_num_buckets < 4) {
-        set_err(err, errlen, "%s: key \"relative_attention_num_buckets\" = %d must be even and >= 4", path,
+        t5_set_err(err, errlen, "%s: key \"relative_attention_num_buckets\" = %d must be even and >= 4", path,
                 c.relative_attention_num_buckets);
         goto done;
     }
     if (c.relative_attention_max_distance <= c.relative_attention_num_buckets / 4) {
-        set_err(err, errlen, "%s: key \"relative_attention_max_distance\" = %d must exceed num_buckets/4 = %d", path,
+        t5_set_err(err, errlen, "%s: key \"relative_attention_max_distance\" = %d must exceed num_buckets/4 = %d", path,
                 c.relative_attention_max_distance, c.relative_attention_num_buckets / 4);
         goto done;
     }
@@ -285,7 +274,7 @@ int t5_config_save_json(const T5Config* cfg, const char* path, char* err, size_t
 
     char* text = json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(9));
     json_decref(o);
-    if (!text) return set_err(err, errlen, "cannot serialise config for %s", path);
+    if (!text) return t5_set_err(err, errlen, "cannot serialise config for %s", path);
     // write to a temporary name, then rename (DESIGN.md invariant 6)
     size_t plen = strlen(path) + 32;
     char* tmp = malloc_check(plen);
@@ -293,15 +282,15 @@ int t5_config_save_json(const T5Config* cfg, const char* path, char* err, size_t
     int rc = -1;
     FILE* f = fopen(tmp, "w");
     if (!f) {
-        set_err(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+        t5_set_err(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
     } else {
         bool ok = fputs(text, f) >= 0 && fputc('\n', f) != EOF;
         ok = (fclose(f) == 0) && ok;
         if (!ok) {
-            set_err(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+            t5_set_err(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
             remove(tmp);
         } else if (rename(tmp, path) != 0) {
-            set_err(err, errlen, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+            t5_set_err(err, errlen, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
             remove(tmp);
         } else {
             rc = 0;

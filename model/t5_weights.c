@@ -13,15 +13,6 @@
 #include "../src/common.h"
 #include "../src/safetensors.h"
 
-static int set_err(char* err, size_t errlen, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
-static int set_err(char* err, size_t errlen, const char* fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    if (err && errlen) vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 // copies a host fp32 unit image to the unit's master
 static void upload_unit(ZeroEngine* Z, int unit, const float* h, cudaStream_t s) {
     CUDA_CHECK(cudaMemcpyAsync(zero_master(Z, unit), h, zero_unit_numel(Z, unit) * sizeof(float),
@@ -63,7 +54,7 @@ int t5_weights_load(ZeroEngine* Z, const ParamTable* t, const char* path, cudaSt
                 char shp[64];
                 if (p->ndim == 2) snprintf(shp, sizeof shp, "(%lld, %lld)", (long long)p->shape[0], (long long)p->shape[1]);
                 else snprintf(shp, sizeof shp, "(%lld,)", (long long)p->shape[0]);
-                rc = set_err(err, errlen, "checkpoint %s is missing tensor '%s' (shape %s expected for %s)", path,
+                rc = t5_set_err(err, errlen, "checkpoint %s is missing tensor '%s' (shape %s expected for %s)", path,
                              p->name, shp, t->cfg.name);
                 break;
             }
@@ -94,7 +85,7 @@ int t5_weights_load(ZeroEngine* Z, const ParamTable* t, const char* path, cudaSt
             }
             // (V, D) aliases of the shared embedding: compare with it
             if (info->numel != (size_t)ne) {
-                rc = set_err(err, errlen, "checkpoint %s: tensor '%s' has %zu elements, shared.weight has %d", path,
+                rc = t5_set_err(err, errlen, "checkpoint %s: tensor '%s' has %zu elements, shared.weight has %d", path,
                              name, info->numel, ne);
                 break;
             }
@@ -118,7 +109,7 @@ int t5_weights_load(ZeroEngine* Z, const ParamTable* t, const char* path, cudaSt
         char names[1024];
         int n = safetensors_unconsumed(st, names, sizeof names);
         if (n > 0)
-            rc = set_err(err, errlen, "checkpoint %s has %d unexpected tensor%s for %s (%s): %s", path, n,
+            rc = t5_set_err(err, errlen, "checkpoint %s has %d unexpected tensor%s for %s (%s): %s", path, n,
                          n == 1 ? "" : "s", t->cfg.name, t->cfg.tie_word_embeddings ? "tied" : "untied", names);
     }
     free(h);
@@ -235,7 +226,7 @@ static int save_produce(void* ctx, const char* name, size_t byte_offset, void* d
 int t5_weights_save(ZeroEngine* Z, const ParamTable* t, const char* dir, DType dtype, size_t max_shard_bytes,
                     cudaStream_t s, char* err, size_t errlen) {
     CUDA_CHECK(cudaStreamSynchronize(s));
-    if (t5_mkdir_p(dir) != 0) return set_err(err, errlen, "cannot create directory %s: %s", dir, strerror(errno));
+    if (t5_mkdir_p(dir) != 0) return t5_set_err(err, errlen, "cannot create directory %s: %s", dir, strerror(errno));
     SafeTensorsWriter* w = safetensors_writer_new();
     SaveCtx* ctx = calloc_check((size_t)t->num_params, sizeof(SaveCtx));
     float* stage = malloc_check(((size_t)1 << 22) * sizeof(float));

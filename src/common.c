@@ -41,6 +41,26 @@ void t5_warn(const char* fmt, ...) {
     va_end(ap);
 }
 
+int t5_set_err(char* err, size_t errlen, const char* fmt, ...) {
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+int t5_errf(char* err, size_t errlen, int code, const char* fmt, ...) {
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
 void t5_check_failed(const char* kind, const char* stmt, const char* msg, const char* file, int line,
                      const char* func) {
     char host[256] = "?";

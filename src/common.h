@@ -31,6 +31,12 @@ __attribute__((noreturn, format(printf, 3, 4))) void t5_die_hint(int code, const
 // Prints "t5train: warning: <msg>" to stderr.
 __attribute__((format(printf, 1, 2))) void t5_warn(const char* fmt, ...);
 
+// The error-return idiom of library code: writes the formatted message into err (when err and
+// errlen are non-zero) and returns -1 (t5_set_err) or `code` (t5_errf); the command-line layer turns
+// it into t5_die. Tests call the library and read the message.
+int t5_set_err(char* err, size_t errlen, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
+int t5_errf(char* err, size_t errlen, int code, const char* fmt, ...) __attribute__((format(printf, 4, 5)));
+
 // Generic check failure: "[KIND ERROR] rank R host H file:line func: <stmt> -> <msg>", then abort().
 __attribute__((noreturn)) void t5_check_failed(const char* kind, const char* stmt, const char* msg,
                                                const char* file, int line, const char* func);

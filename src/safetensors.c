@@ -25,17 +25,6 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors.c assumes
 #define ST_CHUNK_ELEMS 16384
 #define ST_WRITE_CHUNK ((size_t)64 << 20)
 
-static int st_err(char* err, size_t errlen, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
-static int st_err(char* err, size_t errlen, const char* fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
-
 static const char* st_dtype_str(DType dt) { return dt == DT_F32 ? "F32" : dt == DT_F16 ? "F16" : "BF16"; }
 
 static void shape_str(char* buf, size_t len, int ndim, const int64_t* shape) {
@@ -199,50 +188,50 @@ static int st_open_file(SafeTensors* st, int fi, bool add_all, char* err, size_t
     StFile* f = &st->files[fi];
     const char* p = f->path;
     int fd = open(p, O_RDONLY);
-    if (fd < 0) return st_err(err, errlen, "cannot open %s: %s", p, strerror(errno));
+    if (fd < 0) return t5_set_err(err, errlen, "cannot open %s: %s", p, strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
         close(fd);
-        return st_err(err, errlen, "cannot stat %s: %s", p, strerror(errno));
+        return t5_set_err(err, errlen, "cannot stat %s: %s", p, strerror(errno));
     }
     if (!S_ISREG(sb.st_mode)) {
         close(fd);
-        return st_err(err, errlen, "%s is not a regular file", p);
+        return t5_set_err(err, errlen, "%s is not a regular file", p);
     }
     size_t size = (size_t)sb.st_size;
     if (size < 8) {
         close(fd);
-        return st_err(err, errlen, "truncated safetensors file %s: %zu bytes, less than the 8-byte header length", p,
+        return t5_set_err(err, errlen, "truncated safetensors file %s: %zu bytes, less than the 8-byte header length", p,
                       size);
     }
     uint8_t* map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
     int map_errno = errno;
     close(fd);
-    if (map == MAP_FAILED) return st_err(err, errlen, "cannot mmap %s: %s", p, strerror(map_errno));
+    if (map == MAP_FAILED) return t5_set_err(err, errlen, "cannot mmap %s: %s", p, strerror(map_errno));
     uint64_t hlen = 0;
     for (int i = 0; i < 8; i++) hlen |= (uint64_t)map[i] << (8 * i);
     int rc = -1;
     json_t* root = NULL;
     StRange* ranges = NULL;
     if (hlen > ST_MAX_HEADER) {
-        st_err(err, errlen, "corrupt safetensors header in %s: header length %llu is implausible (limit %llu)", p,
+        t5_set_err(err, errlen, "corrupt safetensors header in %s: header length %llu is implausible (limit %llu)", p,
                (unsigned long long)hlen, (unsigned long long)ST_MAX_HEADER);
         goto out;
     }
     if (hlen > size - 8) {
-        st_err(err, errlen, "truncated safetensors file %s: header length %llu exceeds the %zu bytes after it", p,
+        t5_set_err(err, errlen, "truncated safetensors file %s: header length %llu exceeds the %zu bytes after it", p,
                (unsigned long long)hlen, size - 8);
         goto out;
     }
     json_error_t jerr;
     root = json_loadb((const char*)map + 8, (size_t)hlen, 0, &jerr);
     if (!root) {
-        st_err(err, errlen, "corrupt safetensors header in %s: invalid JSON at byte %d: %s", p, jerr.position,
+        t5_set_err(err, errlen, "corrupt safetensors header in %s: invalid JSON at byte %d: %s", p, jerr.position,
                jerr.text);
         goto out;
     }
     if (!json_is_object(root)) {
-        st_err(err, errlen, "corrupt safetensors header in %s: not a JSON object", p);
+        t5_set_err(err, errlen, "corrupt safetensors header in %s: not a JSON object", p);
         goto out;
     }
     size_t data_start = 8 + (size_t)hlen, data_len = size - data_start;
@@ -253,14 +242,14 @@ static int st_open_file(SafeTensors* st, int fi, bool add_all, char* err, size_t
     json_object_foreach(root, key, v) {
         if (strcmp(key, "__metadata__") == 0) {
             if (!json_is_object(v)) {
-                st_err(err, errlen, "corrupt safetensors header in %s: __metadata__ is not an object", p);
+                t5_set_err(err, errlen, "corrupt safetensors header in %s: __metadata__ is not an object", p);
                 goto out;
             }
             const char* mk;
             json_t* mv;
             json_object_foreach(v, mk, mv) {
                 if (!json_is_string(mv)) {
-                    st_err(err, errlen, "corrupt safetensors header in %s: __metadata__ value of '%s' is not a string",
+                    t5_set_err(err, errlen, "corrupt safetensors header in %s: __metadata__ value of '%s' is not a string",
                            p, mk);
                     goto out;
                 }
@@ -273,7 +262,7 @@ static int st_open_file(SafeTensors* st, int fi, bool add_all, char* err, size_t
         json_t* jo = json_object_get(v, "data_offsets");
         if (!json_is_object(v) || !json_is_string(jd) || !json_is_array(js) || !json_is_array(jo) ||
             json_array_size(jo) != 2) {
-            st_err(err, errlen,
+            t5_set_err(err, errlen,
                    "corrupt safetensors header in %s: tensor '%s' needs \"dtype\", \"shape\" and a 2-element "
                    "\"data_offsets\"",
                    p, key);
@@ -281,12 +270,12 @@ static int st_open_file(SafeTensors* st, int fi, bool add_all, char* err, size_t
         }
         SafeTensorInfo info = {0};
         if (parse_dtype(json_string_value(jd), &info.dtype) != 0) {
-            st_err(err, errlen, "tensor '%s' in %s has unsupported dtype %s (t5train reads F32, F16 and BF16)", key, p,
+            t5_set_err(err, errlen, "tensor '%s' in %s has unsupported dtype %s (t5train reads F32, F16 and BF16)", key, p,
                    json_string_value(jd));
             goto out;
         }
         if (json_array_size(js) > SAFETENSORS_MAX_DIMS) {
-            st_err(err, errlen, "tensor '%s' in %s has %zu dimensions (at most %d supported)", key, p,
+            t5_set_err(err, errlen, "tensor '%s' in %s has %zu dimensions (at most %d supported)", key, p,
                    json_array_size(js), SAFETENSORS_MAX_DIMS);
             goto out;
         }
@@ -295,7 +284,7 @@ static int st_open_file(SafeTensors* st, int fi, bool add_all, char* err, size_t
         for (int d = 0; d < info.ndim; d++) {
             json_t* e = json_array_get(js, (size_t)d);
             if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) > ((json_int_t)1 << 40)) {
-                st_err(err, errlen, "corrupt safetensors header in %s: tensor '%s' has an invalid shape", p, key);
+                t5_set_err(err, errlen, "corrupt safetensors header in %s: tensor '%s' has an invalid shape", p, key);
                 goto out;
             }
             info.shape[d] = (int64_t)json_integer_value(e);
@@ -306,21 +295,21 @@ static int st_open_file(SafeTensors* st, int fi, bool add_all, char* err, size_t
         json_t* j1 = json_array_get(jo, 1);
         if (!json_is_integer(j0) || !json_is_integer(j1) || json_integer_value(j0) < 0 ||
             json_integer_value(j1) < json_integer_value(j0)) {
-            st_err(err, errlen, "corrupt safetensors header in %s: tensor '%s' has invalid data_offsets", p, key);
+            t5_set_err(err, errlen, "corrupt safetensors header in %s: tensor '%s' has invalid data_offsets", p, key);
             goto out;
         }
         size_t b = (size_t)json_integer_value(j0), e = (size_t)json_integer_value(j1);
         if (e - b != info.nbytes) {
             char sh[256];
             shape_str(sh, sizeof sh, info.ndim, info.shape);
-            st_err(err, errlen,
+            t5_set_err(err, errlen,
                    "corrupt safetensors header in %s: tensor '%s' data_offsets [%zu, %zu] hold %zu bytes but %s %s "
                    "needs %zu",
                    p, key, b, e, e - b, st_dtype_str(info.dtype), sh, info.nbytes);
             goto out;
         }
         if (e > data_len) {
-            st_err(err, errlen,
+            t5_set_err(err, errlen,
                    "truncated safetensors file %s: tensor '%s' ends at data byte %zu but the file holds only %zu "
                    "data bytes (%zu bytes in all)",
                    p, key, e, data_len, size);
@@ -333,7 +322,7 @@ static int st_open_file(SafeTensors* st, int fi, bool add_all, char* err, size_t
         int idx = st_find(st, key);
         if (add_all) {
             if (idx >= 0) {
-                st_err(err, errlen, "corrupt safetensors header in %s: tensor '%s' appears twice", p, key);
+                t5_set_err(err, errlen, "corrupt safetensors header in %s: tensor '%s' appears twice", p, key);
                 goto out;
             }
             st->t = realloc_check(st->t, (size_t)(st->n + 1) * sizeof(StEntry));
@@ -357,7 +346,7 @@ static int st_open_file(SafeTensors* st, int fi, bool add_all, char* err, size_t
     for (size_t i = 0; i < nr; i++) {
         if (ranges[i].end == ranges[i].begin) continue;  // empty tensors occupy nothing
         if (far_name && ranges[i].begin < far) {
-            st_err(err, errlen, "corrupt safetensors header in %s: tensors '%s' and '%s' overlap", p, far_name,
+            t5_set_err(err, errlen, "corrupt safetensors header in %s: tensors '%s' and '%s' overlap", p, far_name,
                    ranges[i].name);
             goto out;
         }
@@ -367,7 +356,7 @@ static int st_open_file(SafeTensors* st, int fi, bool add_all, char* err, size_t
     // for a shard, every tensor the index maps here must be present
     for (int i = 0; i < st->n; i++) {
         if (st->t[i].file == fi && !st->t[i].loaded) {
-            st_err(err, errlen, "missing tensor '%s' in %s (the index maps it to this shard)", st->t[i].info.name, p);
+            t5_set_err(err, errlen, "missing tensor '%s' in %s (the index maps it to this shard)", st->t[i].info.name, p);
             goto out;
         }
     }
@@ -393,8 +382,8 @@ static int st_open_index(SafeTensors* st, const char* path, char* err, size_t er
     json_error_t jerr;
     json_t* root = json_load_file(path, 0, &jerr);
     if (!root) {
-        if (!t5_path_exists(path)) return st_err(err, errlen, "cannot open %s: %s", path, strerror(ENOENT));
-        return st_err(err, errlen, "corrupt safetensors index %s:%d:%d: %s", path, jerr.line, jerr.column, jerr.text);
+        if (!t5_path_exists(path)) return t5_set_err(err, errlen, "cannot open %s: %s", path, strerror(ENOENT));
+        return t5_set_err(err, errlen, "corrupt safetensors index %s:%d:%d: %s", path, jerr.line, jerr.column, jerr.text);
     }
     int rc = -1;
     char* dir = strdup_check(path);
@@ -403,7 +392,7 @@ static int st_open_index(SafeTensors* st, const char* path, char* err, size_t er
     else dir[0] = 0;
     json_t* wm = json_object_get(root, "weight_map");
     if (!json_is_object(wm)) {
-        st_err(err, errlen, "corrupt safetensors index %s: no \"weight_map\" object", path);
+        t5_set_err(err, errlen, "corrupt safetensors index %s: no \"weight_map\" object", path);
         goto out;
     }
     json_t* md = json_object_get(root, "metadata");
@@ -423,7 +412,7 @@ static int st_open_index(SafeTensors* st, const char* path, char* err, size_t er
     json_t* v;
     json_object_foreach(wm, name, v) {
         if (!json_is_string(v) || strchr(json_string_value(v), '/')) {
-            st_err(err, errlen, "corrupt safetensors index %s: weight_map entry '%s' is not a file name in this folder",
+            t5_set_err(err, errlen, "corrupt safetensors index %s: weight_map entry '%s' is not a file name in this folder",
                    path, name);
             goto out;
         }
@@ -436,7 +425,7 @@ static int st_open_index(SafeTensors* st, const char* path, char* err, size_t er
             if (strcmp(st->files[i].path, full) == 0) fi = i;
         if (fi < 0) {
             if (!t5_is_file(full)) {
-                st_err(err, errlen, "missing shard %s (named in %s for tensor '%s')", full, path, name);
+                t5_set_err(err, errlen, "missing shard %s (named in %s for tensor '%s')", full, path, name);
                 free(full);
                 goto out;
             }
@@ -477,7 +466,7 @@ int safetensors_open(SafeTensors** out, const char* path, char* err, size_t errl
             target = idx;
             free(one);
         } else {
-            st_err(err, errlen, "no model.safetensors or model.safetensors.index.json in %s", path);
+            t5_set_err(err, errlen, "no model.safetensors or model.safetensors.index.json in %s", path);
             free(idx);
             free(one);
             safetensors_close(st);
@@ -536,7 +525,7 @@ const char* safetensors_metadata(const SafeTensors* st, const char* key) {
 
 static int st_entry(SafeTensors* st, const char* name, StEntry** out, char* err, size_t errlen) {
     int i = st_find(st, name);
-    if (i < 0) return st_err(err, errlen, "missing tensor '%s' in %s", name, st->path);
+    if (i < 0) return t5_set_err(err, errlen, "missing tensor '%s' in %s", name, st->path);
     StEntry* e = &st->t[i];
     if (!st->files[e->file].opened && st_open_file(st, e->file, false, err, errlen) != 0) return -1;
     *out = e;
@@ -561,7 +550,7 @@ int safetensors_check_dtype(SafeTensors* st, const char* name, DType dt, char* e
     StEntry* e;
     if (st_entry(st, name, &e, err, errlen) != 0) return -1;
     if (e->info.dtype != dt)
-        return st_err(err, errlen, "tensor '%s' in %s has dtype %s, expected %s", name, e->info.file,
+        return t5_set_err(err, errlen, "tensor '%s' in %s has dtype %s, expected %s", name, e->info.file,
                       st_dtype_str(e->info.dtype), st_dtype_str(dt));
     return 0;
 }
@@ -596,7 +585,7 @@ int safetensors_read(SafeTensors* st, const char* name, void* dst, DType dst_dty
             char a[256], b[256];
             shape_str(a, sizeof a, e->info.ndim, e->info.shape);
             shape_str(b, sizeof b, expect_ndim, expect_shape);
-            return st_err(err, errlen, "tensor '%s' in %s has shape %s, expected %s", name, e->info.file, a, b);
+            return t5_set_err(err, errlen, "tensor '%s' in %s has shape %s, expected %s", name, e->info.file, a, b);
         }
     }
     st_copy(st, e, 0, e->info.numel, dst, dst_dtype);
@@ -609,7 +598,7 @@ int safetensors_read_slice(SafeTensors* st, const char* name, size_t elem_offset
     StEntry* e;
     if (st_entry(st, name, &e, err, errlen) != 0) return -1;
     if (elem_offset > e->info.numel || n > e->info.numel - elem_offset)
-        return st_err(err, errlen, "slice [%zu, %zu) is out of range for tensor '%s' in %s (%zu elements)",
+        return t5_set_err(err, errlen, "slice [%zu, %zu) is out of range for tensor '%s' in %s (%zu elements)",
                       elem_offset, elem_offset + n, name, e->info.file, e->info.numel);
     st_copy(st, e, elem_offset, n, dst, dst_dtype);
     e->info.consumed = true;
@@ -696,19 +685,19 @@ void safetensors_writer_set_metadata(SafeTensorsWriter* w, const char* key, cons
 static int writer_add(SafeTensorsWriter* w, const char* name, DType dt, int ndim, const int64_t* shape,
                       const void* data, SafeTensorsProduceFn fn, void* ctx, char* err, size_t errlen) {
     if (!name || !name[0] || strcmp(name, "__metadata__") == 0)
-        return st_err(err, errlen, "invalid tensor name '%s'", name ? name : "(null)");
+        return t5_set_err(err, errlen, "invalid tensor name '%s'", name ? name : "(null)");
     if (ndim < 0 || ndim > SAFETENSORS_MAX_DIMS)
-        return st_err(err, errlen, "tensor '%s': %d dimensions (0..%d supported)", name, ndim, SAFETENSORS_MAX_DIMS);
+        return t5_set_err(err, errlen, "tensor '%s': %d dimensions (0..%d supported)", name, ndim, SAFETENSORS_MAX_DIMS);
     for (int i = 0; i < w->n; i++)
-        if (strcmp(w->e[i].name, name) == 0) return st_err(err, errlen, "tensor '%s' added twice", name);
+        if (strcmp(w->e[i].name, name) == 0) return t5_set_err(err, errlen, "tensor '%s' added twice", name);
     WEntry e = {0};
     size_t numel = 1;
     for (int d = 0; d < ndim; d++) {
-        if (shape[d] < 0) return st_err(err, errlen, "tensor '%s': negative dimension %lld", name, (long long)shape[d]);
+        if (shape[d] < 0) return t5_set_err(err, errlen, "tensor '%s': negative dimension %lld", name, (long long)shape[d]);
         e.shape[d] = shape[d];
         numel *= (size_t)shape[d];
     }
-    if (!data && !fn && numel) return st_err(err, errlen, "tensor '%s': no data", name);
+    if (!data && !fn && numel) return t5_set_err(err, errlen, "tensor '%s': no data", name);
     e.name = strdup_check(name);
     e.dt = dt;
     e.ndim = ndim;
@@ -728,7 +717,7 @@ int safetensors_writer_add(SafeTensorsWriter* w, const char* name, DType dt, int
 
 int safetensors_writer_add_fn(SafeTensorsWriter* w, const char* name, DType dt, int ndim, const int64_t* shape,
                               SafeTensorsProduceFn fn, void* ctx, char* err, size_t errlen) {
-    if (!fn) return st_err(err, errlen, "tensor '%s': no producer callback", name);
+    if (!fn) return t5_set_err(err, errlen, "tensor '%s': no producer callback", name);
     return writer_add(w, name, dt, ndim, shape, NULL, fn, ctx, err, errlen);
 }
 
@@ -760,14 +749,14 @@ static int write_one(SafeTensorsWriter* w, int i0, int i1, const char* tmp, cons
     }
     char* text = json_dumps(h, JSON_COMPACT);
     json_decref(h);
-    if (!text) return st_err(err, errlen, "cannot serialise the safetensors header for %s", final_path);
+    if (!text) return t5_set_err(err, errlen, "cannot serialise the safetensors header for %s", final_path);
     size_t tl = strlen(text);
     size_t hl = (tl + 7) / 8 * 8;  // pad with spaces so the data begins 8-byte aligned (8 + hl)
     int rc = -1;
     uint8_t* chunk = NULL;
     FILE* f = fopen(tmp, "wb");
     if (!f) {
-        st_err(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+        t5_set_err(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
         free(text);
         return -1;
     }
@@ -787,7 +776,7 @@ static int write_one(SafeTensorsWriter* w, int i0, int i1, const char* tmp, cons
             size_t m = T5_MIN(ST_WRITE_CHUNK, e->nbytes - o);
             char perr[512] = "";
             if (e->fn(e->ctx, e->name, o, chunk, m, perr, sizeof perr) != 0) {
-                st_err(err, errlen, "writing %s: producing tensor '%s' failed: %s", final_path, e->name, perr);
+                t5_set_err(err, errlen, "writing %s: producing tensor '%s' failed: %s", final_path, e->name, perr);
                 fclose(f);
                 remove(tmp);
                 goto out;
@@ -799,7 +788,7 @@ static int write_one(SafeTensorsWriter* w, int i0, int i1, const char* tmp, cons
     int saved = errno;
     if (fclose(f) != 0) ok = false;
     if (!ok) {
-        st_err(err, errlen, "cannot write %s: %s", tmp, strerror(saved ? saved : errno));
+        t5_set_err(err, errlen, "cannot write %s: %s", tmp, strerror(saved ? saved : errno));
         remove(tmp);
         goto out;
     }
@@ -814,7 +803,7 @@ int safetensors_writer_write_file(SafeTensorsWriter* w, const char* path, char* 
     char* tmp = tmp_name(path);
     int rc = write_one(w, 0, w->n, tmp, path, err, errlen);
     if (rc == 0 && rename(tmp, path) != 0) {
-        rc = st_err(err, errlen, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+        rc = t5_set_err(err, errlen, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
         remove(tmp);
     }
     free(tmp);
@@ -832,7 +821,7 @@ static bool is_shard_name(const char* s) {
 int safetensors_writer_write_dir(SafeTensorsWriter* w, const char* dir, size_t max_shard_bytes, int* nshards,
                                  char* err, size_t errlen) {
     if (max_shard_bytes == 0) max_shard_bytes = SAFETENSORS_DEFAULT_SHARD_BYTES;
-    if (t5_mkdir_p(dir) != 0) return st_err(err, errlen, "cannot create directory %s: %s", dir, strerror(errno));
+    if (t5_mkdir_p(dir) != 0) return t5_set_err(err, errlen, "cannot create directory %s: %s", dir, strerror(errno));
     // HF's greedy split: a tensor goes to the current shard unless it would push it over the limit
     int* start = calloc_check((size_t)w->n + 2, sizeof(int));
     int ns = 0;
@@ -880,7 +869,7 @@ int safetensors_writer_write_dir(SafeTensorsWriter* w, const char* dir, size_t m
         int drc = json_dump_file(idx, index_tmp, JSON_INDENT(2) | JSON_SORT_KEYS);
         json_decref(idx);
         if (drc != 0) {
-            st_err(err, errlen, "cannot write %s: %s", index_tmp, strerror(errno));
+            t5_set_err(err, errlen, "cannot write %s: %s", index_tmp, strerror(errno));
             remove(index_tmp);
             free(index_tmp);
             goto out;
@@ -889,7 +878,7 @@ int safetensors_writer_write_dir(SafeTensorsWriter* w, const char* dir, size_t m
     // all files are complete: move them into place, the index last
     for (int s = 0; s < ns; s++) {
         if (rename(tmps[s], finals[s]) != 0) {
-            st_err(err, errlen, "cannot rename %s to %s: %s", tmps[s], finals[s], strerror(errno));
+            t5_set_err(err, errlen, "cannot rename %s to %s: %s", tmps[s], finals[s], strerror(errno));
             free(index_tmp);
             goto out;
         }
@@ -897,7 +886,7 @@ int safetensors_writer_write_dir(SafeTensorsWriter* w, const char* dir, size_t m
     written = 0;
     if (index_tmp) {
         if (rename(index_tmp, index_path) != 0) {
-            st_err(err, errlen, "cannot rename %s to %s: %s", index_tmp, index_path, strerror(errno));
+            t5_set_err(err, errlen, "cannot rename %s to %s: %s", index_tmp, index_path, strerror(errno));
             remove(index_tmp);
             free(index_tmp);
             goto out;
