@@ -9,6 +9,7 @@
 #pragma once
 #include <cuda_runtime.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "dtype.h"
 
@@ -18,6 +19,9 @@ extern "C" {
 
 void relu_forward(void* out, const void* x, DType dt, size_t n, cudaStream_t stream);
 void relu_backward(void* dx, const void* dout, const void* out, DType dt, size_t n, cudaStream_t stream);
+// dx = dropout(dout, p; seed, offset as dropout.cuh) * (out > 0): dropout_backward + relu_backward in one pass
+void relu_dropout_backward(void* dx, const void* dout, const void* out, DType dt, size_t n, float p, uint64_t seed,
+                           uint64_t offset, cudaStream_t stream);
 void gated_gelu_forward(void* out, const void* a, const void* b, DType dt, size_t n, cudaStream_t stream);
 void gated_gelu_backward(void* da, void* db, const void* dout, const void* a, const void* b, DType dt, size_t n,
                          cudaStream_t stream);

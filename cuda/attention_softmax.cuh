@@ -28,6 +28,18 @@ void attention_softmax_backward(void* dscores, float* dbias, DType dt, const voi
                                 int B, int H, int Tq, int Tk, float dropout_p, uint64_t seed, uint64_t offset,
                                 cudaStream_t stream);
 
+// Mixed dtypes (the model's path, no casts around the softmax): scores (B,H,Tq,Tk) dt_scores = fp32 or X; probs
+// dt_probs = fp32 or X; probs_drop X = dt_drop (the P of P V: round_X(round_PX(softmax)) * dropout factor; written
+// whenever probs_drop != probs, also with p == 0, which makes it the rounded copy). Backward: dprobs_drop and probs
+// in dt_probs, dscores in X = dt_dscores (the fp32 gradient rounded once), dbias fp32 +=.
+void attention_softmax_forward_ex(void* probs, DType dt_probs, void* probs_drop, DType dt_drop, const void* scores,
+                                  DType dt_scores, const float* bias, const int* key_mask, bool causal, int q_offset,
+                                  int B, int H, int Tq, int Tk, float dropout_p, uint64_t seed, uint64_t offset,
+                                  cudaStream_t stream);
+void attention_softmax_backward_ex(void* dscores, DType dt_dscores, float* dbias, const void* dprobs_drop,
+                                   const void* probs, DType dt_probs, int B, int H, int Tq, int Tk, float dropout_p,
+                                   uint64_t seed, uint64_t offset, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -90,8 +90,10 @@ __device__ __forceinline__ float block_reduce_max(float v, float* shared) {
     return warp_reduce_max(v);
 }
 
-// ---- Philox-4x32-10 (Salmon et al. 2011), key = seed, counter = (lo32(c), hi32(c), 0, 0)
-// uniform(seed, c) = (first output word >> 8) * 2^-24, in [0, 1), exact in fp32.
+// ---- Philox-4x32-10 (Salmon et al. 2011), key = seed, block counter g = (lo32(g), hi32(g), 0, 0)
+// One Philox call gives 4 words; element counter c uses word (c & 3) of block g = c >> 2, so four consecutive
+// elements cost one call (kernels take them in groups of 4 when c is a multiple of 4, the model's case).
+// uniform(seed, c) = (word >> 8) * 2^-24, in [0, 1), exact in fp32.
 
 __host__ __device__ __forceinline__ uint32_t philox_mulhi(uint32_t a, uint32_t b) {
 #ifdef __CUDA_ARCH__
@@ -101,8 +103,8 @@ __host__ __device__ __forceinline__ uint32_t philox_mulhi(uint32_t a, uint32_t b
 #endif
 }
 
-__host__ __device__ __forceinline__ uint32_t philox_first_word(uint64_t seed, uint64_t counter) {
-    uint32_t c0 = (uint32_t)counter, c1 = (uint32_t)(counter >> 32), c2 = 0u, c3 = 0u;
+__host__ __device__ __forceinline__ void philox4(uint64_t seed, uint64_t g, uint32_t (&w)[4]) {
+    uint32_t c0 = (uint32_t)g, c1 = (uint32_t)(g >> 32), c2 = 0u, c3 = 0u;
     uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
 #ifdef __CUDA_ARCH__
 #pragma unroll
@@ -117,17 +119,49 @@ __host__ __device__ __forceinline__ uint32_t philox_first_word(uint64_t seed, ui
         k0 += 0x9E3779B9u;
         k1 += 0xBB67AE85u;
     }
-    return c0;
+    w[0] = c0;
+    w[1] = c1;
+    w[2] = c2;
+    w[3] = c3;
+}
+
+__host__ __device__ __forceinline__ float philox_word_uniform(uint32_t w) {
+    return (float)(w >> 8) * (1.0f / 16777216.0f);
 }
 
 __host__ __device__ __forceinline__ float philox_uniform(uint64_t seed, uint64_t counter) {
-    return (float)(philox_first_word(seed, counter) >> 8) * (1.0f / 16777216.0f);
+    uint32_t w[4];
+    philox4(seed, counter >> 2, w);
+    const uint32_t j = (uint32_t)(counter & 3u);  // selects, not a run-time array index (no local memory)
+    return philox_word_uniform(j == 0 ? w[0] : j == 1 ? w[1] : j == 2 ? w[2] : w[3]);
 }
 
 // multiplier of element `counter` under inverted dropout with probability p (0 or 1/(1-p))
 __device__ __forceinline__ float dropout_factor(uint64_t seed, uint64_t counter, float p, float scale) {
     if (p == 0.0f) return 1.0f;  // uniform across the launch: no divergence, no RNG cost
     return philox_uniform(seed, counter) >= p ? scale : 0.0f;
+}
+
+// multipliers of the N consecutive elements c0 .. c0+N-1 (N a multiple of 4): N/4 Philox calls when c0 is a
+// multiple of 4, else one call per element (same values either way)
+template <int N>
+__device__ __forceinline__ void dropout_factors(uint64_t seed, uint64_t c0, float p, float scale, float (&f)[N]) {
+    static_assert(N % 4 == 0, "dropout_factors takes groups of 4");
+    if (p == 0.0f) {
+#pragma unroll
+        for (int j = 0; j < N; j++) f[j] = 1.0f;
+    } else if ((c0 & 3u) == 0) {
+#pragma unroll
+        for (int b = 0; b < N / 4; b++) {
+            uint32_t w[4];
+            philox4(seed, (c0 >> 2) + (uint64_t)b, w);
+#pragma unroll
+            for (int j = 0; j < 4; j++) f[4 * b + j] = philox_word_uniform(w[j]) >= p ? scale : 0.0f;
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < N; j++) f[j] = dropout_factor(seed, c0 + (uint64_t)j, p, scale);
+    }
 }
 
 // ---- launch helpers

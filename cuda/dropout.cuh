@@ -31,6 +31,15 @@ void residual_dropout_add(float* resid, const void* branch, DType dt, size_t n, 
 void residual_dropout_backward(void* dbranch, DType dt, const float* dresid, size_t n, float p, uint64_t seed,
                                uint64_t offset, cudaStream_t stream);
 
+// CUDA-graph support. While a device seed is set on the calling host thread (non-NULL), the launchers above and
+// those of attention_softmax.cuh ignore the value of their `seed` argument: their kernels read the seed from
+// *seed_dev when they run, so a captured graph can be replayed with a new seed stored there first.
+// The same seed value gives bit-identical masks either way. Set it back to NULL when done.
+void dropout_set_device_seed(const uint64_t* seed_dev);
+const uint64_t* dropout_device_seed(void);
+// *seed_dev (1) uint64 = seed, in stream order (one tiny kernel, no host synchronisation).
+void dropout_store_seed(uint64_t* seed_dev, uint64_t seed, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

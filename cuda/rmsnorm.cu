@@ -11,7 +11,7 @@
  * pointers are aligned). The dw reduction is deterministic: each block accumulates its rows in shared
  * memory (one row of D floats per warp, rows assigned to warps by a fixed rule), sums its warps in
  * order into scratch (nblk, D), and a second kernel sums the nblk partials in order into dw.
- * nblk depends on N only, so the bits do not depend on the GPU model.
+ * nblk depends on N and D only (one row per warp up to 1024 blocks), so the bits do not depend on the GPU model.
  */
 #include "common.cuh"
 #include "rmsnorm.cuh"
@@ -60,6 +60,7 @@ __global__ void rmsnorm_backward_kernel1(float* dx, float* partial, const TO* do
         const TO* gr = dout + (size_t)row * D;
         const float r = rstd[row];
         float dot = 0.0f;  // sum_d dy * x
+#pragma unroll 4
         for (int i0 = lane * EW_CHUNK; i0 < D; i0 += 32 * EW_CHUNK) {
             float v[EW_CHUNK], g[EW_CHUNK], wv[EW_CHUNK];
             load_chunk(xr, i0, D, vec, v);
@@ -71,6 +72,7 @@ __global__ void rmsnorm_backward_kernel1(float* dx, float* partial, const TO* do
         dot = warp_reduce_sum(dot);
         const float c = r * r * dot / (float)D;
         float* dxr = dx + (size_t)row * D;
+#pragma unroll 4
         for (int i0 = lane * EW_CHUNK; i0 < D; i0 += 32 * EW_CHUNK) {
             float v[EW_CHUNK], g[EW_CHUNK], wv[EW_CHUNK], d[EW_CHUNK];
             load_chunk(xr, i0, D, vec, v);
@@ -104,11 +106,15 @@ __global__ void rmsnorm_dw_reduce_kernel1(float* dw, const float* partial, int n
 
 // ---- kernel launchers
 
-static int rmsnorm_backward_blocks(int N) { return N < 1 ? 1 : T5_MIN(CEIL_DIV(N, 16), 512); }
 static int rmsnorm_backward_warps(int D) { return D <= 3072 ? 4 : 1; }
+// one row per warp up to 1024 blocks (the kernel is latency-bound: a warp's rows are serial; with 4 rows per warp
+// it took ~26 us at any N <= 1024 on an H200, one row per warp leaves one row's latency)
+static int rmsnorm_backward_blocks(int N, int D) {
+    return N < 1 ? 1 : T5_MIN(CEIL_DIV(N, rmsnorm_backward_warps(D)), 1024);
+}
 
 extern "C" size_t rmsnorm_backward_scratch_floats(int N, int D) {
-    return (size_t)rmsnorm_backward_blocks(N) * (size_t)D;
+    return (size_t)rmsnorm_backward_blocks(N, D) * (size_t)D;
 }
 
 template <typename TO, typename TW>
@@ -129,7 +135,7 @@ template <typename TO, typename TW>
 static void rmsnorm_backward_tt(float* dx, float* dw, const void* dout, const float* x, const void* w,
                                 const float* rstd, int N, int D, float* scratch, cudaStream_t stream) {
     const bool vec = D % EW_CHUNK == 0 && is_aligned16(dx) && is_aligned16(dout) && is_aligned16(x) && is_aligned16(w);
-    const int nblk = rmsnorm_backward_blocks(N), warps = rmsnorm_backward_warps(D);
+    const int nblk = rmsnorm_backward_blocks(N, D), warps = rmsnorm_backward_warps(D);
     const size_t smem = (size_t)warps * D * sizeof(float);
     if (smem > 48 * 1024) {
         // one-time attribute per instantiation; cheap host call, no synchronisation

@@ -74,8 +74,8 @@ typedef struct {
     void* k;           // (B, H, Tk, Dk) X
     void* v;           // (B, H, Tk, Dk) X
     void* probs;       // (B, H, Tq, Tk) PX softmax output (before dropout); PX = fp32, or X with probs_in_x
-    void* probs_drop;  // (B, H, Tq, Tk) PX dropout(probs); NULL when the model has no dropout buffers
-    void* probs_x;     // (B, H, Tq, Tk) X  round_X(dropout(probs)), the P of P V; NULL when PX == X
+    void* probs_drop;  // (B, H, Tq, Tk) X  round_X(dropout(probs)), the P of P V, written by the softmax kernel;
+                       //                   NULL when PX == X and the model has no dropout (P V then reads probs)
     void* ctx;         // (B*Tq, HD) X     merged P V (input of o)
     float* x_out;      // (B*Tq, D) fp32   residual after this sublayer
 } AttnActs;
@@ -94,6 +94,20 @@ typedef struct {
     AttnActs ca;  // cross-attention (decoder)
     FFActs ff;
 } BlockActs;
+
+#define T5_MAX_GRAPHS 8
+
+// one instantiated graph of forward(with_grad) + backward for one (B, Ts, Tt, masks, dropout, grad scale)
+typedef struct {
+    bool used, captured;      // used: seen once eagerly; captured: exec is valid
+    int B, Ts, Tt;
+    bool has_dec_mask;
+    float p, grad_scale;
+    cudaGraphExec_t exec;
+    int* ready;               // grad_ready units in backward order, replayed on the host after each launch
+    int nready;
+    uint64_t last_use;
+} StepGraph;
 
 struct T5Model {
     const ParamTable* t;
@@ -166,6 +180,14 @@ struct T5Model {
     void* emb_scratch;
     void* ce_scratch;
 
+    uint64_t* seed_dev;   // (1) uint64 the dropout seed the kernels read (dropout.cuh device seed)
+
+    // CUDA graphs of forward+backward (opt.cuda_graph), one per fixed shape; see t5_model_forward_backward
+    StepGraph graphs[T5_MAX_GRAPHS];
+    uint64_t graph_clock;     // LRU stamp
+    int* ready_log;           // units in the order the backward called grad_ready (replayed on the host)
+    int ready_count, ready_cap;
+
     void* arena;
     size_t arena_bytes;
     uint64_t seed;
@@ -196,8 +218,7 @@ static void layout_attn(Arena* a, AttnActs* x, size_t xs, size_t ps, int B, int 
     x->k = arena_take(a, Nk * HD * xs);
     x->v = arena_take(a, Nk * HD * xs);
     x->probs = arena_take(a, (size_t)B * H * Tq * Tk * ps);
-    x->probs_drop = drop ? arena_take(a, (size_t)B * H * Tq * Tk * ps) : NULL;
-    x->probs_x = ps != xs ? arena_take(a, (size_t)B * H * Tq * Tk * xs) : NULL;
+    x->probs_drop = drop || ps != xs ? arena_take(a, (size_t)B * H * Tq * Tk * xs) : NULL;
     x->ctx = arena_take(a, Nq * HD * xs);
     x->x_out = arena_take(a, Nq * D * 4);
 }
@@ -250,6 +271,7 @@ static void model_layout(T5Model* M, Arena* a) {
     M->logits = arena_take(a, Nt * V * xs);
     M->dlogits = M->opt.keep_logits ? arena_take(a, Nt * V * xs) : M->logits;
     M->loss = arena_take(a, 4);
+    M->seed_dev = arena_take(a, sizeof(uint64_t));
     M->losses = arena_take(a, Nt * 4);
 
     size_t TT = T5_MAX(T5_MAX((size_t)Ts * Ts, (size_t)Tt * Tt), (size_t)Tt * Ts);
@@ -385,6 +407,11 @@ T5Model* t5_model_create(const ParamTable* t, ZeroEngine* Z, const T5ModelOption
 
 void t5_model_destroy(T5Model* M) {
     if (!M) return;
+    for (int i = 0; i < T5_MAX_GRAPHS; i++) {
+        if (M->graphs[i].captured) CUDA_CHECK(cudaGraphExecDestroy(M->graphs[i].exec));
+        free(M->graphs[i].ready);
+    }
+    free(M->ready_log);
     if (M->arena) cudaFree(M->arena);
     free(M->enc_idx);
     free(M->dec_idx);
@@ -507,6 +534,16 @@ static void* unit_fetch(T5Model* M, int unit, cudaStream_t s) {
     return wb;
 }
 
+// zero_grad_ready, logged so that a graph replay can repeat the engine's host bookkeeping in the same order
+static void unit_grad_ready(T5Model* M, int unit, cudaStream_t s) {
+    zero_grad_ready(M->Z, unit, s);
+    if (M->ready_count == M->ready_cap) {
+        M->ready_cap = M->ready_cap ? 2 * M->ready_cap : 64;
+        M->ready_log = realloc_check(M->ready_log, (size_t)M->ready_cap * sizeof(int));
+    }
+    M->ready_log[M->ready_count++] = unit;
+}
+
 // batched row-major GEMM: d[i] (M,N) = op(a[i]) op(b[i]) for i < batch
 static void bmm(void* d, DType dt_d, const void* a, bool ta, const void* b, bool tb, DType dt_ab, int batch, int m,
                 int n, int k, int64_t sa, int64_t sb, int64_t sd, cudaStream_t s) {
@@ -525,6 +562,9 @@ typedef struct {
     int q, k, v, o, ln;
 } AttnIdx;
 
+// true when P V reads a separate X tensor (dropout on, or probabilities stored in fp32)
+static bool attn_separate_pv(const T5Model* M) { return M->p > 0 || M->PX != M->X; }
+
 static void attn_forward(T5Model* M, void* wb, AttnIdx w, AttnActs* a, const float* x_in, const void* kv_src, int Tq,
                          int Tk, const float* bias, const int* key_mask, bool causal, uint64_t off_probs,
                          uint64_t off_out, cudaStream_t s) {
@@ -541,24 +581,27 @@ static void attn_forward(T5Model* M, void* wb, AttnIdx w, AttnActs* a, const flo
     linear_forward(M->lin, X, kv_in, wptr(M, wb, w.v), X, Nk, HD, D, s);
     split_heads(a->v, M->lin, X, B, Tk, H, Dk, s);
     // S (B,H,Tq,Tk) fp32 = Q K^T, no 1/sqrt(Dk) (T5 folds it into q's init)
-    const size_t nS = (size_t)B * H * Tq * Tk;
     const int64_t sQ = (int64_t)Tq * Dk, sK = (int64_t)Tk * Dk, sS = (int64_t)Tq * Tk;
+    const void* sc;
+    DType sdt;
     if (M->opt.scores_fp32 || X == DT_F32) {
         bmm(M->scores, DT_F32, a->q, false, a->k, true, X, B * H, Tq, Tk, Dk, sQ, sK, sS, s);
+        sc = M->scores;
+        sdt = DT_F32;
     } else {
         // NOTE(numerics): as HF autocast, the Q K^T matmul outputs X; the position bias and the mask are then
         // added in fp32 (transformers 5 adds them out of place, promoting to fp32) and the softmax runs in fp32.
         // Measured on the tiny fixtures: fp32 scores put fp16 gradients 1.9x over tolerance vs HF (scores_fp32).
+        // The softmax kernel reads the X scores as fp32 itself (no cast pass).
         bmm(M->dS, X, a->q, false, a->k, true, X, B * H, Tq, Tk, Dk, sQ, sK, sS, s);
-        cast(M->scores, DT_F32, M->dS, X, nS, s);
+        sc = M->dS;
+        sdt = X;
     }
-    void* pd = p > 0 ? a->probs_drop : a->probs;
-    attention_softmax_forward(a->probs, pd, M->PX, M->scores, bias, key_mask, causal, 0, B, H, Tq, Tk, p, M->seed,
-                              off_probs, s);
-    if (a->probs_x) {
-        cast(a->probs_x, X, pd, M->PX, nS, s);
-        pd = a->probs_x;
-    }
+    // P of P V: X, written by the softmax kernel (dropout applied) unless it is the probs themselves
+    const bool sep = attn_separate_pv(M);
+    const void* pd = sep ? a->probs_drop : a->probs;
+    attention_softmax_forward_ex(a->probs, M->PX, sep ? a->probs_drop : NULL, X, sc, sdt, bias, key_mask, causal, 0, B,
+                                 H, Tq, Tk, p, M->seed, off_probs, s);
     // ctx heads (B,H,Tq,Dk) = dropout(P) V -> merged (B*Tq, HD)
     bmm(M->lin, X, pd, false, a->v, false, X, B * H, Tq, Dk, Tk, sS, sK, sQ, s);
     merge_heads(a->ctx, M->lin, X, B, Tq, H, Dk, s);
@@ -577,7 +620,7 @@ static void attn_backward(T5Model* M, void* wb, float* gb, AttnIdx w, const Attn
     const int B = M->B, H = M->H, Dk = M->Dk, HD = M->HD, D = M->D;
     const int Nq = B * Tq, Nk = B * Tk;
     const float p = M->p;
-    const void* pd = a->probs_x ? a->probs_x : p > 0 ? a->probs_drop : a->probs;  // the X operand of P V
+    const void* pd = attn_separate_pv(M) ? a->probs_drop : a->probs;  // the X operand of P V
     const int64_t sQ = (int64_t)Tq * Dk, sK = (int64_t)Tk * Dk, sS = (int64_t)Tq * Tk;
     residual_dropout_backward(M->dbranch, X, dres, (size_t)Nq * D, p, M->seed, off_out, s);
     linear_backward(M->dctx, X, false, gptr(M, gb, w.o), DT_F32, M->dbranch, a->ctx, wptr(M, wb, w.o), X, Nq, D, HD, s);
@@ -587,12 +630,8 @@ static void attn_backward(T5Model* M, void* wb, float* gb, AttnIdx w, const Attn
     bmm(M->dvh, X, pd, true, M->dOh, false, X, B * H, Tk, Dk, Tq, sS, sQ, sK, s);
     // softmax backward with the stored PX probabilities; dS PX, then X for the GEMMs (HF: the fp32 softmax
     // gradient is cast to X by the backward of scores.float())
-    attention_softmax_backward(M->dS, dbias, M->PX, M->dP, a->probs, B, H, Tq, Tk, p, M->seed, off_probs, s);
+    attention_softmax_backward_ex(M->dS, X, dbias, M->dP, a->probs, M->PX, B, H, Tq, Tk, p, M->seed, off_probs, s);
     const void* dSx = M->dS;
-    if (M->PX != X) {
-        cast(M->dP, X, M->dS, M->PX, (size_t)B * H * Tq * Tk, s);
-        dSx = M->dP;
-    }
     // dQ (B,H,Tq,Dk) = dS K ; dK (B,H,Tk,Dk) = dS^T Q
     bmm(M->dqh, X, dSx, false, a->k, false, X, B * H, Tq, Dk, Tk, sS, sK, sQ, s);
     bmm(M->dkh, X, dSx, true, a->q, false, X, B * H, Tk, Dk, Tq, sS, sQ, sK, s);
@@ -631,8 +670,11 @@ static void ff_forward(T5Model* M, void* wb, const BlockParamIdx* pi, FFActs* f,
         gated_gelu_forward(f->g, f->a, f->b, X, NF, s);
         act = f->g;
     } else {
-        linear_forward(f->a, X, f->ln, wptr(M, wb, pi->wi), X, N, F, D, s);
-        relu_forward(f->a, f->a, X, NF, s);
+        // a = relu(ln Wi^T): ReLU in the GEMM epilogue (on the fp32 accumulator, then one rounding: the same
+        // values as rounding first, rounding is monotone and keeps the sign)
+        GemmDesc g = {.M = N, .N = F, .K = D, .trans_a = false, .trans_b = true, .dt_ab = X, .dt_d = X, .batch = 1,
+                      .alpha = 1.0f, .beta = 0.0f, .epilogue = GEMM_EPI_RELU};
+        matmul(&g, f->a, f->ln, wptr(M, wb, pi->wi), s);
         act = f->a;
     }
     void* act_d = act;
@@ -659,7 +701,7 @@ static void ff_backward(T5Model* M, void* wb, float* gb, const BlockParamIdx* pi
     residual_dropout_backward(M->dbranch, X, dres, (size_t)N * D, p, M->seed, off_out, s);
     linear_backward(M->dff, X, false, gptr(M, gb, pi->wo), DT_F32, M->dbranch, act_d, wptr(M, wb, pi->wo), X, N, D,
                     F, s);
-    if (p > 0) dropout_backward(M->dff, M->dff, X, NF, p, M->seed, off_act, s);
+    if (p > 0 && M->gated) dropout_backward(M->dff, M->dff, X, NF, p, M->seed, off_act, s);
     if (M->gated) {
         gated_gelu_backward(M->dfa, M->dfb, M->dff, f->a, f->b, X, NF, s);
         linear_backward(M->dln, X, false, gptr(M, gb, pi->wi0), DT_F32, M->dfa, f->ln, wptr(M, wb, pi->wi0), X, N, F,
@@ -667,7 +709,7 @@ static void ff_backward(T5Model* M, void* wb, float* gb, const BlockParamIdx* pi
         linear_backward(M->dln, X, true, gptr(M, gb, pi->wi1), DT_F32, M->dfb, f->ln, wptr(M, wb, pi->wi1), X, N, F,
                         D, s);
     } else {
-        relu_backward(M->dff, M->dff, f->a, X, NF, s);
+        relu_dropout_backward(M->dff, M->dff, f->a, X, NF, p, M->seed, off_act, s);  // both in one pass
         linear_backward(M->dln, X, false, gptr(M, gb, pi->wi), DT_F32, M->dff, f->ln, wptr(M, wb, pi->wi), X, N, F, D,
                         s);
     }
@@ -744,14 +786,14 @@ static void dec_block_backward(T5Model* M, int l, void* wb, float* gb, cudaStrea
 // ---------------------------------------------------------------------------------------------
 // whole model
 
-void t5_model_forward(T5Model* M, bool with_grad, float grad_scale, uint64_t seed, cudaStream_t s) {
+// The kernels of forward_body and backward_body read the dropout seed from M->seed_dev (stored in stream order
+// by the caller), so the same launches can be captured once in a CUDA graph and replayed with a new seed.
+static void forward_body(T5Model* M, float grad_scale, cudaStream_t s) {
     ZeroEngine* Z = M->Z;
     const DType X = M->X;
     const int B = M->B, Ts = M->Ts, Tt = M->Tt, D = M->D, V = M->V;
     const size_t Ns = (size_t)B * Ts, Nt = (size_t)B * Tt;
-    M->seed = seed;
-    M->p = M->train ? M->opt.dropout_rate : 0.0f;
-    M->fwd_with_grad = with_grad && M->has_labels;
+    const uint64_t seed = M->seed;  // ignored by the kernels while the device seed is set (dropout.cuh)
     void* wb;
 
     // encoder: h = dropout(embed(ids)) (fp32 residual; T5 does not scale the embedding)
@@ -812,9 +854,17 @@ void t5_model_forward(T5Model* M, bool with_grad, float grad_scale, uint64_t see
         CUDA_CHECK(cudaMemsetAsync(M->loss, 0, sizeof(float), s));
 }
 
-void t5_model_backward(T5Model* M, cudaStream_t s) {
-    if (!M->fwd_with_grad)
-        t5_die(T5_EXIT_FAILURE, "internal: t5_model_backward without a forward(with_grad) over a batch with labels");
+void t5_model_forward(T5Model* M, bool with_grad, float grad_scale, uint64_t seed, cudaStream_t s) {
+    M->seed = seed;
+    M->p = M->train ? M->opt.dropout_rate : 0.0f;
+    M->fwd_with_grad = with_grad && M->has_labels;
+    dropout_store_seed(M->seed_dev, seed, s);
+    dropout_set_device_seed(M->seed_dev);
+    forward_body(M, grad_scale, s);
+    dropout_set_device_seed(NULL);
+}
+
+static void backward_body(T5Model* M, cudaStream_t s) {
     ZeroEngine* Z = M->Z;
     const DType X = M->X;
     const int B = M->B, Ts = M->Ts, Tt = M->Tt, D = M->D, V = M->V, H = M->H;
@@ -835,7 +885,7 @@ void t5_model_backward(T5Model* M, cudaStream_t s) {
     linear_backward(M->dln, X, false, gptr(M, gb, M->p_lm_head), DT_F32, M->dlogits, M->lm_in,
                     wptr(M, wb, M->p_lm_head), X, (int)Nt, V, D, s);
     zero_release(Z, M->u_lm, s);
-    if (!M->tied) zero_grad_ready(Z, M->u_lm, s);
+    if (!M->tied) unit_grad_ready(M, M->u_lm, s);
     cast(M->dlm32, DT_F32, M->dln, X, Nt * D, s);
     if (M->tied) scale_inplace(M->dlm32, DT_F32, Nt * D, 1.0f / sqrtf((float)D), s);
     if (M->p > 0)
@@ -854,7 +904,7 @@ void t5_model_backward(T5Model* M, cudaStream_t s) {
         if (ckpt) dec_block_forward(M, l, wb, false, s);
         dec_block_backward(M, l, wb, gb, s);
         zero_release(Z, u, s);
-        zero_grad_ready(Z, u, s);
+        unit_grad_ready(M, u, s);
     }
     if (M->p > 0)
         dropout_backward(M->dres_dec, M->dres_dec, DT_F32, Nt * D, M->p, M->seed,
@@ -871,7 +921,7 @@ void t5_model_backward(T5Model* M, cudaStream_t s) {
     rmsnorm_backward(M->dres_enc, gptr(M, gb, M->p_enc_final), M->d_enc, DT_F32, M->resid_enc[M->L],
                      nwptr(M, wb, M->p_enc_final), M->NX, M->rstd_encf, (int)Ns, D, M->rms_scratch, s);
     zero_release(Z, M->u_final, s);
-    zero_grad_ready(Z, M->u_final, s);
+    unit_grad_ready(M, M->u_final, s);
 
     for (int l = M->L - 1; l >= 0; l--) {
         int u = params_unit_enc_block(M->t, l);
@@ -880,13 +930,97 @@ void t5_model_backward(T5Model* M, cudaStream_t s) {
         if (ckpt) enc_block_forward(M, l, wb, false, s);
         enc_block_backward(M, l, wb, gb, s);
         zero_release(Z, u, s);
-        zero_grad_ready(Z, u, s);
+        unit_grad_ready(M, u, s);
     }
     if (M->p > 0)
         dropout_backward(M->dres_enc, M->dres_enc, DT_F32, Ns * D, M->p, M->seed,
                          site_offset(STACK_ENCODER, -1, SITE_EMBED), s);
     gb = zero_grad(Z, M->u_shared);
     embedding_backward(gptr(M, gb, M->p_embed), M->dres_enc, M->input_ids, (int)Ns, D, V, M->emb_scratch, s);
-    zero_grad_ready(Z, M->u_shared, s);
+    unit_grad_ready(M, M->u_shared, s);
+}
+
+void t5_model_backward(T5Model* M, cudaStream_t s) {
+    if (!M->fwd_with_grad)
+        t5_die(T5_EXIT_FAILURE, "internal: t5_model_backward without a forward(with_grad) over a batch with labels");
+    M->ready_count = 0;
+    dropout_set_device_seed(M->seed_dev);
+    backward_body(M, s);
+    dropout_set_device_seed(NULL);
     M->fwd_with_grad = false;
+}
+
+// ---------------------------------------------------------------------------------------------
+// CUDA graphs: forward(with_grad) + backward captured once per fixed shape and replayed.
+// The first call for a shape runs eagerly (lazy one-time work: cuBLASLt plans, kernel attributes); the second
+// captures (ThreadLocal mode: an unsafe call would fail the capture, never run silently) and launches the
+// graph; later calls only store the seed and launch. What the graph cannot see is done on the host around it:
+// the engine's bookkeeping (stage 0 fetch/release are pure bookkeeping with fixed pointers, so the captured
+// pointers stay valid; grad_ready is replayed from the log in the backward's order).
+
+static StepGraph* graph_find(T5Model* M, float p, float grad_scale) {
+    StepGraph* victim = &M->graphs[0];
+    for (int i = 0; i < T5_MAX_GRAPHS; i++) {
+        StepGraph* g = &M->graphs[i];
+        if (g->used && g->B == M->B && g->Ts == M->Ts && g->Tt == M->Tt && g->has_dec_mask == M->has_dec_mask &&
+            g->p == p && g->grad_scale == grad_scale)
+            return g;
+        if (!g->used || (victim->used && g->last_use < victim->last_use)) victim = g;
+    }
+    if (victim->captured) CUDA_CHECK(cudaGraphExecDestroy(victim->exec));
+    free(victim->ready);
+    *victim = (StepGraph){.used = true, .B = M->B, .Ts = M->Ts, .Tt = M->Tt, .has_dec_mask = M->has_dec_mask,
+                          .p = p, .grad_scale = grad_scale};
+    return victim;
+}
+
+void t5_model_forward_backward(T5Model* M, float grad_scale, uint64_t seed, cudaStream_t s) {
+    if (!M->has_labels)
+        t5_die(T5_EXIT_FAILURE, "internal: t5_model_forward_backward over a batch without labels");
+    if (!M->opt.cuda_graph) {
+        t5_model_forward(M, true, grad_scale, seed, s);
+        t5_model_backward(M, s);
+        return;
+    }
+    const float p = M->train ? M->opt.dropout_rate : 0.0f;
+    StepGraph* g = graph_find(M, p, grad_scale);
+    g->last_use = ++M->graph_clock;
+    if (!g->captured && g->nready == 0 && !g->ready) {  // first sight of this shape: eager, and remember it
+        t5_model_forward(M, true, grad_scale, seed, s);
+        t5_model_backward(M, s);
+        g->ready = malloc_check((size_t)T5_MAX(M->ready_count, 1) * sizeof(int));
+        g->nready = M->ready_count;
+        memcpy(g->ready, M->ready_log, (size_t)M->ready_count * sizeof(int));
+        return;
+    }
+    M->seed = seed;
+    M->p = p;
+    dropout_store_seed(M->seed_dev, seed, s);
+    if (!g->captured) {
+        cudaGraph_t graph;
+        M->fwd_with_grad = true;
+        M->ready_count = 0;
+        dropout_set_device_seed(M->seed_dev);
+        CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        forward_body(M, grad_scale, s);
+        backward_body(M, s);
+        CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+        dropout_set_device_seed(NULL);
+        CUDA_CHECK(cudaGraphInstantiate(&g->exec, graph, 0));
+        CUDA_CHECK(cudaGraphDestroy(graph));
+        g->captured = true;
+        if (M->ready_count != g->nready || memcmp(M->ready_log, g->ready, (size_t)g->nready * sizeof(int)) != 0)
+            t5_die(T5_EXIT_FAILURE, "internal: the captured backward handed units to the engine in another order");
+    } else {
+        // the host bookkeeping the captured calls did at capture time
+        for (int i = 0; i < g->nready; i++) zero_grad_ready(M->Z, g->ready[i], s);
+    }
+    CUDA_CHECK(cudaGraphLaunch(g->exec, s));
+    M->fwd_with_grad = false;
+}
+
+int t5_model_num_graphs(const T5Model* M) {
+    int n = 0;
+    for (int i = 0; i < T5_MAX_GRAPHS; i++) n += M->graphs[i].captured;
+    return n;
 }

@@ -19,6 +19,7 @@
  *   zero_zero_grads(Z, stream);
  *   t5_model_forward(M, true, loss_scale, seed, stream);   // loss + dlogits
  *   t5_model_backward(M, stream);                          // += every unit's fp32 grad, grad_ready
+ *   (or t5_model_forward_backward(M, loss_scale, seed, stream): the same two, as a CUDA graph with opt.cuda_graph)
  *   float loss = t5_model_loss(M, stream);                 // the one host sync, outside fwd/bwd
  */
 #pragma once
@@ -50,6 +51,10 @@ typedef struct {
     bool scores_fp32;              // keep Q K^T in fp32 (default: rounded to X, as HF's autocast matmul)
     bool nongemm_in_x;             // norm weights, relative-bias tables and the embedding lookup read the X working
                                    // weights (default: the fp32 view, as HF autocast runs those ops on fp32 params)
+    // Speed (docs/benchmarks.md). cuda_graph: t5_model_forward_backward captures forward+backward in a CUDA graph
+    // per fixed (B, Ts, Tt, decoder mask, dropout rate, grad_scale) and replays it (small batches are
+    // launch-bound). Bit-identical to the eager path. Needs an engine whose fetch is pure bookkeeping (stage 0).
+    bool cuda_graph;
 } T5ModelOptions;
 
 // A batch in host memory, row-major. decoder_input_ids NULL -> shift-right of labels
@@ -83,6 +88,12 @@ int t5_model_set_batch(T5Model* M, const T5Batch* batch, cudaStream_t stream, ch
 void t5_model_forward(T5Model* M, bool with_grad, float grad_scale, uint64_t seed, cudaStream_t stream);
 // Backward of the last forward(with_grad = true): accumulates (+=) every parameter gradient.
 void t5_model_backward(T5Model* M, cudaStream_t stream);
+// forward(with_grad = true) + backward of the current batch (which must have labels), the same results bit for
+// bit. With opt.cuda_graph: the first call for a shape runs eagerly, the second captures a CUDA graph, later
+// ones store the seed and launch it (at most 8 shapes kept, least recently used replaced). No host sync.
+void t5_model_forward_backward(T5Model* M, float grad_scale, uint64_t seed, cudaStream_t stream);
+// Number of captured graphs held (for tests).
+int t5_model_num_graphs(const T5Model* M);
 
 // Device pointer to the mean loss (1) fp32 of the last forward.
 const float* t5_model_loss_device(const T5Model* M);
