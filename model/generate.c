@@ -1,0 +1,1031 @@
+/*
+ * generate.c: greedy and beam-search generation with a KV cache (see generate.h for the contract and
+ * docs/generate.md for the HF semantics matched, rule by rule).
+ *
+ * Dimension names as model/t5.c: B batch items, Ts source length, D, H, Dk, HD = H*Dk, F, V, L / Ld blocks.
+ * nb = num_beams; I = batch slots in the current decoder batch (items, after compaction); R = I * nb rows;
+ * Tmax = cached positions (max_length - 1 rounded up to 16); t = position of the decoder input token of the
+ * current step (cur_len - 1 in HF's terms); Tk = keys attended this step, t + 1 rounded up to 16 (keys
+ * above t are masked by the causal rule with q_offset = t, so few GEMM shapes occur).
+ *
+ * Numerics: the same kernels and roundings as t5.c's eval forward: fp32 residual stream; RMSNorm weights,
+ * the relative-bias table and the embedding lookup read the fp32 view of the parameters; Q K^T is rounded
+ * to X and the bias and masks are added in fp32 inside the softmax; P is rounded to X for P V; the final
+ * norm (and the tied D^-0.5 scale) in fp32, rounded once to X for lm_head. Dropout is off.
+ *
+ * Data flow of one decoder step (rows r = slot * nb + beam):
+ *   x (R, D) fp32 = embed(tok)
+ *   per block: self-attention with the cache: q, k, v = rmsnorm(x) W^T; k, v -> cache[r, h, t, :];
+ *              S (R*H, 1, Tk) = q K^T; P = softmax(S + bias[h, t, :] + causal(q_offset t)); ctx = P V; x += ctx Wo^T
+ *              cross-attention: q (I, nb, H, Dk) -> (I, H, nb, Dk): one GEMM per (item, head) against the
+ *              item's encoder K/V (I, H, Ts, Dk), computed once per batch; x += ...
+ *              feed-forward; x += ...
+ *   logits (R, V) X = lm_head(final_norm(x)) -> per row top-K (decode_topk) -> host search bookkeeping.
+ * Beam reordering and compaction gather the caches' rows (decode_gather_rows) into the second of two
+ * buffers and swap.
+ */
+#include "generate.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "../cuda/activation.cuh"
+#include "../cuda/attention_softmax.cuh"
+#include "../cuda/check.h"
+#include "../cuda/decode.cuh"
+#include "../cuda/dropout.cuh"
+#include "../cuda/elementwise.cuh"
+#include "../cuda/embedding.cuh"
+#include "../cuda/matmul.cuh"
+#include "../cuda/position_bias.cuh"
+#include "../cuda/rmsnorm.cuh"
+#include "../src/common.h"
+#include "relpos.h"
+
+#define GEN_TK_ROUND 16   // key-length bucket of the self-attention GEMMs
+#define GEN_ROW_ROUND 8   // compaction keeps a multiple of this many rows
+#define GEN_NEG_INF_SCORE (-1.0e9f)  // HF's "very large negative" beam score
+
+void generate_options_default(GenerateOptions* o) {
+    memset(o, 0, sizeof *o);
+    o->max_length = 128;
+    o->min_length = 0;
+    o->num_beams = 1;
+    o->length_penalty = 1.0f;
+    o->early_stopping = GEN_EARLY_STOP_FALSE;
+    o->no_repeat_ngram_size = 0;
+}
+
+int generate_options_check(const GenerateOptions* o, char* err, size_t errlen) {
+    if (o->num_beams < 1) {
+        snprintf(err, errlen, "num_beams = %d: it must be >= 1 (1 = greedy)", o->num_beams);
+        return -1;
+    }
+    if (o->num_beams > 64) {
+        snprintf(err, errlen, "num_beams = %d: at most 64 beams are supported", o->num_beams);
+        return -1;
+    }
+    if (o->max_length < 2) {
+        snprintf(err, errlen,
+                 "generation max_length = %d: it counts the decoder start token, so it must be >= 2 to generate "
+                 "anything (set generation_max_length or val_max_target_length)",
+                 o->max_length);
+        return -1;
+    }
+    if (o->min_length < 0) {
+        snprintf(err, errlen, "min_length = %d must be >= 0", o->min_length);
+        return -1;
+    }
+    if (o->no_repeat_ngram_size != 0) {
+        snprintf(err, errlen, "not implemented yet: no_repeat_ngram_size = %d (only 0 is supported)",
+                 o->no_repeat_ngram_size);
+        return -1;
+    }
+    if (!isfinite(o->length_penalty)) {
+        snprintf(err, errlen, "length_penalty must be finite");
+        return -1;
+    }
+    if (o->early_stopping != GEN_EARLY_STOP_FALSE && o->early_stopping != GEN_EARLY_STOP_TRUE &&
+        o->early_stopping != GEN_EARLY_STOP_NEVER) {
+        snprintf(err, errlen, "early_stopping = %d: expected false, true or \"never\"", (int)o->early_stopping);
+        return -1;
+    }
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// structures
+
+typedef struct {
+    int q, k, v, o, relbias, ln;
+    int cq, ck, cv, co, cln;
+    int wi, wi0, wi1, wo, ffln;
+} GenBlockIdx;
+
+struct T5Generator {
+    const ParamTable* t;
+    ZeroEngine* Z;
+    GenerateOptions opt;
+    DType X;
+    size_t xs;
+    int D, H, Dk, HD, F, V, L, Ld, NB, max_dist;
+    float eps;
+    bool gated, tied;
+    int pad_id, eos_id, start_id, fill_id;
+    int max_B, max_Ts, nb, max_R, Tmax, K;
+
+    GenBlockIdx* enc_idx;  // (L)
+    GenBlockIdx* dec_idx;  // (Ld)
+    int p_embed, p_lm_head, p_enc_final, p_dec_final;
+    int u_shared, u_final, u_lm;
+    float* cur_mb;  // fp32 view of the unit fetched last
+
+    // ---- device (one arena)
+    int* e_ids;           // (B, Ts) int32
+    int* e_mask[2];       // (B, Ts) int32 key mask; two buffers for compaction
+    int* buckets_enc;     // (2*max_Ts-1) int32
+    int* buckets_dec;     // (2*Tmax-1) int32
+    int relo_enc, relo_dec;
+    float* bias_enc;      // (H, Ts, Ts) fp32
+    float* e_x;           // (B*Ts, D) fp32 residual
+    void* e_ln;           // (B*Ts, D) X
+    float* e_rstd;        // (B*Ts) fp32
+    void *e_q, *e_k, *e_v;  // (B, H, Ts, Dk) X
+    float* e_scores;      // (B, H, Ts, Ts) fp32
+    void* e_sx;           // (B, H, Ts, Ts) X: Q K^T rounded, then the probabilities
+    void* e_lin;          // (B*Ts, max(HD, D)) X
+    void* e_ctx;          // (B*Ts, HD) X
+    void *e_ffa, *e_ffb;  // (B*Ts, F) X
+    float* e_out32;       // (B*Ts, D) fp32 final norm output
+    void* e_out;          // (B*Ts, D) X
+    void** ck[2];         // [gen][Ld] -> (B, H, Ts, Dk) X cross-attention keys
+    void** cv[2];         // [gen][Ld] -> (B, H, Ts, Dk) X
+    void** sk[2];         // [gen][Ld] -> (R, H, Tmax, Dk) X self-attention key cache
+    void** sv[2];         // [gen][Ld] -> (R, H, Tmax, Dk) X
+    int* d_tok;           // (R) int32 decoder input tokens
+    int* d_gidx;          // (R) int32 row gather indices
+    int* d_iidx;          // (B) int32 slot gather indices
+    float* d_score;       // (R) fp32 running beam scores
+    float* bias_dec;      // (H, 1, Tmax) fp32
+    float* d_x;           // (R, D) fp32
+    void* d_ln;           // (R, D) X
+    float* d_rstd;        // (R) fp32
+    void *d_q, *d_qs, *d_k, *d_v;  // (R, HD) X
+    float* d_scores;      // (R*H*max(Tmax, Ts)) fp32
+    void* d_sx;           // same, X
+    void* d_probs;        // same, X
+    void *d_ctx, *d_ctxh; // (R, HD) X
+    void* d_lin;          // (R, max(D, HD)) X
+    void *d_ffa, *d_ffb;  // (R, F) X
+    float* d_lm32;        // (R, D) fp32
+    void* d_lmx;          // (R, D) X
+    void* d_logits;       // (R, V) X
+    float* d_topv;        // (R, K) fp32
+    int* d_topi;          // (R, K) int32
+    void* arena;
+    size_t arena_bytes, kv_bytes;
+
+    // ---- host (pinned where copied each step)
+    float* h_topv;  // (R, K)
+    int* h_topi;    // (R, K)
+    int* h_tok;     // (R)
+    int* h_gidx;    // (R)
+    int* h_iidx;    // (B)
+    float* h_score; // (R)
+    cudaEvent_t ev[4];
+    GenerateStats stats;
+};
+
+// ---------------------------------------------------------------------------------------------
+// memory layout: one arena; a first pass with base == NULL measures it
+
+typedef struct {
+    char* base;
+    size_t used;
+} GenArena;
+
+static void* take(GenArena* a, size_t bytes) {
+    size_t off = a->used;
+    a->used += CEIL_DIV(bytes ? bytes : 1, (size_t)256) * 256;
+    return a->base ? a->base + off : NULL;
+}
+
+typedef struct {
+    int D, H, Dk, HD, F, V, Ld, B, Ts, R, Tmax, K;
+    size_t xs;
+    bool gated;
+} GenDims;
+
+static void gen_layout(T5Generator* G, const GenDims* d, GenArena* a, size_t* kv_bytes) {
+    const size_t xs = d->xs, Ns = (size_t)d->B * d->Ts, R = (size_t)d->R;
+    const int HD = d->HD, D = d->D, H = d->H;
+    T5Generator dummy;
+    if (!G) {
+        memset(&dummy, 0, sizeof dummy);
+        G = &dummy;
+    }
+    G->e_ids = take(a, Ns * 4);
+    G->e_mask[0] = take(a, Ns * 4);
+    G->e_mask[1] = take(a, Ns * 4);
+    G->buckets_enc = take(a, (size_t)relpos_table_len(d->Ts) * 4);
+    G->buckets_dec = take(a, (size_t)relpos_table_len(d->Tmax) * 4);
+    G->bias_enc = take(a, (size_t)H * d->Ts * d->Ts * 4);
+    G->e_x = take(a, Ns * D * 4);
+    G->e_ln = take(a, Ns * D * xs);
+    G->e_rstd = take(a, Ns * 4);
+    G->e_q = take(a, Ns * HD * xs);
+    G->e_k = take(a, Ns * HD * xs);
+    G->e_v = take(a, Ns * HD * xs);
+    G->e_scores = take(a, (size_t)d->B * H * d->Ts * d->Ts * 4);
+    G->e_sx = take(a, (size_t)d->B * H * d->Ts * d->Ts * xs);
+    G->e_lin = take(a, Ns * T5_MAX(HD, D) * xs);
+    G->e_ctx = take(a, Ns * HD * xs);
+    G->e_ffa = take(a, Ns * d->F * xs);
+    G->e_ffb = d->gated ? take(a, Ns * d->F * xs) : NULL;
+    G->e_out32 = take(a, Ns * D * 4);
+    G->e_out = take(a, Ns * D * xs);
+    size_t kv0 = a->used;
+    for (int g = 0; g < 2; g++)
+        for (int l = 0; l < d->Ld; l++) {
+            void* p1 = take(a, Ns * HD * xs);
+            void* p2 = take(a, Ns * HD * xs);
+            void* p3 = take(a, R * HD * d->Tmax * xs);
+            void* p4 = take(a, R * HD * d->Tmax * xs);
+            if (G != &dummy) {
+                G->ck[g][l] = p1;
+                G->cv[g][l] = p2;
+                G->sk[g][l] = p3;
+                G->sv[g][l] = p4;
+            }
+        }
+    if (kv_bytes) *kv_bytes = a->used - kv0;
+    G->d_tok = take(a, R * 4);
+    G->d_gidx = take(a, R * 4);
+    G->d_iidx = take(a, (size_t)d->B * 4);
+    G->d_score = take(a, R * 4);
+    G->bias_dec = take(a, (size_t)H * d->Tmax * 4);
+    G->d_x = take(a, R * D * 4);
+    G->d_ln = take(a, R * D * xs);
+    G->d_rstd = take(a, R * 4);
+    G->d_q = take(a, R * HD * xs);
+    G->d_qs = take(a, R * HD * xs);
+    G->d_k = take(a, R * HD * xs);
+    G->d_v = take(a, R * HD * xs);
+    size_t sc = R * H * (size_t)T5_MAX(d->Tmax, d->Ts);
+    G->d_scores = take(a, sc * 4);
+    G->d_sx = take(a, sc * xs);
+    G->d_probs = take(a, sc * xs);
+    G->d_ctx = take(a, R * HD * xs);
+    G->d_ctxh = take(a, R * HD * xs);
+    G->d_lin = take(a, R * T5_MAX(D, HD) * xs);
+    G->d_ffa = take(a, R * d->F * xs);
+    G->d_ffb = d->gated ? take(a, R * d->F * xs) : NULL;
+    G->d_lm32 = take(a, R * D * 4);
+    G->d_lmx = take(a, R * D * xs);
+    G->d_logits = take(a, R * d->V * xs);
+    G->d_topv = take(a, R * d->K * 4);
+    G->d_topi = take(a, R * d->K * 4);
+}
+
+static GenDims gen_dims(const T5Config* c, DType dtype, int max_B, int max_Ts, const GenerateOptions* opt) {
+    GenDims d;
+    d.D = c->d_model;
+    d.H = c->num_heads;
+    d.Dk = c->d_kv;
+    d.HD = c->num_heads * c->d_kv;
+    d.F = c->d_ff;
+    d.V = c->vocab_size;
+    d.Ld = c->num_decoder_layers;
+    d.B = max_B;
+    d.Ts = max_Ts;
+    d.R = max_B * opt->num_beams;
+    d.Tmax = (int)CEIL_DIV((size_t)(opt->max_length - 1), (size_t)GEN_TK_ROUND) * GEN_TK_ROUND;
+    d.K = opt->num_beams > 1 ? 2 * opt->num_beams : 1;
+    d.xs = dtype_size(dtype);
+    d.gated = c->feed_forward == T5_FF_GATED_GELU;
+    return d;
+}
+
+size_t t5_generator_bytes(const T5Config* cfg, DType dtype, int max_B, int max_Ts, const GenerateOptions* opt,
+                          size_t* kv_bytes) {
+    GenDims d = gen_dims(cfg, dtype, max_B, max_Ts, opt);
+    GenArena a = {0};
+    gen_layout(NULL, &d, &a, kv_bytes);
+    return a.used;
+}
+
+static void block_index(const ParamTable* t, T5Stack st, int l, GenBlockIdx* b) {
+    b->q = params_find(t, ROLE_SA_Q, st, l);
+    b->k = params_find(t, ROLE_SA_K, st, l);
+    b->v = params_find(t, ROLE_SA_V, st, l);
+    b->o = params_find(t, ROLE_SA_O, st, l);
+    b->relbias = params_find(t, ROLE_SA_RELBIAS, st, l);
+    b->ln = params_find(t, ROLE_SA_LN, st, l);
+    b->cq = params_find(t, ROLE_CA_Q, st, l);
+    b->ck = params_find(t, ROLE_CA_K, st, l);
+    b->cv = params_find(t, ROLE_CA_V, st, l);
+    b->co = params_find(t, ROLE_CA_O, st, l);
+    b->cln = params_find(t, ROLE_CA_LN, st, l);
+    b->wi = params_find(t, ROLE_FF_WI, st, l);
+    b->wi0 = params_find(t, ROLE_FF_WI0, st, l);
+    b->wi1 = params_find(t, ROLE_FF_WI1, st, l);
+    b->wo = params_find(t, ROLE_FF_WO, st, l);
+    b->ffln = params_find(t, ROLE_FF_LN, st, l);
+}
+
+static double gib(size_t b) { return (double)b / (double)(1ull << 30); }
+
+T5Generator* t5_generator_create(const ParamTable* t, ZeroEngine* Z, int max_B, int max_Ts,
+                                 const GenerateOptions* opt, char* err, size_t errlen) {
+    if (generate_options_check(opt, err, errlen)) return NULL;
+    if (max_B < 1 || max_Ts < 1) {
+        snprintf(err, errlen, "generation batch shape (B %d, Ts %d) must be positive", max_B, max_Ts);
+        return NULL;
+    }
+    const T5Config* c = &t->cfg;
+    const DType X = zero_working_dtype(Z);
+    if ((int64_t)max_B * opt->num_beams > (1 << 24)) {
+        snprintf(err, errlen, "generation batch %d x %d beams is too large", max_B, opt->num_beams);
+        return NULL;
+    }
+    GenDims d = gen_dims(c, X, max_B, max_Ts, opt);
+    size_t kv = 0;
+    GenArena a = {0};
+    gen_layout(NULL, &d, &a, &kv);
+    size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    // T5's relative positions put no limit on the length: memory does. Keep 256 MiB for cuBLASLt and friends.
+    const size_t reserve = (size_t)256 << 20;
+    if (a.used + reserve > free_b) {
+        snprintf(err, errlen,
+                 "generation with max_length %d, %d beam(s), eval batch %d and sources up to %d tokens needs %.2f GiB "
+                 "of GPU memory (KV caches %.2f GiB: %d decoder blocks x 2 x (%d x %d cached positions + %d x %d "
+                 "source positions) x %d x %zu bytes), but only %.2f GiB are free: lower generation_max_length, "
+                 "num_beams or per_device_eval_batch_size",
+                 opt->max_length, opt->num_beams, max_B, max_Ts, gib(a.used), gib(kv), d.Ld, d.R, d.Tmax, max_B,
+                 max_Ts, d.HD, d.xs, gib(free_b > reserve ? free_b - reserve : 0));
+        return NULL;
+    }
+    T5Generator* G = calloc_check(1, sizeof *G);
+    G->t = t;
+    G->Z = Z;
+    G->opt = *opt;
+    G->X = X;
+    G->xs = dtype_size(X);
+    G->D = c->d_model;
+    G->H = c->num_heads;
+    G->Dk = c->d_kv;
+    G->HD = c->num_heads * c->d_kv;
+    G->F = c->d_ff;
+    G->V = c->vocab_size;
+    G->L = c->num_layers;
+    G->Ld = c->num_decoder_layers;
+    G->NB = c->relative_attention_num_buckets;
+    G->max_dist = c->relative_attention_max_distance;
+    G->eps = c->layer_norm_epsilon;
+    G->gated = c->feed_forward == T5_FF_GATED_GELU;
+    G->tied = c->tie_word_embeddings;
+    G->pad_id = c->pad_token_id;
+    G->eos_id = c->eos_token_id;
+    G->start_id = c->decoder_start_token_id;
+    // HF _beam_search: output_fill_value = pad_token_id or eos_token_id[0] (a pad id of 0 is falsy in Python)
+    G->fill_id = c->pad_token_id ? c->pad_token_id : c->eos_token_id;
+    G->max_B = max_B;
+    G->max_Ts = max_Ts;
+    G->nb = opt->num_beams;
+    G->max_R = d.R;
+    G->Tmax = d.Tmax;
+    G->K = d.K;
+    G->enc_idx = calloc_check((size_t)G->L, sizeof(GenBlockIdx));
+    G->dec_idx = calloc_check((size_t)G->Ld, sizeof(GenBlockIdx));
+    for (int l = 0; l < G->L; l++) block_index(t, STACK_ENCODER, l, &G->enc_idx[l]);
+    for (int l = 0; l < G->Ld; l++) block_index(t, STACK_DECODER, l, &G->dec_idx[l]);
+    G->p_embed = params_find(t, ROLE_EMBED, STACK_NONE, -1);
+    G->p_lm_head = G->tied ? G->p_embed : params_find(t, ROLE_LM_HEAD, STACK_NONE, -1);
+    G->p_enc_final = params_find(t, ROLE_FINAL_LN, STACK_ENCODER, -1);
+    G->p_dec_final = params_find(t, ROLE_FINAL_LN, STACK_DECODER, -1);
+    G->u_shared = params_unit_shared(t);
+    G->u_final = params_unit_final_norms(t);
+    G->u_lm = G->tied ? G->u_shared : params_unit_lm_head(t);
+    for (int g = 0; g < 2; g++) {
+        G->ck[g] = calloc_check((size_t)G->Ld, sizeof(void*));
+        G->cv[g] = calloc_check((size_t)G->Ld, sizeof(void*));
+        G->sk[g] = calloc_check((size_t)G->Ld, sizeof(void*));
+        G->sv[g] = calloc_check((size_t)G->Ld, sizeof(void*));
+    }
+    if (cudaMalloc(&G->arena, a.used) != cudaSuccess) {
+        (void)cudaGetLastError();
+        snprintf(err, errlen,
+                 "out of GPU memory for generation: %.2f GiB needed (KV caches %.2f GiB) for max_length %d, %d "
+                 "beam(s), batch %d, sources up to %d tokens; %.2f GiB free",
+                 gib(a.used), gib(kv), opt->max_length, opt->num_beams, max_B, max_Ts, gib(free_b));
+        t5_generator_destroy(G);
+        return NULL;
+    }
+    G->arena_bytes = a.used;
+    G->kv_bytes = kv;
+    // stale cache positions are masked (probability 0) but must be finite: 0 * NaN would poison P V
+    CUDA_CHECK(cudaMemset(G->arena, 0, a.used));
+    a = (GenArena){.base = G->arena};
+    gen_layout(G, &d, &a, NULL);
+
+    int nbe = relpos_table_len(max_Ts), nbd = relpos_table_len(G->Tmax);
+    int* h = malloc_check((size_t)T5_MAX(nbe, nbd) * sizeof(int));
+    G->relo_enc = relpos_bucket_table(h, max_Ts, true, G->NB, G->max_dist);
+    CUDA_CHECK(cudaMemcpy(G->buckets_enc, h, (size_t)nbe * sizeof(int), cudaMemcpyHostToDevice));
+    G->relo_dec = relpos_bucket_table(h, G->Tmax, false, G->NB, G->max_dist);
+    CUDA_CHECK(cudaMemcpy(G->buckets_dec, h, (size_t)nbd * sizeof(int), cudaMemcpyHostToDevice));
+    free(h);
+
+    const size_t R = (size_t)G->max_R, K = (size_t)G->K;
+    CUDA_CHECK(cudaMallocHost((void**)&G->h_topv, R * K * sizeof(float)));
+    CUDA_CHECK(cudaMallocHost((void**)&G->h_topi, R * K * sizeof(int)));
+    CUDA_CHECK(cudaMallocHost((void**)&G->h_tok, R * sizeof(int)));
+    CUDA_CHECK(cudaMallocHost((void**)&G->h_gidx, R * sizeof(int)));
+    CUDA_CHECK(cudaMallocHost((void**)&G->h_iidx, (size_t)max_B * sizeof(int)));
+    CUDA_CHECK(cudaMallocHost((void**)&G->h_score, R * sizeof(float)));
+    for (int i = 0; i < 4; i++) CUDA_CHECK(cudaEventCreate(&G->ev[i]));
+    matmul_init();
+    return G;
+}
+
+void t5_generator_destroy(T5Generator* G) {
+    if (!G) return;
+    if (G->arena) cudaFree(G->arena);
+    if (G->h_topv) cudaFreeHost(G->h_topv);
+    if (G->h_topi) cudaFreeHost(G->h_topi);
+    if (G->h_tok) cudaFreeHost(G->h_tok);
+    if (G->h_gidx) cudaFreeHost(G->h_gidx);
+    if (G->h_iidx) cudaFreeHost(G->h_iidx);
+    if (G->h_score) cudaFreeHost(G->h_score);
+    for (int i = 0; i < 4; i++)
+        if (G->ev[i]) cudaEventDestroy(G->ev[i]);
+    for (int g = 0; g < 2; g++) {
+        free(G->ck[g]);
+        free(G->cv[g]);
+        free(G->sk[g]);
+        free(G->sv[g]);
+    }
+    free(G->enc_idx);
+    free(G->dec_idx);
+    free(G);
+}
+
+const GenerateStats* t5_generator_stats(const T5Generator* G) { return &G->stats; }
+void t5_generator_reset_stats(T5Generator* G) { memset(&G->stats, 0, sizeof G->stats); }
+
+// ---------------------------------------------------------------------------------------------
+// helpers
+
+static inline void* wp(const T5Generator* G, void* wb, int pidx) {
+    return (char*)wb + G->t->params[pidx].offset * G->xs;
+}
+// fp32 weights of a non-GEMM op (norm weight, bias table, embedding lookup): HF autocast uses fp32 params there
+static inline const float* nwp(const T5Generator* G, int pidx) { return G->cur_mb + G->t->params[pidx].offset; }
+
+static void* unit_fetch(T5Generator* G, int unit, cudaStream_t s) {
+    void* wb = zero_fetch(G->Z, unit, s);
+    G->cur_mb = (float*)zero_fetch_fp32(G->Z, unit, s);
+    return wb;
+}
+
+static void bmm(void* d, DType dt_d, const void* a, bool ta, const void* b, bool tb, DType dt_ab, int batch, int m,
+                int n, int k, int64_t sa, int64_t sb, int64_t sd, cudaStream_t s) {
+    GemmDesc g = {.M = m, .N = n, .K = k, .trans_a = ta, .trans_b = tb, .dt_ab = dt_ab, .dt_d = dt_d,
+                  .batch = batch, .stride_a = sa, .stride_b = sb, .stride_d = sd, .alpha = 1.0f, .beta = 0.0f,
+                  .epilogue = GEMM_EPI_NONE};
+    matmul(&g, d, a, b, s);
+}
+
+// S (batch, m, n) fp32 = A B^T with t5.c's rounding: X output then fp32 (HF autocast), fp32 directly in fp32 runs
+static void scores_gemm(T5Generator* G, float* S, void* Sx, const void* A, const void* Bm, int batch, int m, int n,
+                        int k, int64_t sa, int64_t sb, cudaStream_t s) {
+    if (G->X == DT_F32) {
+        bmm(S, DT_F32, A, false, Bm, true, DT_F32, batch, m, n, k, sa, sb, (int64_t)m * n, s);
+    } else {
+        // NOTE(numerics): as t5.c (and HF autocast), Q K^T is rounded to X; bias and masks are added in fp32
+        bmm(Sx, G->X, A, false, Bm, true, G->X, batch, m, n, k, sa, sb, (int64_t)m * n, s);
+        cast(S, DT_F32, Sx, G->X, (size_t)batch * m * n, s);
+    }
+}
+
+// feed-forward sublayer on N rows: x (N, D) fp32 += wo(act(rmsnorm(x) Wi^T))
+static void ff_forward(T5Generator* G, void* wb, const GenBlockIdx* pi, float* x, void* ln, float* rstd, void* fa,
+                       void* fb, void* lin, int N, cudaStream_t s) {
+    const DType X = G->X;
+    const int D = G->D, F = G->F;
+    rmsnorm_forward(ln, X, rstd, x, nwp(G, pi->ffln), DT_F32, N, D, G->eps, s);
+    if (G->gated) {
+        linear_forward(fa, X, ln, wp(G, wb, pi->wi0), X, N, F, D, s);
+        linear_forward(fb, X, ln, wp(G, wb, pi->wi1), X, N, F, D, s);
+        gated_gelu_forward(fa, fa, fb, X, (size_t)N * F, s);
+    } else {
+        linear_forward(fa, X, ln, wp(G, wb, pi->wi), X, N, F, D, s);
+        relu_forward(fa, fa, X, (size_t)N * F, s);
+    }
+    linear_forward(lin, X, fa, wp(G, wb, pi->wo), X, N, D, F, s);
+    residual_dropout_add(x, lin, X, (size_t)N * D, 0.0f, 0, 0, s);
+}
+
+// ---------------------------------------------------------------------------------------------
+// encoder (once per batch) and the cross-attention K/V of every decoder block
+
+static void encoder_forward(T5Generator* G, int B, int Ts, const int* mask, int gen, cudaStream_t s) {
+    const DType X = G->X;
+    const int D = G->D, H = G->H, Dk = G->Dk, HD = G->HD, N = B * Ts;
+    const int64_t sQ = (int64_t)Ts * Dk, sS = (int64_t)Ts * Ts;
+    ZeroEngine* Z = G->Z;
+    unit_fetch(G, G->u_shared, s);
+    embedding_forward(G->e_x, G->e_ids, nwp(G, G->p_embed), DT_F32, N, D, s);
+    zero_release(Z, G->u_shared, s);
+    for (int l = 0; l < G->L; l++) {
+        const GenBlockIdx* pi = &G->enc_idx[l];
+        int u = params_unit_enc_block(G->t, l);
+        void* wb = unit_fetch(G, u, s);
+        if (l == 0)
+            position_bias_forward(G->bias_enc, nwp(G, pi->relbias), DT_F32, G->buckets_enc, G->relo_enc, G->NB, H, Ts,
+                                  Ts, 0, s);
+        rmsnorm_forward(G->e_ln, X, G->e_rstd, G->e_x, nwp(G, pi->ln), DT_F32, N, D, G->eps, s);
+        linear_forward(G->e_lin, X, G->e_ln, wp(G, wb, pi->q), X, N, HD, D, s);
+        split_heads(G->e_q, G->e_lin, X, B, Ts, H, Dk, s);
+        linear_forward(G->e_lin, X, G->e_ln, wp(G, wb, pi->k), X, N, HD, D, s);
+        split_heads(G->e_k, G->e_lin, X, B, Ts, H, Dk, s);
+        linear_forward(G->e_lin, X, G->e_ln, wp(G, wb, pi->v), X, N, HD, D, s);
+        split_heads(G->e_v, G->e_lin, X, B, Ts, H, Dk, s);
+        scores_gemm(G, G->e_scores, G->e_sx, G->e_q, G->e_k, B * H, Ts, Ts, Dk, sQ, sQ, s);
+        attention_softmax_forward(G->e_sx, G->e_sx, X, G->e_scores, G->bias_enc, mask, false, 0, B, H, Ts, Ts, 0.0f,
+                                  0, 0, s);
+        bmm(G->e_lin, X, G->e_sx, false, G->e_v, false, X, B * H, Ts, Dk, Ts, sS, sQ, sQ, s);
+        merge_heads(G->e_ctx, G->e_lin, X, B, Ts, H, Dk, s);
+        linear_forward(G->e_lin, X, G->e_ctx, wp(G, wb, pi->o), X, N, D, HD, s);
+        residual_dropout_add(G->e_x, G->e_lin, X, (size_t)N * D, 0.0f, 0, 0, s);
+        ff_forward(G, wb, pi, G->e_x, G->e_ln, G->e_rstd, G->e_ffa, G->e_ffb, G->e_lin, N, s);
+        zero_release(Z, u, s);
+    }
+    unit_fetch(G, G->u_final, s);
+    rmsnorm_forward(G->e_out32, DT_F32, G->e_rstd, G->e_x, nwp(G, G->p_enc_final), DT_F32, N, D, G->eps, s);
+    zero_release(Z, G->u_final, s);
+    cast(G->e_out, X, G->e_out32, DT_F32, (size_t)N * D, s);
+    // cross-attention keys and values of every decoder block, (B, H, Ts, Dk), once per batch
+    for (int l = 0; l < G->Ld; l++) {
+        const GenBlockIdx* pi = &G->dec_idx[l];
+        int u = params_unit_dec_block(G->t, l);
+        void* wb = unit_fetch(G, u, s);
+        linear_forward(G->e_lin, X, G->e_out, wp(G, wb, pi->ck), X, N, HD, D, s);
+        split_heads(G->ck[gen][l], G->e_lin, X, B, Ts, H, Dk, s);
+        linear_forward(G->e_lin, X, G->e_out, wp(G, wb, pi->cv), X, N, HD, D, s);
+        split_heads(G->cv[gen][l], G->e_lin, X, B, Ts, H, Dk, s);
+        zero_release(Z, u, s);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// one decoder step over R = I * nb rows at position t -> logits (R, V) X
+
+static void decoder_step(T5Generator* G, int I, int Ts, int t, int sgen, int cgen, const int* mask, cudaStream_t s) {
+    const DType X = G->X;
+    const int nb = G->nb, R = I * nb, D = G->D, H = G->H, Dk = G->Dk, HD = G->HD, Tmax = G->Tmax;
+    const int Tk = T5_MIN((int)CEIL_DIV((size_t)(t + 1), (size_t)GEN_TK_ROUND) * GEN_TK_ROUND, Tmax);
+    const size_t xs = G->xs;
+    ZeroEngine* Z = G->Z;
+    unit_fetch(G, G->u_shared, s);
+    embedding_forward(G->d_x, G->d_tok, nwp(G, G->p_embed), DT_F32, R, D, s);
+    zero_release(Z, G->u_shared, s);
+    for (int l = 0; l < G->Ld; l++) {
+        const GenBlockIdx* pi = &G->dec_idx[l];
+        int u = params_unit_dec_block(G->t, l);
+        void* wb = unit_fetch(G, u, s);
+        // the new query row's position bias (q_offset = t), from block 0's table, shared by every block
+        if (l == 0)
+            position_bias_forward(G->bias_dec, nwp(G, pi->relbias), DT_F32, G->buckets_dec, G->relo_dec, G->NB, H, 1,
+                                  Tk, t, s);
+        // ---- self-attention with the cache
+        rmsnorm_forward(G->d_ln, X, G->d_rstd, G->d_x, nwp(G, pi->ln), DT_F32, R, D, G->eps, s);
+        linear_forward(G->d_q, X, G->d_ln, wp(G, wb, pi->q), X, R, HD, D, s);
+        linear_forward(G->d_k, X, G->d_ln, wp(G, wb, pi->k), X, R, HD, D, s);
+        linear_forward(G->d_v, X, G->d_ln, wp(G, wb, pi->v), X, R, HD, D, s);
+        // (R*H) rows of Dk -> cache[r, h, t, :]
+        const size_t row = (size_t)Dk * xs, pitch = (size_t)Tmax * Dk * xs;
+        CUDA_CHECK(cudaMemcpy2DAsync((char*)G->sk[sgen][l] + (size_t)t * row, pitch, G->d_k, row, row,
+                                     (size_t)R * H, cudaMemcpyDeviceToDevice, s));
+        CUDA_CHECK(cudaMemcpy2DAsync((char*)G->sv[sgen][l] + (size_t)t * row, pitch, G->d_v, row, row,
+                                     (size_t)R * H, cudaMemcpyDeviceToDevice, s));
+        scores_gemm(G, G->d_scores, G->d_sx, G->d_q, G->sk[sgen][l], R * H, 1, Tk, Dk, Dk, (int64_t)Tmax * Dk, s);
+        attention_softmax_forward(G->d_probs, G->d_probs, X, G->d_scores, G->bias_dec, NULL, true, t, R, H, 1, Tk,
+                                  0.0f, 0, 0, s);
+        // ctx (R*H, 1, Dk) = P V: already the merged (R, HD) layout
+        bmm(G->d_ctx, X, G->d_probs, false, G->sv[sgen][l], false, X, R * H, 1, Dk, Tk, Tk, (int64_t)Tmax * Dk, Dk,
+            s);
+        linear_forward(G->d_lin, X, G->d_ctx, wp(G, wb, pi->o), X, R, D, HD, s);
+        residual_dropout_add(G->d_x, G->d_lin, X, (size_t)R * D, 0.0f, 0, 0, s);
+        // ---- cross-attention: the nb beams of an item share its encoder K/V
+        rmsnorm_forward(G->d_ln, X, G->d_rstd, G->d_x, nwp(G, pi->cln), DT_F32, R, D, G->eps, s);
+        linear_forward(G->d_q, X, G->d_ln, wp(G, wb, pi->cq), X, R, HD, D, s);
+        split_heads(G->d_qs, G->d_q, X, I, nb, H, Dk, s);  // (I, nb, H, Dk) -> (I, H, nb, Dk)
+        scores_gemm(G, G->d_scores, G->d_sx, G->d_qs, G->ck[cgen][l], I * H, nb, Ts, Dk, (int64_t)nb * Dk,
+                    (int64_t)Ts * Dk, s);
+        attention_softmax_forward(G->d_probs, G->d_probs, X, G->d_scores, NULL, mask, false, 0, I, H, nb, Ts, 0.0f, 0,
+                                  0, s);
+        bmm(G->d_ctxh, X, G->d_probs, false, G->cv[cgen][l], false, X, I * H, nb, Dk, Ts, (int64_t)nb * Ts,
+            (int64_t)Ts * Dk, (int64_t)nb * Dk, s);
+        merge_heads(G->d_ctx, G->d_ctxh, X, I, nb, H, Dk, s);
+        linear_forward(G->d_lin, X, G->d_ctx, wp(G, wb, pi->co), X, R, D, HD, s);
+        residual_dropout_add(G->d_x, G->d_lin, X, (size_t)R * D, 0.0f, 0, 0, s);
+        // ---- feed-forward
+        ff_forward(G, wb, pi, G->d_x, G->d_ln, G->d_rstd, G->d_ffa, G->d_ffb, G->d_lin, R, s);
+        zero_release(Z, u, s);
+    }
+    unit_fetch(G, G->u_final, s);
+    rmsnorm_forward(G->d_lm32, DT_F32, G->d_rstd, G->d_x, nwp(G, G->p_dec_final), DT_F32, R, D, G->eps, s);
+    zero_release(Z, G->u_final, s);
+    if (G->tied) scale_inplace(G->d_lm32, DT_F32, (size_t)R * D, 1.0f / sqrtf((float)D), s);
+    cast(G->d_lmx, X, G->d_lm32, DT_F32, (size_t)R * D, s);
+    void* wb = unit_fetch(G, G->u_lm, s);
+    linear_forward(G->d_logits, X, G->d_lmx, wp(G, wb, G->p_lm_head), X, R, G->V, D, s);
+    zero_release(Z, G->u_lm, s);
+}
+
+// ---------------------------------------------------------------------------------------------
+// search bookkeeping (host)
+
+typedef struct {
+    float v;
+    int key;  // flat index beam * V + token (or a position), the tie-break: lower first
+} Cand;
+
+static int cand_cmp(const void* a, const void* b) {
+    const Cand *x = a, *y = b;
+    if (x->v > y->v) return -1;
+    if (x->v < y->v) return 1;
+    return (x->key > y->key) - (x->key < y->key);
+}
+
+// Python's `float(a) ** float(b)` rounded to fp32 and inverted in fp32: torch's CUDA division of a fp32 tensor by a
+// Python scalar multiplies by the fp32 reciprocal (BinaryDivTrueKernel.cu, CPU-scalar branch).
+static float inv_len_pen(int len, float lp) {
+    float p = (float)pow((double)len, (double)lp);
+    volatile float inv = 1.0f / p;
+    return inv;
+}
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+int t5_generate(T5Generator* G, const int32_t* input_ids, const int32_t* attention_mask, int B, int Ts, int32_t* out,
+                int* out_len, cudaStream_t s, char* err, size_t errlen) {
+    const double t_start = now_ms();
+    if (B < 1 || Ts < 1 || B > G->max_B || Ts > G->max_Ts) {
+        snprintf(err, errlen, "generation batch (B %d, Ts %d) is empty or exceeds the generator's maxima (%d, %d)", B,
+                 Ts, G->max_B, G->max_Ts);
+        return -1;
+    }
+    const int V = G->V, ML = G->opt.max_length, nb = G->nb, K = G->K, H = G->H, Dk = G->Dk;
+    const bool beam = nb > 1;
+    const size_t xs = G->xs;
+    for (int b = 0; b < B; b++) {
+        int n = 0;
+        for (int i = 0; i < Ts; i++) {
+            int v = input_ids[(size_t)b * Ts + i];
+            if (v < 0 || v >= V) {
+                snprintf(err, errlen, "input_ids[%d][%d] = %d is outside [0, %d)", b, i, v, V);
+                return -1;
+            }
+            int m = attention_mask ? attention_mask[(size_t)b * Ts + i] : 1;
+            if (m != 0 && m != 1) {
+                snprintf(err, errlen, "attention_mask[%d][%d] = %d is not 0 or 1", b, i, m);
+                return -1;
+            }
+            n += m;
+        }
+        if (n == 0) {
+            snprintf(err, errlen, "source row %d of the batch has no token (attention_mask all 0)", b);
+            return -1;
+        }
+    }
+    // ---- upload, encoder
+    const size_t Ns = (size_t)B * Ts;
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    CUDA_CHECK(cudaMemcpy(G->e_ids, input_ids, Ns * sizeof(int), cudaMemcpyHostToDevice));
+    if (attention_mask) {
+        CUDA_CHECK(cudaMemcpy(G->e_mask[0], attention_mask, Ns * sizeof(int), cudaMemcpyHostToDevice));
+    } else {
+        int* ones = malloc_check(Ns * sizeof(int));
+        for (size_t i = 0; i < Ns; i++) ones[i] = 1;
+        CUDA_CHECK(cudaMemcpy(G->e_mask[0], ones, Ns * sizeof(int), cudaMemcpyHostToDevice));
+        free(ones);
+    }
+    CUDA_CHECK(cudaEventRecord(G->ev[0], s));
+    encoder_forward(G, B, Ts, G->e_mask[0], 0, s);
+    CUDA_CHECK(cudaEventRecord(G->ev[1], s));
+    int cgen = 0, sgen = 0;
+
+    // ---- host state
+    const int W = ML;  // sequence buffer width
+    int* slot_item = malloc_check((size_t)B * sizeof(int));       // batch row of each slot, -1 padding
+    int* run_seq = malloc_check((size_t)B * nb * W * sizeof(int));  // (slot, beam) running sequences
+    int* run_seq2 = malloc_check((size_t)B * nb * W * sizeof(int));
+    float* run_score = malloc_check((size_t)B * nb * sizeof(float));
+    float* run_score2 = malloc_check((size_t)B * nb * sizeof(float));
+    int* src_beam = malloc_check((size_t)B * nb * sizeof(int));   // per slot: beam each new running beam comes from
+    bool* done = calloc_check((size_t)B, sizeof(bool));
+    bool* unsat = malloc_check((size_t)B * sizeof(bool));
+    int* fin_seq = NULL;
+    float* fin_score = NULL;
+    bool* fin_flag = NULL;
+    int* fin_len = NULL;
+    int* m_seq = NULL;
+    Cand* cands = malloc_check((size_t)nb * K * sizeof(Cand));
+    Cand* merged = malloc_check((size_t)3 * nb * sizeof(Cand));
+    int* ctok = malloc_check((size_t)2 * nb * sizeof(int));
+    int* cbeam = malloc_check((size_t)2 * nb * sizeof(int));
+    float* cval = malloc_check((size_t)2 * nb * sizeof(float));
+    bool* chit = malloc_check((size_t)2 * nb * sizeof(bool));
+    int* new_slot_src = malloc_check((size_t)B * sizeof(int));
+    bool* processed = calloc_check((size_t)B, sizeof(bool));
+    if (!beam)
+        for (int b = 0; b < B; b++) {
+            out[(size_t)b * ML] = G->start_id;
+            for (int c = 1; c < ML; c++) out[(size_t)b * ML + c] = G->pad_id;
+        }
+    if (beam) {
+        fin_seq = malloc_check((size_t)B * nb * W * sizeof(int));
+        fin_score = malloc_check((size_t)B * nb * sizeof(float));
+        fin_flag = calloc_check((size_t)B * nb, sizeof(bool));
+        fin_len = calloc_check((size_t)B * nb, sizeof(int));
+        m_seq = malloc_check((size_t)3 * nb * W * sizeof(int));
+        for (size_t i = 0; i < (size_t)B * nb; i++) {
+            fin_score[i] = GEN_NEG_INF_SCORE;
+            int* q = fin_seq + i * W;
+            q[0] = G->start_id;
+            for (int j = 1; j < W; j++) q[j] = G->fill_id;
+        }
+    }
+    for (int b = 0; b < B; b++) {
+        slot_item[b] = b;
+        unsat[b] = true;
+        for (int j = 0; j < nb; j++) {
+            int* q = run_seq + ((size_t)b * nb + j) * W;
+            q[0] = G->start_id;
+            for (int c = 1; c < W; c++) q[c] = beam ? G->fill_id : G->pad_id;
+            run_score[b * nb + j] = j == 0 ? 0.0f : GEN_NEG_INF_SCORE;
+        }
+    }
+    int I = B, cur_len = 1;
+    int64_t steps = 0, rows = 0;
+    float dec_ms = 0.0f;
+    // compaction granularity in slots: rows (slots * nb) stay a multiple of GEN_ROW_ROUND
+    int g = GEN_ROW_ROUND, q = nb;
+    while (q) {
+        int r = g % q;
+        g = q;
+        q = r;
+    }
+    const int m_items = GEN_ROW_ROUND / g;
+    while (true) {
+        const int R = I * nb, t = cur_len - 1;
+        for (int r = 0; r < R; r++) {
+            G->h_tok[r] = run_seq[(size_t)r * W + t];
+            G->h_score[r] = run_score[r];
+        }
+        CUDA_CHECK(cudaMemcpyAsync(G->d_tok, G->h_tok, (size_t)R * sizeof(int), cudaMemcpyHostToDevice, s));
+        if (beam)
+            CUDA_CHECK(cudaMemcpyAsync(G->d_score, G->h_score, (size_t)R * sizeof(float), cudaMemcpyHostToDevice, s));
+        CUDA_CHECK(cudaEventRecord(G->ev[2], s));
+        decoder_step(G, I, Ts, t, sgen, cgen, G->e_mask[cgen], s);
+        const int ban = cur_len < G->opt.min_length ? G->eos_id : -1;
+        decode_topk(G->d_topv, G->d_topi, G->d_logits, G->X, R, V, K, beam, beam ? G->d_score : NULL, ban, s);
+        CUDA_CHECK(cudaEventRecord(G->ev[3], s));
+        CUDA_CHECK(cudaMemcpyAsync(G->h_topv, G->d_topv, (size_t)R * K * sizeof(float), cudaMemcpyDeviceToHost, s));
+        CUDA_CHECK(cudaMemcpyAsync(G->h_topi, G->d_topi, (size_t)R * K * sizeof(int), cudaMemcpyDeviceToHost, s));
+        CUDA_CHECK(cudaStreamSynchronize(s));
+        float ms = 0;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, G->ev[2], G->ev[3]));
+        dec_ms += ms;
+        steps++;
+        rows += R;
+
+        const bool at_max = cur_len + 1 >= ML;  // every continuation hits MaxLengthCriteria
+        for (int sl = 0; sl < I; sl++) {
+            const int b = slot_item[sl];
+            for (int j = 0; j < nb; j++) src_beam[sl * nb + j] = j;
+            processed[sl] = false;
+            if (b < 0 || done[b]) continue;
+            processed[sl] = true;
+            if (!beam) {
+                // greedy (HF _sample): argmax of the processed logits; finished rows get pad (out is pre-filled)
+                const int tok = G->h_topi[sl];
+                run_seq[(size_t)sl * W + cur_len] = tok;
+                out[(size_t)b * ML + cur_len] = tok;
+                G->stats.tokens++;
+                if (tok == G->eos_id || at_max) done[b] = true;
+                continue;
+            }
+            // ---- beam (HF _beam_search), one batch item
+            const int K2 = 2 * nb;
+            int nc = 0;
+            for (int j = 0; j < nb; j++)
+                for (int k = 0; k < K; k++) {
+                    const size_t r = (size_t)sl * nb + j;
+                    cands[nc].v = G->h_topv[r * K + k];
+                    cands[nc].key = j * V + G->h_topi[r * K + k];
+                    nc++;
+                }
+            qsort(cands, (size_t)nc, sizeof(Cand), cand_cmp);
+            for (int k = 0; k < K2; k++) {
+                cval[k] = cands[k].v;
+                cbeam[k] = cands[k].key / V;
+                ctok[k] = cands[k].key % V;
+                chit[k] = ctok[k] == G->eos_id || at_max;
+            }
+            // running beams of the next step: the best nb candidates that did not finish
+            Cand rc[2 * 64];
+            for (int k = 0; k < K2; k++) {
+                volatile float v = cval[k] + (chit[k] ? GEN_NEG_INF_SCORE : 0.0f);
+                rc[k].v = v;
+                rc[k].key = k;
+            }
+            qsort(rc, (size_t)K2, sizeof(Cand), cand_cmp);
+            // finished hypotheses: merge the previous nb with the candidates that just finished among the top nb
+            const float inv = inv_len_pen(cur_len, G->opt.length_penalty);
+            bool all_fin = true;
+            for (int j = 0; j < nb; j++) all_fin = all_fin && fin_flag[b * nb + j];
+            const bool full = all_fin && G->opt.early_stopping == GEN_EARLY_STOP_TRUE;
+            int nm = 0;
+            for (int j = 0; j < nb; j++) {
+                merged[nm].v = fin_score[b * nb + j];
+                merged[nm].key = nm;
+                memcpy(m_seq + (size_t)nm * W, fin_seq + ((size_t)b * nb + j) * W, (size_t)W * sizeof(int));
+                nm++;
+            }
+            int m_len[3 * 64];
+            bool m_flag[3 * 64];
+            for (int j = 0; j < nb; j++) {
+                m_len[j] = fin_len[b * nb + j];
+                m_flag[j] = fin_flag[b * nb + j];
+            }
+            for (int k = 0; k < K2; k++) {
+                const bool just = chit[k] && k < nb;
+                volatile float v = cval[k] * inv;
+                if (full) v = v + GEN_NEG_INF_SCORE;
+                if (!unsat[b]) v = v + GEN_NEG_INF_SCORE;
+                if (!just) v = v + GEN_NEG_INF_SCORE;
+                merged[nm].v = v;
+                merged[nm].key = nm;
+                int* q = m_seq + (size_t)nm * W;
+                memcpy(q, run_seq + ((size_t)sl * nb + cbeam[k]) * W, (size_t)W * sizeof(int));
+                q[cur_len] = ctok[k];
+                m_len[nm] = cur_len;  // generated tokens, </s> included (HF: beam_indices entries set)
+                m_flag[nm] = just;
+                nm++;
+            }
+            qsort(merged, (size_t)nm, sizeof(Cand), cand_cmp);
+            for (int j = 0; j < nb; j++) {
+                const int m = merged[j].key;
+                fin_score[b * nb + j] = merged[j].v;
+                fin_flag[b * nb + j] = m_flag[m];
+                fin_len[b * nb + j] = m_len[m];
+                memcpy(fin_seq + ((size_t)b * nb + j) * W, m_seq + (size_t)m * W, (size_t)W * sizeof(int));
+            }
+            // new running beams (written to run_seq2 / run_score2 at the same slot)
+            for (int j = 0; j < nb; j++) {
+                const int k = rc[j].key;
+                int* q = run_seq2 + ((size_t)sl * nb + j) * W;
+                memcpy(q, run_seq + ((size_t)sl * nb + cbeam[k]) * W, (size_t)W * sizeof(int));
+                q[cur_len] = ctok[k];
+                run_score2[sl * nb + j] = rc[j].v;
+                src_beam[sl * nb + j] = cbeam[k];
+            }
+            // early-stop heuristic with the new length (HF _check_early_stop_heuristic)
+            const int new_len = cur_len + 1;
+            const int best_len = (G->opt.early_stopping == GEN_EARLY_STOP_NEVER && G->opt.length_penalty > 0.0f)
+                                     ? ML - 1
+                                     : new_len - 1;
+            volatile float best = run_score2[sl * nb] * inv_len_pen(best_len, G->opt.length_penalty);
+            float mn = fin_score[b * nb];
+            bool allf = true;
+            for (int j = 0; j < nb; j++) {
+                mn = fminf(mn, fin_score[b * nb + j]);
+                allf = allf && fin_flag[b * nb + j];
+            }
+            bool any = false;
+            for (int j = 0; j < nb; j++) {
+                const float worst = fin_flag[b * nb + j] ? mn : GEN_NEG_INF_SCORE;
+                any = any || best > worst;
+            }
+            unsat[b] = unsat[b] && any;
+            if (!unsat[b] || (allf && G->opt.early_stopping == GEN_EARLY_STOP_TRUE) || at_max) done[b] = true;
+        }
+        if (beam)
+            for (int sl = 0; sl < I; sl++) {
+                if (!processed[sl]) continue;
+                memcpy(run_seq + (size_t)sl * nb * W, run_seq2 + (size_t)sl * nb * W, (size_t)nb * W * sizeof(int));
+                memcpy(run_score + (size_t)sl * nb, run_score2 + (size_t)sl * nb, (size_t)nb * sizeof(float));
+            }
+        cur_len++;
+        int live = 0;
+        for (int sl = 0; sl < I; sl++) {
+            const int b = slot_item[sl];
+            if (b >= 0 && !done[b]) live++;
+        }
+        if (live == 0) break;
+
+        // ---- next batch layout: compact to the live slots (rounded up), reorder beams
+        int newI = (int)CEIL_DIV((size_t)live, (size_t)m_items) * m_items;
+        if (newI > I) newI = I;
+        const bool compact = newI < I;
+        if (compact) {
+            int n = 0;
+            for (int sl = 0; sl < I; sl++) {
+                const int b = slot_item[sl];
+                if (b >= 0 && !done[b]) new_slot_src[n++] = sl;
+            }
+            for (int sl = 0; sl < I && n < newI; sl++) {
+                const int b = slot_item[sl];
+                if (!(b >= 0 && !done[b])) new_slot_src[n++] = sl;
+            }
+        } else {
+            for (int sl = 0; sl < I; sl++) new_slot_src[sl] = sl;
+        }
+        bool identity = !compact;
+        for (int ns = 0; ns < newI; ns++) {
+            const int os = new_slot_src[ns];
+            for (int j = 0; j < nb; j++) {
+                const int src = os * nb + src_beam[os * nb + j];
+                G->h_gidx[ns * nb + j] = src;
+                identity = identity && src == ns * nb + j;
+            }
+            G->h_iidx[ns] = os;
+        }
+        if (!identity) {
+            CUDA_CHECK(cudaMemcpyAsync(G->d_gidx, G->h_gidx, (size_t)newI * nb * sizeof(int), cudaMemcpyHostToDevice,
+                                       s));
+            const size_t row_b = (size_t)H * G->Tmax * Dk * xs, seg_b = (size_t)G->Tmax * Dk * xs;
+            const size_t copy_b = (size_t)(t + 1) * Dk * xs;
+            for (int l = 0; l < G->Ld; l++) {
+                decode_gather_rows(G->sk[1 - sgen][l], G->sk[sgen][l], G->d_gidx, newI * nb, H, row_b, seg_b, copy_b,
+                                   s);
+                decode_gather_rows(G->sv[1 - sgen][l], G->sv[sgen][l], G->d_gidx, newI * nb, H, row_b, seg_b, copy_b,
+                                   s);
+            }
+            sgen = 1 - sgen;
+        }
+        if (compact) {
+            CUDA_CHECK(cudaMemcpyAsync(G->d_iidx, G->h_iidx, (size_t)newI * sizeof(int), cudaMemcpyHostToDevice, s));
+            const size_t crow = (size_t)H * Ts * Dk * xs;
+            for (int l = 0; l < G->Ld; l++) {
+                decode_gather_rows(G->ck[1 - cgen][l], G->ck[cgen][l], G->d_iidx, newI, 1, crow, crow, crow, s);
+                decode_gather_rows(G->cv[1 - cgen][l], G->cv[cgen][l], G->d_iidx, newI, 1, crow, crow, crow, s);
+            }
+            decode_gather_rows(G->e_mask[1 - cgen], G->e_mask[cgen], G->d_iidx, newI, 1, (size_t)Ts * 4,
+                               (size_t)Ts * 4, (size_t)Ts * 4, s);
+            cgen = 1 - cgen;
+            // host state follows the slots (new slot ns <- old slot new_slot_src[ns], ns <= old index: in place)
+            int* new_items = malloc_check((size_t)newI * sizeof(int));
+            for (int ns = 0; ns < newI; ns++) {
+                const int os = new_slot_src[ns];
+                new_items[ns] = slot_item[os];
+                if (!(new_items[ns] >= 0 && !done[new_items[ns]])) new_items[ns] = -1;  // padding slot
+                if (os != ns) {
+                    memmove(run_seq + (size_t)ns * nb * W, run_seq + (size_t)os * nb * W, (size_t)nb * W * sizeof(int));
+                    memmove(run_score + (size_t)ns * nb, run_score + (size_t)os * nb, (size_t)nb * sizeof(float));
+                }
+            }
+            memcpy(slot_item, new_items, (size_t)newI * sizeof(int));
+            free(new_items);
+            I = newI;
+        }
+    }
+
+    // ---- outputs
+    int width;
+    if (beam) {
+        int mx = 0;
+        for (int b = 0; b < B; b++) {
+            mx = T5_MAX(mx, fin_len[b * nb]);
+            G->stats.tokens += fin_len[b * nb];
+        }
+        width = 1 + mx;
+        for (int b = 0; b < B; b++) memcpy(out + (size_t)b * ML, fin_seq + (size_t)b * nb * W, (size_t)width * 4);
+    } else {
+        width = cur_len;
+    }
+    *out_len = width;
+
+    free(slot_item);
+    free(run_seq);
+    free(run_seq2);
+    free(run_score);
+    free(run_score2);
+    free(src_beam);
+    free(done);
+    free(unsat);
+    free(fin_seq);
+    free(fin_score);
+    free(fin_flag);
+    free(fin_len);
+    free(m_seq);
+    free(cands);
+    free(merged);
+    free(ctok);
+    free(cbeam);
+    free(cval);
+    free(chit);
+    free(new_slot_src);
+    free(processed);
+
+    float enc_ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&enc_ms, G->ev[0], G->ev[1]));
+    G->stats.batches++;
+    G->stats.sequences += B;
+    G->stats.steps += steps;
+    G->stats.decoder_rows += rows;
+    G->stats.encoder_ms += enc_ms;
+    G->stats.decoder_ms += dec_ms;
+    G->stats.total_ms += now_ms() - t_start;
+    return 0;
+}

@@ -1,0 +1,93 @@
+/*
+ * generate.h: T5 generation on the GPU with a KV cache: greedy and beam search with the semantics of
+ * transformers 5.x `model.generate` for T5 (docs/generate.md lists every rule matched).
+ *
+ * Per batch: the encoder runs once over the padded sources (B, Ts); every decoder block's cross-attention
+ * K/V are computed once from the encoder output (B, H, Ts, Dk); then the decoder runs one position at a time
+ * over R = B * num_beams rows with a self-attention K/V cache (R, H, Tmax, Dk) per block that grows by one
+ * position per step (the position bias of the new query row uses q_offset). Numerics are those of
+ * model/t5.c in eval mode (fp32 residual stream, X = the engine's working dtype, docs/numerics.md).
+ *
+ * Output (what HF generate returns): (B, out_len) token ids on the host, column 0 = decoder_start_token_id,
+ * out_len = 1 + the longest generated sequence of the batch (<= max_length).
+ *   greedy: after a row's `</s>` its positions hold pad (0);
+ *   beam:   the best finished hypothesis per row, length-penalised score sum(logprobs) / len^length_penalty
+ *           (len = generated tokens including `</s>`); positions after it hold HF's fill value
+ *           (`pad_token_id or eos_token_id`, i.e. `</s>` = 1 when pad is 0).
+ * Finished rows (greedy) and finished batch items (beam) stop costing compute: the batch is compacted to
+ * the live rows (rounded up to a multiple of 8 rows, so that few GEMM shapes occur).
+ *
+ * Errors (bad options, a batch larger than the generator was created for, not enough GPU memory) are
+ * returned as -1/NULL with a one-line message; nothing here exits on bad input.
+ */
+#pragma once
+#include <cuda_runtime.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../cuda/dtype.h"
+#include "../src/zero.h"
+#include "params.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// HF GenerationConfig.early_stopping: False (heuristic on the current length), True (stop a batch item once
+// num_beams hypotheses are finished), "never" (canonical beam search: heuristic on max_length when
+// length_penalty > 0).
+typedef enum { GEN_EARLY_STOP_FALSE = 0, GEN_EARLY_STOP_TRUE = 1, GEN_EARLY_STOP_NEVER = 2 } GenEarlyStopping;
+
+typedef struct {
+    int max_length;            // total length including the decoder start token (HF max_length); >= 2
+    int min_length;            // `</s>` is banned while the current length (start token included) < min_length
+    int num_beams;             // 1 = greedy
+    float length_penalty;      // beam: score = sum logprobs / len^length_penalty
+    GenEarlyStopping early_stopping;
+    int no_repeat_ngram_size;  // only 0 is supported (anything else is an error)
+} GenerateOptions;
+
+// HF defaults with run_translation's max length 128: greedy, length_penalty 1, early_stopping False.
+void generate_options_default(GenerateOptions* o);
+// Validates the options; 0, or -1 with a message naming the option.
+int generate_options_check(const GenerateOptions* o, char* err, size_t errlen);
+
+// Time and work counters, summed over every t5_generate call of a generator.
+typedef struct {
+    int64_t batches;           // t5_generate calls
+    int64_t sequences;         // rows generated (B summed)
+    int64_t steps;             // decoder steps
+    int64_t decoder_rows;      // rows computed, summed over steps (after compaction)
+    int64_t tokens;            // generated tokens returned (non-fill positions after column 0, up to </s>)
+    double encoder_ms;         // encoder + cross K/V (GPU time, CUDA events)
+    double decoder_ms;         // decoder steps incl. the top-k kernel (GPU time)
+    double total_ms;           // wall time of t5_generate, host bookkeeping included
+} GenerateStats;
+
+typedef struct T5Generator T5Generator;
+
+// Bytes of GPU memory a generator for (max_B, max_Ts, opt) needs in `dtype` (KV caches, encoder and decoder
+// activations, logits); *kv_bytes (may be NULL) gets the self- plus cross-attention KV cache part.
+size_t t5_generator_bytes(const T5Config* cfg, DType dtype, int max_B, int max_Ts, const GenerateOptions* opt,
+                          size_t* kv_bytes);
+
+// Allocates everything for batches of up to max_B sources of up to max_Ts tokens. Fails (NULL + message with the
+// numbers: the KV cache size, the total, the free GPU memory) when the memory does not fit: T5 has relative
+// positions, so max_length is limited only by this.
+T5Generator* t5_generator_create(const ParamTable* t, ZeroEngine* Z, int max_B, int max_Ts,
+                                 const GenerateOptions* opt, char* err, size_t errlen);
+void t5_generator_destroy(T5Generator* G);
+
+// Generates for one batch: input_ids / attention_mask (B, Ts) row-major host int32 (mask NULL = all ones;
+// every row needs at least one unmasked token). out (B, opt.max_length) host, written row-major with row
+// stride opt.max_length; *out_len = the width HF returns. Returns 0, or -1 with err.
+int t5_generate(T5Generator* G, const int32_t* input_ids, const int32_t* attention_mask, int B, int Ts, int32_t* out,
+                int* out_len, cudaStream_t stream, char* err, size_t errlen);
+
+const GenerateStats* t5_generator_stats(const T5Generator* G);
+void t5_generator_reset_stats(T5Generator* G);
+
+#ifdef __cplusplus
+}
+#endif

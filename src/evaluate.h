@@ -1,0 +1,84 @@
+/*
+ * evaluate.h: evaluation with generation, as run_translation.py + Seq2SeqTrainer do it with
+ * --predict_with_generate (REFERENCE.md 5.2): generate over the eval (or predict) split in the trainer's eval
+ * batches, decode, strip, corpus BLEU (src/bleu.h, sacreBLEU defaults) and gen_len.
+ *
+ *   bleu     = sacrebleu.corpus_bleu(preds, [refs]).score, preds = batch_decode(generated,
+ *              skip_special_tokens=True).strip(), refs = batch_decode(labels, skip_special_tokens=True).strip()
+ *              (labels = the tokenized targets, so truncation to val_max_target_length applies as in HF)
+ *   gen_len  = mean over examples of np.count_nonzero(generated_row != pad) (the decoder start token is pad and
+ *              not counted; beam search's `</s>` fill after a hypothesis is counted, as HF counts it)
+ *   both rounded to 4 decimals (HF: round(v, 4)); runtime / samples_per_second / steps_per_second as HF's
+ *   speed_metrics (steps = batches).
+ *   generated_predictions.txt (do_predict): batch_decode(skip_special_tokens=True,
+ *   clean_up_tokenization_spaces=True), strip(), joined with "\n", no trailing newline.
+ *
+ * Library code: errors are returned (-1 + message), never fatal.
+ */
+#pragma once
+#include <cuda_runtime.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../data/dataloader.h"
+#include "../data/dataset.h"
+#include "../data/tokenizer.h"
+#include "../model/generate.h"
+#include "../model/params.h"
+#include "bleu.h"
+#include "zero.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    GenerateOptions gen;      // max_length = generation_max_length or val_max_target_length; num_beams; ...
+    const char* prefix;       // metric prefix: "eval" or "predict"
+    bool keep_predictions;    // keep the file lines (generated_predictions.txt) in the result
+    bool progress;            // one line per 10% on stderr
+} EvalGenConfig;
+
+typedef struct {
+    char prefix[16];
+    int64_t num_samples;      // examples evaluated (eval padding rows excluded)
+    int64_t num_steps;        // batches
+    double bleu;              // rounded to 4 decimals
+    double gen_len;           // rounded to 4 decimals
+    double runtime;           // seconds, generation + decoding + BLEU
+    BleuResult bleu_detail;   // counts, precisions, bp, ... (unrounded score)
+    GenerateStats gen;        // generator counters
+    char** predictions;       // (num_samples) in dataset order, when keep_predictions
+} EvalGenResult;
+
+// Generates over `ds` with the trainer's eval batching (dataloader_open(ds, dopt, false): sequential,
+// dopt->eval_batch_size, the same padding as HF's collator) using the parameters in Z (already loaded), and
+// computes the metrics. tok decodes. stream: the compute stream. Returns 0, or -1 with err (an empty split,
+// bad options, not enough GPU memory with the KV-cache numbers, ...).
+int evaluate_generate(ZeroEngine* Z, const ParamTable* t, const Tokenizer* tok, const Dataset* ds,
+                      const DataOptions* dopt, const EvalGenConfig* cfg, cudaStream_t stream, EvalGenResult* out,
+                      char* err, size_t errlen);
+void evaluate_result_free(EvalGenResult* r);
+
+// Adds <prefix>_bleu, <prefix>_gen_len, <prefix>_runtime, <prefix>_samples_per_second,
+// <prefix>_steps_per_second and <prefix>_samples to m (what run_translation's metrics hold besides the loss).
+void evaluate_add_metrics(json_t* m, const EvalGenResult* r);
+// Writes output_dir/generated_predictions.txt (atomically). Needs keep_predictions. 0 or -1 with err.
+int evaluate_write_predictions(const char* output_dir, const EvalGenResult* r, char* err, size_t errlen);
+
+// ---- CPU pieces (unit-tested in test/test_evaluate.c)
+
+// np.count_nonzero(row != pad) over row[0..width)
+int64_t evaluate_count_nonpad(const int32_t* row, int width, int pad);
+// Python round(x, 4) for a finite double (correctly rounded, ties to even on the exact binary value)
+double evaluate_round4(double x);
+// decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=clean_up).strip(), malloc'd
+char* evaluate_postprocess(const Tokenizer* tok, const int32_t* ids, int n, bool clean_up);
+// "\n".join(lines) (no trailing newline), malloc'd; *len gets its length
+char* evaluate_join_lines(char* const* lines, int64_t n, size_t* len);
+
+#ifdef __cplusplus
+}
+#endif
