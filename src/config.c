@@ -1137,13 +1137,13 @@ static const struct {
     bool offload_nvme;
     bool resume;          // resume_from_checkpoint
 } T5_BUILD_FEATURES = {
-    .train = false,
-    .eval = false,
+    .train = true,         // src/trainer.c (single GPU, ZeRO stage 0)
+    .eval = true,          // eval loss; generation + BLEU (predict_with_generate) still refused in src/run.c
     .predict = false,
-    .max_zero_stage = -1,
+    .max_zero_stage = 0,
     .offload_cpu = false,
     .offload_nvme = false,
-    .resume = false,
+    .resume = true,        // checkpoint-<step> dirs written by src/trainer.c
 };
 
 int config_check_implemented(const RunConfig* c, char* err, size_t n) {

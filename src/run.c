@@ -4,17 +4,26 @@
  * Order (DESIGN.md invariant 5; nothing is created in output_dir before the config is valid):
  *   parse argv (files, then flags) -> resolve "auto" -> check output_dir -> print the table
  *   -> (--dry_run: exit 0) -> write output_dir/t5train_config.json -> check what this build
- *   implements (config_check_implemented) -> run the engines.
- * Today no engine exists, so a real run stops at config_check_implemented with exit 1 and
- * "not implemented yet: training (do_train)" and friends.
+ *   implements (config_check_implemented + the run-level checks below) -> translate the resolved
+ *   RunConfig into TrainerArgs -> trainer_run (src/trainer.c).
+ *
+ * Test hooks (not config keys, stripped from argv before the config parser sees them):
+ *   --dump_batches FILE [--dump_batches_steps N]   token ids of the first N (50) updates as JSON
+ *   env T5TRAIN_INJECT_INF_STEP=k                   +inf into the gradient of update k (overflow test)
+ *   env T5TRAIN_STOP_AFTER_STEPS=k                  behave as if SIGTERM came during update k
  */
 #include <errno.h>
+#include <libgen.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../data/tokenizer.h"
+#include "../model/model_lookup.h"
 #include "../src/commands.h"
 #include "../src/common.h"
 #include "config.h"
+#include "trainer.h"
 
 // world size from the launcher's environment (deepspeed/torchrun: WORLD_SIZE; mpirun: OMPI_COMM_WORLD_SIZE)
 static int run_world_size(void) {
@@ -31,12 +40,254 @@ static int run_world_size(void) {
     return 1;
 }
 
+static int64_t env_int(const char* name) {
+    const char* v = getenv(name);
+    if (!v || !v[0]) return -1;
+    char* end;
+    long long n = strtoll(v, &end, 10);
+    if (*end || n < 1) t5_die(T5_EXIT_USAGE, "bad %s=%s in the environment (a positive integer)", name, v);
+    return (int64_t)n;
+}
+
+static bool key_present(const RunConfig* c, const char* key) {
+    int s = config_key_source(c, key);
+    return s > 0 && s != CONFIG_SRC_DEFAULT;
+}
+
+static bool key_unresolved_auto(const RunConfig* c, const char* key) {
+    return config_key_source(c, key) == CONFIG_SRC_AUTO;
+}
+
+static TrainerInterval interval(int strategy) {
+    return strategy == STRATEGY_STEPS ? TRAINER_INTERVAL_STEPS
+           : strategy == STRATEGY_EPOCH ? TRAINER_INTERVAL_EPOCH
+                                        : TRAINER_INTERVAL_NO;
+}
+
+static void copy_str(char* dst, size_t cap, const char* src) {
+    if (strlen(src) >= cap) t5_die(T5_EXIT_USAGE, "path too long: %.80s...", src);
+    snprintf(dst, cap, "%s", src);
+}
+
+// The resolved RunConfig -> what the trainer needs. Dies (one line) on what this build cannot run.
+static void run_build_trainer_args(const RunConfig* c, TrainerArgs* a) {
+    static char err[MODEL_LOOKUP_ERRLEN];
+    trainer_args_default(a);
+    const DsConfig* ds = &c->ds;
+    if (c->world_size > 1)
+        t5_die(T5_EXIT_FAILURE, "not implemented yet: multi-GPU training (world size %d from the launcher)",
+               c->world_size);
+    if (c->do_eval && c->predict_with_generate)
+        t5_die(T5_EXIT_FAILURE, "not implemented yet: generation and BLEU in evaluation (predict_with_generate); "
+                                "drop --predict_with_generate to get the eval loss");
+    if (c->label_smoothing_factor > 0) t5_die(T5_EXIT_FAILURE, "not implemented yet: label_smoothing_factor > 0");
+    if (c->sortish_sampler) t5_die(T5_EXIT_FAILURE, "not implemented yet: sortish_sampler");
+    if (!c->has_deepspeed || !ds->scheduler.present) {
+        if (c->lr_scheduler_type == LR_SCHED_INVERSE_SQRT || c->lr_scheduler_type == LR_SCHED_REDUCE_LR_ON_PLATEAU)
+            t5_die(T5_EXIT_FAILURE, "not implemented yet: lr_scheduler_type %s",
+                   c->lr_scheduler_type == LR_SCHED_INVERSE_SQRT ? "inverse_sqrt" : "reduce_lr_on_plateau");
+    }
+
+    // ---- model
+    const char* name = c->model_name_or_path;
+    a->init_random = c->init == MODEL_INIT_RANDOM;
+    ModelLocation loc;
+    bool have_loc = false;
+    if (a->init_random) {
+        if (!c->model_found)
+            t5_die(T5_EXIT_USAGE, "--init random needs a model shape: '%s' is neither a preset (%s) nor a directory "
+                                  "with config.json", c->config_name[0] ? c->config_name : name,
+                   t5_config_preset_names());
+        a->model = c->model;
+    } else {
+        if (model_lookup(name, MODEL_NEED_WEIGHTS, &loc, err, sizeof err)) t5_die(T5_EXIT_FAILURE, "%s", err);
+        have_loc = true;
+        if (t5_config_load_json(c->config_name[0] ? c->config_name : loc.config_path, &a->model, err, sizeof err))
+            t5_die(T5_EXIT_FAILURE, "%s", err);
+        copy_str(a->weights_path, sizeof a->weights_path, loc.weights_path);
+    }
+    a->dropout_rate = isnan(c->dropout_rate) ? a->model.dropout_rate : (float)c->dropout_rate;
+    a->gradient_checkpointing = c->gradient_checkpointing;
+
+    // ---- tokenizer
+    char tokpath[MODEL_LOOKUP_PATHLEN];
+    if (c->tokenizer_name[0]) {
+        copy_str(tokpath, sizeof tokpath, c->tokenizer_name);
+    } else if (have_loc && loc.tokenizer == MODEL_TOKENIZER_SPIECE) {
+        copy_str(tokpath, sizeof tokpath, loc.tokenizer_path);
+    } else if (model_lookup_tokenizer(name, tokpath, sizeof tokpath, err, sizeof err)) {
+        t5_die_hint(T5_EXIT_USAGE, "pass --tokenizer_name PATH/spiece.model (or a directory holding it)",
+                    "no tokenizer for model '%s': %s", name, err);
+    }
+    char* spm = NULL;
+    uint64_t hash;
+    if (tokenizer_file_hash(tokpath, &spm, &hash, err, sizeof err)) t5_die(T5_EXIT_FAILURE, "%s", err);
+    copy_str(a->tokenizer_file, sizeof a->tokenizer_file, spm);
+    char* d = strdup_check(spm);
+    copy_str(a->tokenizer_files_dir, sizeof a->tokenizer_files_dir, dirname(d));
+    free(d);
+    static char tokpath_keep[MODEL_LOOKUP_PATHLEN];
+    copy_str(tokpath_keep, sizeof tokpath_keep, spm);
+    free(spm);
+
+    // ---- data
+    DataOptions* o = &a->data;
+    data_options_default(o);
+    o->dataset_name = c->dataset_name[0] ? c->dataset_name : NULL;
+    o->dataset_config = c->dataset_config_name[0] ? c->dataset_config_name : NULL;
+    o->data_dir = c->data_dir[0] ? c->data_dir : NULL;
+    o->split_file[0] = c->train_file[0] ? c->train_file : NULL;
+    o->split_file[1] = c->validation_file[0] ? c->validation_file : NULL;
+    o->split_file[2] = c->test_file[0] ? c->test_file : NULL;
+    o->source_lang = c->source_lang;
+    o->target_lang = c->target_lang;
+    o->tokenizer_path = tokpath_keep;
+    o->source_prefix = c->source_prefix_set ? c->source_prefix : NULL;
+    o->max_source_length = (int)c->max_source_length;
+    o->max_target_length = (int)c->max_target_length;
+    o->val_max_target_length = c->val_max_target_length > 0 ? (int)c->val_max_target_length : 0;
+    o->max_samples[0] = c->max_train_samples;
+    o->max_samples[1] = c->max_eval_samples;
+    o->max_samples[2] = c->max_predict_samples;
+    o->num_threads = 0;
+    o->train_batch_size = (int)c->per_device_train_batch_size;
+    o->eval_batch_size = (int)c->per_device_eval_batch_size;
+    o->seed = (uint64_t)(c->data_seed >= 0 ? c->data_seed : c->seed);
+    o->rank = 0;
+    o->world_size = 1;
+    o->shuffle = true;
+    o->drop_last = c->dataloader_drop_last;
+    o->group_by_length = c->group_by_length;
+    o->pad_to_max_length = c->pad_to_max_length;
+    bool fp16 = c->fp16 || (c->has_deepspeed && ds->fp16.enabled);
+    bool bf16 = c->bf16 || (c->has_deepspeed && ds->bf16.enabled);
+    o->pad_to_multiple_of = fp16 ? 8 : 0;  // run_translation: DataCollatorForSeq2Seq(pad_to_multiple_of=8 if fp16)
+    a->do_train = c->do_train;
+    a->do_eval = c->do_eval;
+
+    // ---- precision and loss scaler
+    a->dtype = fp16 ? DT_F16 : bf16 ? DT_BF16 : DT_F32;
+    loss_scaler_config_default(&a->scaler);
+    if (c->has_deepspeed) {
+        // DeepSpeed's mapping, with its "no scaler key present -> class defaults (2^32, hysteresis 1)" quirk
+        const DsFp16* f = &ds->fp16;
+        a->scaler.loss_scale = f->loss_scale;
+        a->scaler.initial_scale_power = (int)f->initial_scale_power;
+        a->scaler.loss_scale_window = f->loss_scale_window;
+        a->scaler.hysteresis = (int)f->hysteresis;
+        a->scaler.consecutive_hysteresis = f->consecutive_hysteresis;
+        a->scaler.min_loss_scale = f->min_loss_scale;
+        a->scaler.has_initial_scale_power = key_present(c, "deepspeed.fp16.initial_scale_power");
+        a->scaler.has_loss_scale_window = key_present(c, "deepspeed.fp16.loss_scale_window");
+        a->scaler.has_hysteresis = key_present(c, "deepspeed.fp16.hysteresis");
+        a->scaler.has_consecutive_hysteresis = key_present(c, "deepspeed.fp16.consecutive_hysteresis");
+        a->scaler.has_min_loss_scale = key_present(c, "deepspeed.fp16.min_loss_scale");
+    } else {
+        // no deepspeed section: the same DeepSpeed state machine with torch GradScaler's numbers
+        // (init 2^16, growth after 2000 clean steps, halve on overflow, no hysteresis)
+        a->scaler.initial_scale_power = 16;
+        a->scaler.loss_scale_window = 2000;
+        a->scaler.hysteresis = 1;
+        a->scaler.has_initial_scale_power = a->scaler.has_loss_scale_window = a->scaler.has_hysteresis = true;
+    }
+
+    // ---- optimizer, clipping, schedule
+    a->gradient_accumulation_steps = c->gradient_accumulation_steps;
+    a->max_steps = c->max_steps;
+    a->num_train_epochs = c->num_train_epochs;
+    if (c->has_deepspeed && ds->optimizer.present) {
+        a->lr = ds->optimizer.lr;
+        a->beta1 = ds->optimizer.betas[0];
+        a->beta2 = ds->optimizer.betas[1];
+        a->eps = ds->optimizer.eps;
+        a->weight_decay = ds->optimizer.weight_decay;
+        a->adamw_mode = ds->optimizer.type == DS_OPTIM_ADAMW || ds->optimizer.adam_w_mode;
+    } else {
+        a->lr = c->learning_rate;
+        a->beta1 = c->adam_beta1;
+        a->beta2 = c->adam_beta2;
+        a->eps = c->adam_epsilon;
+        a->weight_decay = c->weight_decay;
+        a->adamw_mode = true;
+    }
+    // DeepSpeed clips with its own key (absent = 0 = off, as DeepSpeed); HF alone clips with max_grad_norm
+    a->clip = c->has_deepspeed ? ds->gradient_clipping : c->max_grad_norm;
+    a->warmup_steps = (double)c->warmup_steps;
+    a->warmup_ratio = c->warmup_ratio;
+    if (c->has_deepspeed && ds->scheduler.present) {
+        snprintf(a->sched_name, sizeof a->sched_name, "%s",
+                 ds->scheduler.type == DS_SCHED_WARMUP_DECAY_LR ? "WarmupDecayLR" : "WarmupLR");
+        a->ds_warmup_min_lr = ds->scheduler.warmup_min_lr;
+        a->ds_warmup_max_lr = ds->scheduler.warmup_max_lr;
+        a->ds_warmup_type = ds->scheduler.warmup_type == DS_WARMUP_LINEAR ? 1 : 0;
+        a->ds_warmup_num_steps = key_unresolved_auto(c, "deepspeed.scheduler.params.warmup_num_steps")
+                                     ? -1
+                                     : ds->scheduler.warmup_num_steps;
+        a->ds_total_num_steps = key_unresolved_auto(c, "deepspeed.scheduler.params.total_num_steps")
+                                    ? -1
+                                    : ds->scheduler.total_num_steps;
+    } else {
+        static const char* names[] = {"linear", "cosine", "cosine_with_restarts", "polynomial", "constant",
+                                      "constant_with_warmup"};
+        snprintf(a->sched_name, sizeof a->sched_name, "%s", names[c->lr_scheduler_type]);
+    }
+
+    // ---- logging / eval / save
+    a->logging_strategy = interval(c->logging_strategy);
+    a->eval_strategy = interval(c->evaluation_strategy);
+    a->save_strategy = interval(c->save_strategy);
+    a->logging_steps = c->logging_steps;
+    a->eval_steps = c->eval_steps > 0 ? c->eval_steps : c->logging_steps;
+    a->save_steps = c->save_steps;
+    a->logging_first_step = c->logging_first_step;
+    a->save_total_limit = c->save_total_limit;
+    a->seed = (uint64_t)c->seed;
+    copy_str(a->output_dir, sizeof a->output_dir, c->output_dir);
+    copy_str(a->resume_from_checkpoint, sizeof a->resume_from_checkpoint, c->resume_from_checkpoint);
+    a->inject_inf_step = env_int("T5TRAIN_INJECT_INF_STEP");
+    a->stop_after_steps = env_int("T5TRAIN_STOP_AFTER_STEPS");
+}
+
+// Removes the trainer's test-hook flags from argv (in place); returns the new argc.
+static int run_strip_hooks(int argc, char** argv, char* dump, size_t cap, int64_t* dump_steps) {
+    int k = 1;
+    for (int i = 1; i < argc; i++) {
+        const char* s = argv[i];
+        const char* val = NULL;
+        bool is_dump = strncmp(s, "--dump_batches", 14) == 0 && (s[14] == 0 || s[14] == '=');
+        bool is_steps = strncmp(s, "--dump_batches_steps", 20) == 0 && (s[20] == 0 || s[20] == '=');
+        if (!is_dump && !is_steps) {
+            argv[k++] = argv[i];
+            continue;
+        }
+        const char* eq = strchr(s, '=');
+        if (eq) val = eq + 1;
+        else if (i + 1 < argc) val = argv[++i];
+        else t5_die(T5_EXIT_USAGE, "%s needs a value", s);
+        if (is_steps) {
+            char* end;
+            long long n = strtoll(val, &end, 10);
+            if (*end || n < 1) t5_die(T5_EXIT_USAGE, "--dump_batches_steps '%s' must be a positive integer", val);
+            *dump_steps = n;
+        } else {
+            copy_str(dump, cap, val);
+        }
+    }
+    argv[k] = NULL;
+    return k;
+}
+
 int run_main(int argc, char** argv) {
     static RunConfig cfg;  // large (paths): static, not on the stack
+    static TrainerArgs targs;
     RunConfig* c = &cfg;
     char err[CONFIG_ERR_LEN];
     config_init(c);
     c->world_size = run_world_size();
+
+    static char dump[4096];
+    int64_t dump_steps = 50;
+    argc = run_strip_hooks(argc, argv, dump, sizeof dump, &dump_steps);
 
     int rc = config_parse_args(c, argc, argv, err, sizeof err);
     if (rc) t5_die(rc, "%s", err);
@@ -45,7 +296,8 @@ int run_main(int argc, char** argv) {
         return T5_EXIT_OK;
     }
     if ((rc = config_resolve(c, err, sizeof err))) t5_die(rc, "%s", err);
-    if ((rc = config_check_output_dir(c, err, sizeof err))) t5_die(rc, "%s", err);
+    // resuming continues in the same output_dir (HF run_translation): its checkpoints are why it is not empty
+    if (!c->resume_from_checkpoint[0] && (rc = config_check_output_dir(c, err, sizeof err))) t5_die(rc, "%s", err);
 
     if (t5_rank == 0) {
         config_print_table(c, stdout);
@@ -62,5 +314,11 @@ int run_main(int argc, char** argv) {
     free(path);
 
     if ((rc = config_check_implemented(c, err, sizeof err))) t5_die(rc, "%s", err);
-    t5_die(T5_EXIT_FAILURE, "not implemented yet: the run itself (no engine is wired into run_main)");
+    if (!c->do_train && !c->do_eval)
+        t5_die_hint(T5_EXIT_USAGE, "add --do_train and/or --do_eval", "nothing to do: neither do_train nor do_eval");
+    run_build_trainer_args(c, &targs);
+    copy_str(targs.dump_batches, sizeof targs.dump_batches, dump);
+    targs.dump_batches_steps = dump_steps;
+
+    return trainer_run(&targs);
 }

@@ -1,0 +1,797 @@
+/*
+ * trainer.c: the single-GPU training loop (ZeRO stage 0). See trainer.h for the step semantics, the
+ * checkpoint layout and the resume / signal contract.
+ *
+ * Sections: pure loop arithmetic | checkpoint blobs (src/checkpoint.h holds the directory protocol) | the run
+ * (setup, eval, step, loop, end). Signals: src/signals.h.
+ */
+#include "trainer.h"
+
+#include <cuda_runtime.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../cuda/adamw.cuh"
+#include "../cuda/check.h"
+#include "../cuda/elementwise.cuh"
+#include "../cuda/global_norm.cuh"
+#include "../data/dataloader.h"
+#include "../data/tokenizer.h"
+#include "../model/params.h"
+#include "../model/t5.h"
+#include "../model/t5_weights.h"
+#include "checkpoint.h"
+#include "common.h"
+#include "cpu_adam.h"
+#include "lr_schedule.h"
+#include "results.h"
+#include "safetensors.h"
+#include "signals.h"
+#include "trainer_log.h"
+#include "zero.h"
+
+#define TRAINER_ERR_LEN 8192
+
+// ----------------------------------------------------------------------------
+// pure loop arithmetic
+
+void trainer_args_default(TrainerArgs* a) {
+    memset(a, 0, sizeof *a);
+    data_options_default(&a->data);
+    a->dtype = DT_F32;
+    loss_scaler_config_default(&a->scaler);
+    a->gradient_accumulation_steps = 1;
+    a->max_steps = -1;
+    a->num_train_epochs = 3;
+    a->lr = 5e-5;
+    a->beta1 = 0.9;
+    a->beta2 = 0.999;
+    a->eps = 1e-8;
+    a->adamw_mode = true;
+    a->clip = 1.0;
+    snprintf(a->sched_name, sizeof a->sched_name, "linear");
+    a->ds_warmup_max_lr = 1e-3;
+    a->ds_warmup_num_steps = 1000;
+    a->logging_strategy = a->save_strategy = TRAINER_INTERVAL_STEPS;
+    a->eval_strategy = TRAINER_INTERVAL_NO;
+    a->logging_steps = a->eval_steps = a->save_steps = 500;
+    a->seed = 42;
+    a->dropout_rate = 0.1f;
+}
+
+int64_t trainer_updates_per_epoch(int64_t num_batches, int64_t gas) {
+    if (gas < 1) gas = 1;
+    return T5_MAX(num_batches / gas + (num_batches % gas > 0), (int64_t)1);
+}
+
+int64_t trainer_total_steps(int64_t max_steps, double num_train_epochs, int64_t upe) {
+    if (max_steps > 0) return max_steps;
+    return (int64_t)ceil(num_train_epochs * (double)upe);
+}
+
+int64_t trainer_num_epochs(int64_t max_steps, double num_train_epochs, int64_t upe) {
+    if (max_steps > 0) return max_steps / upe + (max_steps % upe > 0);
+    return (int64_t)ceil(num_train_epochs);
+}
+
+int64_t trainer_micro_batches(int64_t num_batches, int64_t gas, int64_t step_in_epoch) {
+    if (gas < 1) gas = 1;
+    int64_t left = num_batches - step_in_epoch * gas;
+    return left <= 0 ? 0 : T5_MIN(gas, left);
+}
+
+bool trainer_step_due(TrainerInterval strategy, int64_t step, int64_t interval) {
+    return strategy == TRAINER_INTERVAL_STEPS && interval > 0 && step > 0 && step % interval == 0;
+}
+
+int trainer_rotate_count(int n, int64_t limit) {
+    if (limit <= 0 || n <= limit) return 0;
+    return n - (int)limit;
+}
+
+int64_t trainer_parse_checkpoint_name(const char* name) { return checkpoint_parse_name(name); }
+
+// ----------------------------------------------------------------------------
+// what a checkpoint carries besides the weights (src/checkpoint.h blobs in t5train_state.bin)
+
+#define CKPT_TAG_TRAINER "trainer"
+
+// blob "trainer": the loop's counters
+typedef struct {
+    int64_t flat_numel;          // parameters (the optimizer blob holds 2 x this many floats)
+    int32_t dtype;               // DType of the run (a checkpoint resumes only with the same precision)
+    int32_t reserved0;
+    int64_t global_step;         // updates done (overflow-skipped ones included, as HF + DeepSpeed)
+    int64_t skipped_steps;       // overflow-skipped updates
+    int64_t tokens_seen;         // source + target tokens
+    int64_t samples_seen;
+    double total_loss_sum;       // sum of per-update losses (train_loss at the end)
+    double win_loss_sum;         // logging window: loss sum and updates since the last log line
+    int64_t win_steps;
+    int64_t last_logged_step;
+} TrainerCounters;
+
+// blob "scheduler": the LR schedule position and Adam's step state (running beta powers, so the bias
+// corrections after a resume are bit-identical to an uninterrupted run)
+typedef struct {
+    int64_t applied_steps;       // updates applied = the LR schedule's step
+    CpuAdam adam;
+} TrainerSchedState;
+
+// blob "rng": dropout masks are keyed by (seed, micro-batch counter)
+typedef struct {
+    uint64_t seed;
+    int64_t micro_counter;
+} TrainerRngState;
+
+// Copies a small file (tokenizer files). Returns 0 or -1.
+static int copy_file(const char* src, const char* dst) {
+    size_t len;
+    char* data = t5_read_file(src, &len);
+    if (!data) return -1;
+    FILE* f = fopen(dst, "wb");
+    int rc = -1;
+    if (f) {
+        rc = fwrite(data, 1, len, f) == len ? 0 : -1;
+        if (fclose(f) != 0) rc = -1;
+    }
+    free(data);
+    return rc;
+}
+
+// Tokenizer files next to a saved model (HF saves them with the model): spiece.model (+ tokenizer.json,
+// tokenizer_config.json, special_tokens_map.json when the source directory has them).
+static void copy_tokenizer_files(const TrainerArgs* a, const char* dst_dir) {
+    static const char* names[] = {"spiece.model", "tokenizer.json", "tokenizer_config.json",
+                                  "special_tokens_map.json"};
+    for (size_t i = 0; i < T5_ARRAY_LEN(names); i++) {
+        char* src = NULL;
+        if (a->tokenizer_files_dir[0]) src = t5_path_join(a->tokenizer_files_dir, names[i]);
+        else if (i == 0 && a->tokenizer_file[0]) src = strdup_check(a->tokenizer_file);
+        if (src && t5_is_file(src)) {
+            char* dst = t5_path_join(dst_dir, names[i]);
+            if (copy_file(src, dst)) t5_warn("cannot copy %s to %s", src, dst);
+            free(dst);
+        }
+        free(src);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// the run
+
+typedef struct {
+    const TrainerArgs* a;
+    cudaStream_t s;
+    ParamTable T;
+    ZeroEngine* Z;
+    T5Model* M;
+    size_t n;                    // flat numel
+    float* d_m;                  // (n) fp32 Adam first moment
+    float* d_v;                  // (n) fp32 Adam second moment
+    float* d_acc;                // (n) fp32 accumulation buffer (gas > 1), else NULL
+    AdamWPlan* adam_plan;
+    GlobalNormPlan* norm_plan;
+    float* d_norm2;              // (1)
+    int* d_overflow;             // (1)
+    float* d_inv_scale;          // (1)
+    float* d_norm;               // (1)
+    float* h_loss;               // pinned (gas) micro-batch losses
+    float* h_norm2;              // pinned (1)
+    int* h_overflow;             // pinned (1)
+    LRSchedule sched;
+    bool use_scaler;
+    LossScaler scaler;
+    // data
+    Tokenizer* tok;
+    Dataset* train_ds;
+    Dataset* eval_ds;
+    DataLoader* train_dl;
+    DataLoader* eval_dl;
+    Batch batch;
+    // counters (saved in checkpoints)
+    TrainerCounters st;
+    TrainerSchedState sch;       // LR position + Adam step state
+    TrainerRngState rng;
+    DataLoaderState data_state;  // position restored from a checkpoint (magic 0: fresh run)
+    int64_t total_steps, upe, nb;
+    // logging
+    TrainerLog log;
+    TrainerState hf;
+    json_t* dump;                // --dump_batches: array of updates (arrays of micro-batches)
+    double peak_mem_gib;
+    int64_t last_saved_step;
+} Trainer;
+
+static uint64_t splitmix64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ULL;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+    return x ^ (x >> 31);
+}
+
+static int round8(int x) { return (int)CEIL_DIV(x, 8) * 8; }
+
+static double gpu_mem_used_gib(Trainer* t) {
+    size_t fr = 0, tot = 0;
+    if (cudaMemGetInfo(&fr, &tot) != cudaSuccess) return -1;
+    double g = (double)(tot - fr) / (1024.0 * 1024 * 1024);
+    if (g > t->peak_mem_gib) t->peak_mem_gib = g;
+    return g;
+}
+
+static json_t* json_matrix(const int32_t* x, int rows, int cols) {
+    json_t* m = json_array();
+    for (int r = 0; r < rows; r++) {
+        json_t* row = json_array();
+        for (int c = 0; c < cols; c++) json_array_append_new(row, json_integer(x[(size_t)r * cols + c]));
+        json_array_append_new(m, row);
+    }
+    return m;
+}
+
+static void model_setup(Trainer* t) {
+    const TrainerArgs* a = t->a;
+    static char err[TRAINER_ERR_LEN];
+    int dev = 0;
+    if (cudaGetDeviceCount(&dev) != cudaSuccess || dev == 0)
+        t5_die(T5_EXIT_FAILURE, "training needs a CUDA GPU and none is usable");
+    CUDA_CHECK(cudaStreamCreate(&t->s));
+    if (params_build(&t->T, &a->model, err, sizeof err)) t5_die(T5_EXIT_FAILURE, "model %s: %s", a->model.name, err);
+    size_t* numel = malloc_check((size_t)t->T.num_units * sizeof(size_t));
+    const char** names = malloc_check((size_t)t->T.num_units * sizeof(char*));
+    for (int u = 0; u < t->T.num_units; u++) {
+        numel[u] = t->T.units[u].numel;
+        names[u] = t->T.units[u].name;
+    }
+    t->Z = zero_create(0, a->dtype, t->T.num_units, numel, names, err, sizeof err);
+    free(numel);
+    free(names);
+    if (!t->Z) t5_die(T5_EXIT_FAILURE, "%s", err);
+    t->n = zero_flat_numel(t->Z);
+    if (a->init_random) {
+        if (t5_weights_init_random(t->Z, &t->T, a->seed, t->s, err, sizeof err)) t5_die(T5_EXIT_FAILURE, "%s", err);
+    } else {
+        if (t5_weights_load(t->Z, &t->T, a->weights_path, t->s, err, sizeof err)) t5_die(T5_EXIT_FAILURE, "%s", err);
+    }
+    zero_sync_working(t->Z, t->s);
+
+    int maxB = (int)T5_MAX(a->data.train_batch_size, a->data.eval_batch_size);
+    int maxTt = T5_MAX(a->data.max_target_length, a->data.val_max_target_length);
+    T5ModelOptions mo = {.max_B = maxB, .max_Ts = round8(a->data.max_source_length), .max_Tt = round8(maxTt),
+                         .dtype = a->dtype, .dropout_rate = a->dropout_rate,
+                         .gradient_checkpointing = a->gradient_checkpointing};
+    t->M = t5_model_create(&t->T, t->Z, &mo, err, sizeof err);
+    if (!t->M) t5_die(T5_EXIT_FAILURE, "%s", err);
+    t5_model_set_train(t->M, true);
+
+    if (!a->do_train) return;
+    // optimizer state + plans
+    if (cudaMalloc((void**)&t->d_m, t->n * sizeof(float)) != cudaSuccess ||
+        cudaMalloc((void**)&t->d_v, t->n * sizeof(float)) != cudaSuccess ||
+        (a->gradient_accumulation_steps > 1 && cudaMalloc((void**)&t->d_acc, t->n * sizeof(float)) != cudaSuccess)) {
+        (void)cudaGetLastError();
+        t5_die_hint(T5_EXIT_FAILURE, "use a smaller model (ZeRO stages 1-3 and offload are not implemented yet)",
+                    "out of GPU memory allocating the Adam state: %.2f GiB for %zu parameters",
+                    (double)t->n * 4 * (a->gradient_accumulation_steps > 1 ? 3 : 2) / (1 << 30), t->n);
+    }
+    CUDA_CHECK(cudaMemset(t->d_m, 0, t->n * sizeof(float)));
+    CUDA_CHECK(cudaMemset(t->d_v, 0, t->n * sizeof(float)));
+    AdamWTensor* at = calloc_check((size_t)t->T.num_params, sizeof(AdamWTensor));
+    float* master = zero_flat_master(t->Z);
+    float* grad = zero_flat_grad(t->Z);
+    for (int i = 0; i < t->T.num_params; i++) {
+        const ParamDesc* p = &t->T.params[i];
+        size_t off = zero_unit_offset(t->Z, p->unit) + p->offset;
+        at[i].master = master + off;
+        at[i].m = t->d_m + off;
+        at[i].v = t->d_v + off;
+        at[i].grad = grad + off;
+        at[i].n = (int64_t)p->numel;
+        at[i].grad_dtype = DT_F32;
+        at[i].work_dtype = a->dtype == DT_F32 ? DT_F16 : a->dtype;
+        at[i].weight_decay = p->decay ? (float)a->weight_decay : 0.0f;
+        if (a->dtype != DT_F32) {
+            // stage 0: every unit is resident, so its working pointer is stable for the whole run
+            char* w = zero_fetch(t->Z, p->unit, t->s);
+            zero_release(t->Z, p->unit, t->s);
+            at[i].work = w + p->offset * dtype_size(a->dtype);
+        }
+    }
+    t->adam_plan = adamw_plan_create(at, t->T.num_params);
+    free(at);
+    GradBuffer gb = {.ptr = grad, .n = (int64_t)t->n, .dtype = DT_F32};
+    t->norm_plan = global_norm_plan_create(&gb, 1);
+    CUDA_CHECK(cudaMalloc((void**)&t->d_norm2, sizeof(float)));
+    CUDA_CHECK(cudaMalloc((void**)&t->d_overflow, sizeof(int)));
+    CUDA_CHECK(cudaMalloc((void**)&t->d_inv_scale, sizeof(float)));
+    CUDA_CHECK(cudaMalloc((void**)&t->d_norm, sizeof(float)));
+    CUDA_CHECK(cudaMallocHost((void**)&t->h_loss, (size_t)T5_MAX(a->gradient_accumulation_steps, 1) * sizeof(float)));
+    CUDA_CHECK(cudaMallocHost((void**)&t->h_norm2, sizeof(float)));
+    CUDA_CHECK(cudaMallocHost((void**)&t->h_overflow, sizeof(int)));
+    cpu_adam_init(&t->sch.adam, (float)a->beta1, (float)a->beta2, (float)a->eps, a->adamw_mode);
+}
+
+static void data_setup(Trainer* t) {
+    const TrainerArgs* a = t->a;
+    static char err[TRAINER_ERR_LEN];
+    t->tok = tokenizer_open(a->data.tokenizer_path, err, sizeof err);
+    if (!t->tok) t5_die(T5_EXIT_FAILURE, "%s", err);
+    if (a->do_train) {
+        t->train_ds = dataset_open(&a->data, DATA_SPLIT_TRAIN, t->tok, err, sizeof err);
+        if (!t->train_ds) t5_die(T5_EXIT_FAILURE, "training data: %s", err);
+        if (dataset_size(t->train_ds) == 0)
+            t5_die(T5_EXIT_FAILURE, "the training set %s is empty", dataset_source_path(t->train_ds));
+        t->train_dl = dataloader_open(t->train_ds, &a->data, true, err, sizeof err);
+        if (!t->train_dl) t5_die(T5_EXIT_FAILURE, "training data: %s", err);
+    }
+    if (a->do_eval || a->eval_strategy != TRAINER_INTERVAL_NO) {
+        t->eval_ds = dataset_open(&a->data, DATA_SPLIT_VALIDATION, t->tok, err, sizeof err);
+        if (!t->eval_ds) t5_die(T5_EXIT_FAILURE, "evaluation data: %s", err);
+        if (dataset_size(t->eval_ds) == 0)
+            t5_die(T5_EXIT_FAILURE, "the evaluation set %s is empty", dataset_source_path(t->eval_ds));
+        t->eval_dl = dataloader_open(t->eval_ds, &a->data, false, err, sizeof err);
+        if (!t->eval_dl) t5_die(T5_EXIT_FAILURE, "evaluation data: %s", err);
+    }
+}
+
+static void set_model_batch(Trainer* t, const Batch* b) {
+    static char err[1024];
+    T5Batch tb = {.B = b->B, .Ts = b->Ts, .Tt = b->Tt, .input_ids = (const int*)b->input_ids,
+                  .attention_mask = (const int*)b->attention_mask, .labels = (const int*)b->labels,
+                  .decoder_input_ids = (const int*)b->decoder_input_ids};
+    if (t5_model_set_batch(t->M, &tb, t->s, err, sizeof err)) t5_die(T5_EXIT_FAILURE, "bad batch: %s", err);
+}
+
+// Eval loss over the whole eval set (HF evaluation_loop with prediction_loss_only: each batch's mean loss
+// weighted by its number of examples). Returns the metrics object (new reference).
+static json_t* run_eval(Trainer* t, double epoch) {
+    double t0 = trainer_log_now();
+    int64_t nex = dataset_size(t->eval_ds);
+    trainer_log_eval_header(stdout, nex, t->a->data.eval_batch_size);
+    t5_model_set_train(t->M, false);
+    dataloader_set_epoch(t->eval_dl, 0);
+    double sum = 0;
+    int64_t rows = 0, nbatches = 0;
+    while (dataloader_next_batch(t->eval_dl, &t->batch)) {
+        set_model_batch(t, &t->batch);
+        t5_model_forward(t->M, false, 1.0f, 0, t->s);
+        float l = t5_model_loss(t->M, t->s);
+        int real = 0;
+        for (int r = 0; r < t->batch.B; r++) real += t->batch.example_index[r] >= 0;
+        sum += (double)l * real;
+        rows += real;
+        nbatches++;
+    }
+    t5_model_set_train(t->M, true);
+    double runtime = trainer_log_now() - t0;
+    double loss = rows ? sum / (double)rows : NAN;
+    json_t* m = json_object();
+    results_set_real(m, "eval_loss", loss);
+    results_speed_metrics(m, "eval", runtime, nex, nbatches, -1);
+    if (t->a->do_train) results_set_real(m, "epoch", epoch);
+    const char* keys[1] = {"eval_loss"};
+    double vals[1] = {loss};
+    trainer_log_eval(&t->log, t->st.global_step, keys, vals, 1);
+    return m;
+}
+
+static void save_checkpoint(Trainer* t) {
+    const TrainerArgs* a = t->a;
+    static char err[TRAINER_ERR_LEN];
+    const int64_t step = t->st.global_step;
+    if (t->last_saved_step == step) return;
+    double t0 = trainer_log_now();
+    CheckpointWriter w;
+    if (checkpoint_begin(&w, a->output_dir, step, 1, 0, err, sizeof err)) t5_die(T5_EXIT_FAILURE, "%s", err);
+    if (t5_weights_save(t->Z, &t->T, w.tmp_dir, DT_F32, SAFETENSORS_DEFAULT_SHARD_BYTES, t->s, err, sizeof err))
+        t5_die(T5_EXIT_FAILURE, "saving checkpoint-%lld: %s", (long long)step, err);
+    copy_tokenizer_files(a, w.tmp_dir);
+    char* p = t5_path_join(w.tmp_dir, "trainer_state.json");
+    t->hf.global_step = step;
+    if (trainer_state_save(&t->hf, p, err, sizeof err)) t5_die(T5_EXIT_FAILURE, "%s", err);
+    free(p);
+    float* m = malloc_check(t->n * sizeof(float));
+    float* v = malloc_check(t->n * sizeof(float));
+    CUDA_CHECK(cudaStreamSynchronize(t->s));
+    CUDA_CHECK(cudaMemcpy(m, t->d_m, t->n * sizeof(float), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(v, t->d_v, t->n * sizeof(float), cudaMemcpyDeviceToHost));
+    DataLoaderState ds;
+    dataloader_state_save(t->train_dl, &ds);
+    t->st.flat_numel = (int64_t)t->n;
+    t->st.dtype = (int32_t)a->dtype;
+    CheckpointStateWriter* sw = checkpoint_state_create(w.tmp_dir, step, 0, 1, err, sizeof err);
+    if (!sw || checkpoint_state_add(sw, CKPT_TAG_TRAINER, &t->st, sizeof t->st, err, sizeof err) ||
+        checkpoint_state_blob_begin(sw, CKPT_TAG_OPTIMIZER, err, sizeof err) ||
+        checkpoint_state_blob_write(sw, m, t->n * sizeof(float), err, sizeof err) ||
+        checkpoint_state_blob_write(sw, v, t->n * sizeof(float), err, sizeof err) ||
+        checkpoint_state_blob_end(sw, err, sizeof err) ||
+        checkpoint_state_add(sw, CKPT_TAG_SCALER, &t->scaler, sizeof t->scaler, err, sizeof err) ||
+        checkpoint_state_add(sw, CKPT_TAG_SCHEDULER, &t->sch, sizeof t->sch, err, sizeof err) ||
+        checkpoint_state_add(sw, CKPT_TAG_DATA, &ds, sizeof ds, err, sizeof err) ||
+        checkpoint_state_add(sw, CKPT_TAG_RNG, &t->rng, sizeof t->rng, err, sizeof err) ||
+        checkpoint_state_finish(sw, err, sizeof err))
+        t5_die(T5_EXIT_FAILURE, "saving checkpoint-%lld: %s", (long long)step, err);
+    free(m);
+    free(v);
+    if (checkpoint_commit(&w, err, sizeof err)) t5_die(T5_EXIT_FAILURE, "%s", err);
+    char line[4200];
+    snprintf(line, sizeof line, "Saving model checkpoint to %s (%.1f s)", w.final_dir, trainer_log_now() - t0);
+    trainer_log_line(&t->log, line);
+    t->last_saved_step = step;
+    if (a->save_total_limit > 0 &&
+        checkpoint_rotate(a->output_dir, (int)a->save_total_limit, step, -1, stdout, err, sizeof err) < 0)
+        t5_warn("%s", err);
+    checkpoint_writer_free(&w);
+}
+
+static void state_read_check(CheckpointState* cs, const char* tag, void* dst, size_t n) {
+    static char err[TRAINER_ERR_LEN];
+    if (checkpoint_state_read(cs, tag, dst, n, err, sizeof err)) t5_die(T5_EXIT_FAILURE, "resume: %s", err);
+}
+
+static void load_checkpoint(Trainer* t, const char* dir) {
+    static char err[TRAINER_ERR_LEN];
+    if (t5_weights_load(t->Z, &t->T, dir, t->s, err, sizeof err)) t5_die(T5_EXIT_FAILURE, "resume: %s", err);
+    zero_sync_working(t->Z, t->s);
+    char fn[64];
+    checkpoint_state_filename(fn, sizeof fn, 0, 1);
+    char* p = t5_path_join(dir, fn);
+    CheckpointState cs;
+    if (checkpoint_state_open(&cs, p, err, sizeof err)) t5_die(T5_EXIT_FAILURE, "resume: %s", err);
+    TrainerCounters c;
+    state_read_check(&cs, CKPT_TAG_TRAINER, &c, sizeof c);
+    if ((size_t)c.flat_numel != t->n)
+        t5_die(T5_EXIT_FAILURE, "resume: %s holds %lld parameters, this model has %zu (a different model?)", p,
+               (long long)c.flat_numel, t->n);
+    if (c.dtype != (int32_t)t->a->dtype)
+        t5_die(T5_EXIT_USAGE, "resume: %s was saved by a %s run, this run is %s (use the same precision flag)", p,
+               dtype_name((DType)c.dtype), dtype_name(t->a->dtype));
+    float* mv = malloc_check(2 * t->n * sizeof(float));
+    state_read_check(&cs, CKPT_TAG_OPTIMIZER, mv, 2 * t->n * sizeof(float));
+    CUDA_CHECK(cudaMemcpy(t->d_m, mv, t->n * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(t->d_v, mv + t->n, t->n * sizeof(float), cudaMemcpyHostToDevice));
+    free(mv);
+    LossScaler sc;
+    state_read_check(&cs, CKPT_TAG_SCALER, &sc, sizeof sc);
+    state_read_check(&cs, CKPT_TAG_SCHEDULER, &t->sch, sizeof t->sch);
+    state_read_check(&cs, CKPT_TAG_DATA, &t->data_state, sizeof t->data_state);
+    state_read_check(&cs, CKPT_TAG_RNG, &t->rng, sizeof t->rng);
+    checkpoint_state_close(&cs);
+    if (dataloader_state_restore(t->train_dl, &t->data_state, err, sizeof err))
+        t5_die(T5_EXIT_FAILURE, "resume: %s", err);
+    t->st = c;
+    if (t->use_scaler) t->scaler = sc;
+    free(p);
+    p = t5_path_join(dir, "trainer_state.json");
+    if (t5_is_file(p)) {
+        trainer_state_free(&t->hf);
+        trainer_state_init(&t->hf);
+        if (trainer_state_load(&t->hf, p, err, sizeof err)) t5_die(T5_EXIT_FAILURE, "resume: %s", err);
+    }
+    free(p);
+    t->last_saved_step = c.global_step;
+}
+
+static void hf_log_entry(Trainer* t, json_t* e) { trainer_state_append_log(&t->hf, e); }
+
+static void write_dump(Trainer* t) {
+    if (!t->dump) return;
+    if (json_dump_file(t->dump, t->a->dump_batches, JSON_COMPACT) != 0)
+        t5_die(T5_EXIT_FAILURE, "cannot write --dump_batches file %s", t->a->dump_batches);
+    json_decref(t->dump);
+    t->dump = NULL;
+}
+
+// One optimizer update: its micro-batches, the norm/overflow pass, the scaler and AdamW.
+// Returns the mean loss of the micro-batches; *norm_out the unscaled global norm (NAN when skipped).
+static double train_step(Trainer* t, int64_t n_micro, double* norm_out, bool* skipped, double* lr_out) {
+    const TrainerArgs* a = t->a;
+    float loss_scale = t->use_scaler ? (float)t->scaler.cur_scale : 1.0f;
+    float grad_scale = loss_scale / (float)n_micro;
+    json_t* dump_step = (t->dump && t->st.global_step < a->dump_batches_steps) ? json_array() : NULL;
+    for (int64_t i = 0; i < n_micro; i++) {
+        if (!dataloader_next_batch(t->train_dl, &t->batch))
+            t5_die(T5_EXIT_FAILURE, "internal: the data loader ended inside an epoch");
+        const Batch* b = &t->batch;
+        if (dump_step) {
+            json_t* o = json_object();
+            json_object_set_new(o, "input_ids", json_matrix(b->input_ids, b->B, b->Ts));
+            json_object_set_new(o, "attention_mask", json_matrix(b->attention_mask, b->B, b->Ts));
+            json_object_set_new(o, "labels", json_matrix(b->labels, b->B, b->Tt));
+            json_array_append_new(dump_step, o);
+        }
+        set_model_batch(t, b);
+        zero_zero_grads(t->Z, t->s);
+        uint64_t seed = splitmix64(a->seed ^ splitmix64((uint64_t)t->rng.micro_counter));
+        t5_model_forward(t->M, true, grad_scale, seed, t->s);
+        t5_model_backward(t->M, t->s);
+        CUDA_CHECK(cudaMemcpyAsync(t->h_loss + i, t5_model_loss_device(t->M), sizeof(float), cudaMemcpyDeviceToHost,
+                                   t->s));
+        if (n_micro > 1) {
+            // torch semantics: grad = g_0, then grad += g_i (each g_i complete for its micro-batch)
+            if (i == 0)
+                CUDA_CHECK(cudaMemcpyAsync(t->d_acc, zero_flat_grad(t->Z), t->n * sizeof(float),
+                                           cudaMemcpyDeviceToDevice, t->s));
+            else
+                add_inplace(t->d_acc, zero_flat_grad(t->Z), DT_F32, t->n, t->s);
+        }
+        t->rng.micro_counter++;
+        t->st.tokens_seen += b->n_src_tokens + b->n_tgt_tokens;
+        t->st.samples_seen += b->B;
+    }
+    if (dump_step) json_array_append_new(t->dump, dump_step);
+    if (n_micro > 1)
+        CUDA_CHECK(cudaMemcpyAsync(zero_flat_grad(t->Z), t->d_acc, t->n * sizeof(float), cudaMemcpyDeviceToDevice,
+                                   t->s));
+    if (a->inject_inf_step > 0 && t->st.global_step + 1 == a->inject_inf_step)
+        fill(zero_flat_grad(t->Z), DT_F32, 1, INFINITY, t->s);
+
+    global_norm_compute(t->norm_plan, t->d_norm2, t->d_overflow, t->s);
+    global_norm_clip_scale(t->d_norm2, t->d_overflow, loss_scale, (float)a->clip, t->d_inv_scale, t->d_norm, t->s);
+    CUDA_CHECK(cudaMemcpyAsync(t->h_norm2, t->d_norm2, sizeof(float), cudaMemcpyDeviceToHost, t->s));
+    CUDA_CHECK(cudaMemcpyAsync(t->h_overflow, t->d_overflow, sizeof(int), cudaMemcpyDeviceToHost, t->s));
+    CUDA_CHECK(cudaStreamSynchronize(t->s));
+    double loss = 0;
+    for (int64_t i = 0; i < n_micro; i++) loss += t->h_loss[i];
+    loss /= (double)n_micro;
+    float norm = sqrtf(*t->h_norm2);
+    bool overflow = *t->h_overflow != 0 || !isfinite(norm);
+    *lr_out = lr_schedule_get(&t->sched, t->sch.applied_steps);
+    *skipped = false;
+    if (t->use_scaler) {
+        LossScalerUpdate u = loss_scaler_update(&t->scaler, overflow);
+        if (u.event == LOSS_SCALER_AT_MIN) t5_die(T5_EXIT_FAILURE, "%s", LOSS_SCALER_MIN_SCALE_MSG);
+        char line[512];
+        if (loss_scaler_format_overflow(line, sizeof line, &u, 0))
+            trainer_log_overflow(&t->log, t->st.global_step + 1, line, u.new_scale);
+    } else if (overflow) {
+        t5_die_hint(T5_EXIT_FAILURE, "lower the learning rate, or check the data; the last checkpoint is intact",
+                    "the gradient is not finite at step %lld (loss %g, %s): training diverged",
+                    (long long)t->st.global_step + 1, loss, dtype_name(a->dtype));
+    }
+    if (overflow) {
+        *skipped = true;
+        t->st.skipped_steps++;
+        *norm_out = NAN;
+    } else {
+        t->sch.applied_steps++;
+        cpu_adam_begin_step(&t->sch.adam, t->sch.applied_steps, (float)a->beta1, (float)a->beta2);
+        AdamWStepArgs sa = {.lr = (float)*lr_out, .beta1 = (float)a->beta1, .beta2 = (float)a->beta2,
+                            .eps = (float)a->eps, .bias_correction1 = t->sch.adam.bias_correction1,
+                            .bias_correction2 = t->sch.adam.bias_correction2, .adamw_mode = a->adamw_mode};
+        adamw_step(t->adam_plan, &sa, t->d_inv_scale, NULL, t->s);
+        *norm_out = (double)norm / (double)loss_scale;
+    }
+    t->st.global_step++;
+    return loss;
+}
+
+static void write_final(Trainer* t, json_t* train_metrics, json_t* eval_metrics) {
+    const TrainerArgs* a = t->a;
+    static char err[TRAINER_ERR_LEN];
+    if (train_metrics) {
+        if (t5_weights_save(t->Z, &t->T, a->output_dir, DT_F32, SAFETENSORS_DEFAULT_SHARD_BYTES, t->s, err,
+                            sizeof err))
+            t5_die(T5_EXIT_FAILURE, "saving the final model: %s", err);
+        copy_tokenizer_files(a, a->output_dir);
+        char line[4200];
+        snprintf(line, sizeof line, "Saving model checkpoint to %s", a->output_dir);
+        trainer_log_line(&t->log, line);
+        results_log_metrics(stdout, "train", train_metrics);
+        if (results_save_metrics(a->output_dir, "train", train_metrics, true, err, sizeof err)) t5_warn("%s", err);
+        char* p = t5_path_join(a->output_dir, "trainer_state.json");
+        t->hf.global_step = t->st.global_step;
+        if (trainer_state_save(&t->hf, p, err, sizeof err)) t5_warn("%s", err);
+        free(p);
+    }
+    if (eval_metrics) {
+        results_log_metrics(stdout, "eval", eval_metrics);
+        if (results_save_metrics(a->output_dir, "eval", eval_metrics, true, err, sizeof err)) t5_warn("%s", err);
+    }
+}
+
+int trainer_run(const TrainerArgs* a) {
+    static Trainer tr;
+    Trainer* t = &tr;
+    memset(t, 0, sizeof *t);
+    t->a = a;
+    t->last_saved_step = -1;
+    static char err[TRAINER_ERR_LEN];
+    trainer_log_init(&t->log, stdout, a->output_dir, 0);
+    trainer_state_init(&t->hf);
+
+    data_setup(t);
+    model_setup(t);
+
+    t->use_scaler = a->dtype == DT_F16;
+    if (t->use_scaler && loss_scaler_init(&t->scaler, &a->scaler, err, sizeof err))
+        t5_die(T5_EXIT_USAGE, "deepspeed.fp16: %s", err);
+
+    json_t* train_metrics = NULL;
+    json_t* eval_metrics = NULL;
+    if (a->do_train) {
+        const int64_t gas = T5_MAX(a->gradient_accumulation_steps, (int64_t)1);
+        t->nb = dataloader_num_batches(t->train_dl);
+        t->upe = trainer_updates_per_epoch(t->nb, gas);
+        t->total_steps = trainer_total_steps(a->max_steps, a->num_train_epochs, t->upe);
+        int64_t num_epochs = trainer_num_epochs(a->max_steps, a->num_train_epochs, t->upe);
+
+        LRScheduleType type;
+        if (lr_schedule_type_from_name(a->sched_name, &type))
+            t5_die(T5_EXIT_FAILURE, "not implemented yet: lr scheduler %s", a->sched_name);
+        LRScheduleParams sp;
+        lr_schedule_params_default(&sp, type);
+        sp.lr = a->lr;
+        sp.num_training_steps = t->total_steps;
+        sp.num_warmup_steps = hf_get_warmup_steps(a->warmup_steps, a->warmup_ratio, t->total_steps);
+        if (type == LR_SCHED_DS_WARMUP_LR || type == LR_SCHED_DS_WARMUP_DECAY_LR) {
+            sp.warmup_min_lr = a->ds_warmup_min_lr;
+            sp.warmup_max_lr = a->ds_warmup_max_lr;
+            sp.warmup_num_steps = a->ds_warmup_num_steps >= 0 ? a->ds_warmup_num_steps : sp.num_warmup_steps;
+            sp.warmup_type = a->ds_warmup_type ? LR_WARMUP_LINEAR : LR_WARMUP_LOG;
+            if (a->ds_total_num_steps > 0) sp.num_training_steps = a->ds_total_num_steps;
+        }
+        if (lr_schedule_init(&t->sched, type, &sp, err, sizeof err)) t5_die(T5_EXIT_USAGE, "lr schedule: %s", err);
+
+        t->st.flat_numel = (int64_t)t->n;
+        t->st.dtype = (int32_t)a->dtype;
+        t->rng.seed = a->seed;
+        checkpoint_remove_stale(a->output_dir, stderr);
+        if (a->resume_from_checkpoint[0]) {
+            char* dir = checkpoint_resolve_resume(a->resume_from_checkpoint, a->output_dir, stderr, err, sizeof err);
+            if (!dir) t5_die(T5_EXIT_FAILURE, "%s", err);
+            printf("Resuming from %s\n", dir);
+            load_checkpoint(t, dir);
+            free(dir);
+        }
+        t->hf.max_steps = t->total_steps;
+        t->hf.logging_steps = a->logging_steps;
+        t->hf.eval_steps = a->eval_steps;
+        t->hf.save_steps = a->save_steps;
+        t->hf.train_batch_size = a->data.train_batch_size;
+        t->hf.num_train_epochs = num_epochs;
+        if (a->dump_batches[0]) t->dump = json_array();
+
+        TrainHeader th = {.num_examples = dataset_size(t->train_ds), .num_epochs = num_epochs,
+                          .per_device_batch_size = a->data.train_batch_size,
+                          .total_batch_size = a->data.train_batch_size * gas,
+                          .gradient_accumulation_steps = gas, .max_steps = t->total_steps,
+                          .num_trainable_params = (int64_t)t5_config_num_params(&a->model)};
+        trainer_log_header(stdout, &th);
+        int64_t epoch = t->data_state.magic ? t->data_state.epoch : 0;
+        int64_t bie = t->data_state.magic ? t->data_state.batch_in_epoch : 0;
+        if (a->resume_from_checkpoint[0])
+            trainer_log_resume(stdout, epoch, t->st.global_step, CEIL_DIV(bie, gas));
+
+        signals_install();
+        double t_start = trainer_log_now();
+        progress_init(&t->log.bar, stdout, t->total_steps, t->st.global_step, t_start, 0);
+        t->log.bar_on = true;
+        int64_t start_step = t->st.global_step, session_samples = 0;
+        double win_t0 = t_start;
+        int64_t win_tokens = 0, win_samples = 0, win_steps_timed = 0;
+        bool stopped = false;
+        while (t->st.global_step < t->total_steps) {
+            if (bie >= t->nb) {
+                epoch++;
+                bie = 0;
+                dataloader_set_epoch(t->train_dl, epoch);
+            }
+            int64_t n_micro = T5_MIN(gas, t->nb - bie);
+            int64_t tok0 = t->st.tokens_seen, smp0 = t->st.samples_seen;
+            double norm, lr;
+            bool skipped;
+            double loss = train_step(t, n_micro, &norm, &skipped, &lr);
+            bie += n_micro;
+            win_tokens += t->st.tokens_seen - tok0;
+            win_samples += t->st.samples_seen - smp0;
+            session_samples += t->st.samples_seen - smp0;
+            win_steps_timed++;
+            t->st.total_loss_sum += loss;
+            t->st.win_loss_sum += loss;
+            t->st.win_steps++;
+            const int64_t step = t->st.global_step;
+            const double epoch_f = (double)epoch + (double)bie / (double)t->nb;
+            t->hf.epoch = epoch_f;
+            t->hf.num_input_tokens_seen = t->st.tokens_seen;
+            if (t->dump && step >= a->dump_batches_steps) write_dump(t);
+            double now = trainer_log_now();
+            progress_update(&t->log.bar, step, now);
+
+            bool epoch_end = bie >= t->nb;
+            bool do_log = trainer_step_due(a->logging_strategy, step, a->logging_steps) ||
+                          (a->logging_first_step && step == 1) ||
+                          (a->logging_strategy == TRAINER_INTERVAL_EPOCH && epoch_end);
+            if (do_log) {
+                double dt = now - win_t0;
+                StepLog sl = {.step = step, .max_steps = t->total_steps, .epoch = epoch_f,
+                              .loss = t->st.win_loss_sum / (double)t->st.win_steps, .grad_norm = norm, .lr = lr,
+                              .loss_scale = t->use_scaler ? t->scaler.cur_scale : 0, .skipped = t->st.skipped_steps,
+                              .step_ms = 1000.0 * dt / (double)T5_MAX(win_steps_timed, (int64_t)1),
+                              .tokens_per_s = dt > 0 ? (double)win_tokens / dt : 0,
+                              .samples_per_s = dt > 0 ? (double)win_samples / dt : 0,
+                              .gpu_mem_alloc_gib = gpu_mem_used_gib(t), .gpu_mem_peak_gib = t->peak_mem_gib,
+                              .rss_gib = (double)trainer_log_host_rss() / (1024.0 * 1024 * 1024)};
+                trainer_log_step(&t->log, &sl);
+                json_t* e = json_object();
+                results_set_real(e, "loss", py_round(sl.loss, 4));
+                if (!isnan(norm)) results_set_real(e, "grad_norm", norm);
+                results_set_real(e, "learning_rate", lr);
+                results_set_real(e, "epoch", epoch_f);
+                hf_log_entry(t, e);
+                t->st.win_loss_sum = 0;
+                t->st.win_steps = 0;
+                t->st.last_logged_step = step;
+                win_t0 = trainer_log_now();
+                win_tokens = win_samples = win_steps_timed = 0;
+            }
+            bool do_eval = t->eval_dl && (trainer_step_due(a->eval_strategy, step, a->eval_steps) ||
+                                          (a->eval_strategy == TRAINER_INTERVAL_EPOCH && epoch_end));
+            double pause0 = trainer_log_now();  // eval and save time is kept out of the step timing
+            if (do_eval) {
+                json_t* m = run_eval(t, epoch_f);
+                hf_log_entry(t, json_deep_copy(m));
+                json_decref(m);
+            }
+            bool stop_now = signals_stop_requested() || (a->stop_after_steps > 0 && step >= a->stop_after_steps);
+            if (signals_stop_requested()) {
+                char msg[256];
+                signals_format_stop_message(msg, sizeof msg, signals_stop_signal(), step);
+                trainer_log_line(&t->log, msg);
+            }
+            bool do_save = trainer_step_due(a->save_strategy, step, a->save_steps) ||
+                           (a->save_strategy == TRAINER_INTERVAL_EPOCH && epoch_end) ||
+                           (a->save_strategy != TRAINER_INTERVAL_NO && step >= t->total_steps) || stop_now;
+            if (do_save) save_checkpoint(t);
+            win_t0 += trainer_log_now() - pause0;
+            if (stop_now) {
+                stopped = true;
+                break;
+            }
+        }
+        progress_close(&t->log.bar, trainer_log_now());
+        t->log.bar_on = false;
+        int stop_sig = signals_stop_signal();
+        signals_uninstall();
+        write_dump(t);
+        if (stopped) {
+            const char* why = stop_sig ? signals_name(stop_sig) : "T5TRAIN_STOP_AFTER_STEPS";
+            printf("t5train: received %s: stopped after step %lld/%lld and saved %s/checkpoint-%lld; resume with "
+                   "--resume_from_checkpoint last\n",
+                   why, (long long)t->st.global_step, (long long)t->total_steps, a->output_dir,
+                   (long long)t->st.global_step);
+            fflush(stdout);
+            trainer_log_free(&t->log);
+            trainer_state_free(&t->hf);
+            return T5_EXIT_OK;
+        }
+        double runtime = trainer_log_now() - t_start;
+        printf("\n\nTraining completed. Do not forget to share your model on huggingface.co/models =)\n\n\n");
+        train_metrics = json_object();
+        results_set_real(train_metrics, "epoch", t->hf.epoch);
+        results_set_real(train_metrics, "train_loss",
+                         t->st.global_step ? t->st.total_loss_sum / (double)t->st.global_step : NAN);
+        results_speed_metrics(train_metrics, "train", runtime, session_samples, t->st.global_step - start_step, -1);
+        results_set_int(train_metrics, "train_samples", dataset_size(t->train_ds));
+        results_set_real(train_metrics, "total_flos", 0.0);
+        json_t* e = json_deep_copy(train_metrics);
+        json_object_del(e, "train_samples");
+        hf_log_entry(t, e);
+    }
+    if (a->do_eval) {
+        eval_metrics = run_eval(t, t->hf.epoch);
+        results_set_int(eval_metrics, "eval_samples", dataset_size(t->eval_ds));
+    }
+    write_final(t, train_metrics, eval_metrics);
+    json_decref(train_metrics);
+    json_decref(eval_metrics);
+    trainer_log_free(&t->log);
+    trainer_state_free(&t->hf);
+    // process exit releases the GPU; the handles are not reused
+    return T5_EXIT_OK;
+}

@@ -1,0 +1,119 @@
+/*
+ * trainer.h: the single-GPU training loop (ZeRO stage 0), as HF run_translation.py + Seq2SeqTrainer (+ the
+ * DeepSpeed engine when a deepspeed section drives the run) do it.
+ *
+ * One optimizer update ("step", HF's global_step) =
+ *     for each of n micro-batches (n = gradient_accumulation_steps, fewer only for the last update of an epoch):
+ *         forward with dlogits scaled by loss_scale / n      (micro-batch mean loss x 1/n, DeepSpeed's
+ *         backward (grads += )                                scale_wrt_gas and HF's loss / gas)
+ *     global norm of the scaled fp32 gradient + inf/nan flag (one deterministic device pass)
+ *     fp16: DeepSpeed DynamicLossScaler.update_scale(overflow); overflow -> the step is skipped: no weight change,
+ *           no Adam step count, no LR-schedule advance, DeepSpeed's OVERFLOW line logged; global_step still +1
+ *     else: AdamW on the flat fp32 master (GPU, fused), gradient multiplied by 1/combined where
+ *           combined = loss_scale * max(1, (norm/loss_scale + 1e-6)/clip)   (DeepSpeed's unscale+clip; see
+ *           docs/training_results.md for why this rule is also used without a deepspeed section)
+ *     lr of update u = schedule(number of updates applied before it)
+ * bf16 / fp32: no loss scaling; a non-finite gradient norm stops the run with an error (never a silent NaN).
+ *
+ * Checkpoints (src/checkpoint.h protocol: temporary directory, rename, completion marker t5train_done):
+ * output_dir/checkpoint-<step>/ = model.safetensors (the fp32 master, HF names: exact weights on resume) +
+ * config.json + tokenizer files + trainer_state.json + t5train_state.bin with the blobs "trainer" (counters,
+ * logging window), "optimizer" (Adam m then v, fp32), "scaler" (LossScaler), "scheduler" (schedule position +
+ * Adam step state), "data_position" (DataLoaderState), "rng" (seed, micro-batch counter).
+ * Resume ("DIR" or "last") loads all of it; the run then continues bit-identically. With "last" an incomplete
+ * or corrupt checkpoint is reported and skipped for the previous good one; a named DIR must be good.
+ * SIGINT/SIGTERM: the current step finishes, a checkpoint is saved, the run exits 0 with a message.
+ *
+ * trainer.c does not include src/config.h (its LrSchedulerType names collide with src/lr_schedule.h):
+ * src/run.c translates the resolved RunConfig into TrainerArgs.
+ */
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../cuda/dtype.h"
+#include "../data/dataset.h"
+#include "../model/t5_config.h"
+#include "loss_scaler.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { TRAINER_INTERVAL_NO = 0, TRAINER_INTERVAL_STEPS, TRAINER_INTERVAL_EPOCH } TrainerInterval;
+
+typedef struct {
+    // model
+    T5Config model;              // architecture (preset or config.json)
+    char weights_path[4096];     // safetensors file / index / dir to load; "" with init_random
+    bool init_random;            // --init random: HF _init_weights with `seed`
+    float dropout_rate;          // used in train mode
+    bool gradient_checkpointing; // recompute each block in backward
+    char tokenizer_files_dir[4096];  // directory whose tokenizer files are copied to output_dir at the end ("")
+    char tokenizer_file[4096];   // a spiece.model to copy when tokenizer_files_dir is "" ("" none)
+    // data (data/dataset.h); train/eval splits opened by the trainer
+    DataOptions data;
+    bool do_train, do_eval;
+    // precision
+    DType dtype;                 // fp32, fp16 (DeepSpeed loss scaler), bf16
+    LossScalerConfig scaler;     // fp16 only
+    // optimization
+    int64_t gradient_accumulation_steps;
+    int64_t max_steps;           // > 0 wins over num_train_epochs
+    double num_train_epochs;
+    double lr, beta1, beta2, eps, weight_decay;
+    bool adamw_mode;             // decoupled weight decay (torch AdamW / DeepSpeed adam_w_mode)
+    double clip;                 // global-norm clip (<= 0: off)
+    // LR schedule: an HF name ("linear", "cosine", "constant", ...) or "WarmupLR" / "WarmupDecayLR"
+    char sched_name[32];
+    double warmup_steps, warmup_ratio;   // HF schedules (hf_get_warmup_steps)
+    double ds_warmup_min_lr, ds_warmup_max_lr;
+    int64_t ds_warmup_num_steps;         // DeepSpeed schedules; < 0: "auto" left unresolved -> from warmup_*
+    int ds_warmup_type;                  // 0 log, 1 linear
+    int64_t ds_total_num_steps;          // WarmupDecayLR; <= 0: the computed number of updates
+    // logging / eval / save (HF TrainingArguments)
+    TrainerInterval logging_strategy, eval_strategy, save_strategy;
+    int64_t logging_steps, eval_steps, save_steps;
+    bool logging_first_step;
+    int64_t save_total_limit;    // <= 0: keep all
+    uint64_t seed;
+    // files
+    char output_dir[4096];
+    char resume_from_checkpoint[4096];   // "", a checkpoint dir, or "last"
+    // test hooks
+    char dump_batches[4096];     // write the token ids of the first dump_batches_steps updates to this JSON file
+    int64_t dump_batches_steps;
+    int64_t inject_inf_step;     // > 0: put +inf into the gradient at this update (overflow test)
+    int64_t stop_after_steps;    // > 0: behave as if SIGTERM arrived after this update (save + exit 0)
+} TrainerArgs;
+
+// Defaults matching HF TrainingArguments (lr 5e-5, linear, clip 1.0, logging/save every 500, seed 42, ...).
+void trainer_args_default(TrainerArgs* a);
+
+// Runs training (do_train) and/or evaluation (do_eval) on the GPU. Returns the process exit code; errors are
+// fatal (t5_die with a one-line message).
+int trainer_run(const TrainerArgs* a);
+
+// ---- pure loop arithmetic (HF Trainer._inner_training_loop), unit-tested on the CPU
+
+// Updates per epoch: max(ceil(num_batches / gas), 1) (transformers >= 4.46 rounding; the last update of an
+// epoch may use fewer micro-batches).
+int64_t trainer_updates_per_epoch(int64_t num_batches, int64_t gas);
+// Total updates: max_steps if > 0, else ceil(num_train_epochs * updates_per_epoch).
+int64_t trainer_total_steps(int64_t max_steps, double num_train_epochs, int64_t updates_per_epoch);
+// Epochs the loop may run: ceil(max_steps / upe) with max_steps, else ceil(num_train_epochs).
+int64_t trainer_num_epochs(int64_t max_steps, double num_train_epochs, int64_t updates_per_epoch);
+// Micro-batches of update number `step_in_epoch` (0-based) of an epoch of num_batches batches.
+int64_t trainer_micro_batches(int64_t num_batches, int64_t gas, int64_t step_in_epoch);
+// HF DefaultFlowCallback on_step_end for a "steps" strategy: step > 0 && interval > 0 && step % interval == 0.
+bool trainer_step_due(TrainerInterval strategy, int64_t step, int64_t interval);
+// Checkpoint rotation (HF _sorted_checkpoints + _rotate_checkpoints): of n ascending checkpoint steps, how many
+// of the oldest to delete to keep `limit` (limit <= 0: none).
+int trainer_rotate_count(int n, int64_t limit);
+// "checkpoint-<N>" directory name -> N; -1 when the name is not one.
+int64_t trainer_parse_checkpoint_name(const char* name);
+
+#ifdef __cplusplus
+}
+#endif

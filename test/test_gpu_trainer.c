@@ -1,0 +1,336 @@
+/*
+ * test_gpu_trainer.c: the trainer through the binary, on the tiny HF fixture model (test/fixtures/t5/tiny_v10,
+ * D=8) and 32-64 real WMT16 validation pairs:
+ *   - the loss falls, every results file HF writes is there, the final model and checkpoints are complete;
+ *   - stop at step 6 (T5TRAIN_STOP_AFTER_STEPS, the SIGTERM path) + --resume_from_checkpoint last gives loss and
+ *     grad-norm lines for steps 7..12 byte-identical to an uninterrupted run, and the same final weights
+ *     (fp16 with dropout and gradient accumulation: scaler, RNG, data position and Adam state all matter);
+ *   - a real SIGTERM mid-run saves a checkpoint and exits 0 with a message;
+ *   - fp16 overflow: +inf injected at step 3 logs DeepSpeed's OVERFLOW line, the scale halves, the step is
+ *     skipped (the LR of step 4 equals that of step 3); a deepspeed fp16 section without scaler keys starts at
+ *     2^32 (DeepSpeed's quirk) and overflows at once;
+ *   - a corrupt newest checkpoint is reported and skipped for the previous good one;
+ *   - trajectory parity: 50 fp32 steps (accumulation 2, warmup, weight decay, clipping, an epoch boundary) from
+ *     tiny_v10 match the committed torch trajectory (test/fixtures/trainer/trajectory_tiny_v10_fp32.json, made by
+ *     scripts/trajectory_parity.py --init test/fixtures/t5/tiny_v10 --write_reference) within 1e-4 relative.
+ */
+#include "t5test.h"
+
+#include <jansson.h>
+#include <math.h>
+
+#include "../src/common.h"
+
+static char g_text[1 << 18];
+
+// common flags: tiny model, real data, fp32 unless the caller adds more
+static void base_args(char* buf, size_t cap, const char* out, int samples) {
+    const char* d = t5test_data_dir();
+    int k = snprintf(buf, cap,
+             "%s --model_name_or_path %s/test/fixtures/t5/tiny_v10 --tokenizer_name %s/t5-spiece/spiece.model "
+             "--train_file %s/wmt16-ro-en/validation.en --validation_file %s/wmt16-ro-en/validation.en "
+             "--source_lang en --target_lang ro --max_source_length 48 --max_target_length 48 "
+             "--max_train_samples %d --max_eval_samples 32 --per_device_train_batch_size 8 "
+             "--per_device_eval_batch_size 8 --output_dir %s --logging_steps 1 --seed 7",
+             t5test_bin(), t5test_repo_dir(), d, d, d, samples, out);
+    if (k < 0 || (size_t)k >= cap) fail_msg("command line too long");
+}
+
+// Values of `key` in output_dir/trainer_log.jsonl step lines, as the raw text after "key": (NULL-terminated
+// malloc'd strings), *n of them.
+static char** jsonl_values(const char* out, const char* key, int* n) {
+    char* p = t5_path_join(out, "trainer_log.jsonl");
+    size_t len;
+    char* text = t5_read_file(p, &len);
+    free(p);
+    *n = 0;
+    if (!text) return NULL;
+    char** vals = calloc(4096, sizeof(char*));
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    for (char* line = strtok(text, "\n"); line && *n < 4096; line = strtok(NULL, "\n")) {
+        if (!strstr(line, "\"max_steps\"")) continue;  // step lines only (not eval / overflow events)
+        char* k = strstr(line, pat);
+        if (!k) continue;
+        k += strlen(pat);
+        size_t m = strcspn(k, ",}");
+        vals[*n] = strndup(k, m);
+        (*n)++;
+    }
+    free(text);
+    return vals;
+}
+
+static void free_vals(char** v, int n) {
+    for (int i = 0; i < n; i++) free(v[i]);
+    free(v);
+}
+
+static bool file_in(const char* dir, const char* name) {
+    char* p = t5_path_join(dir, name);
+    bool ok = t5_is_file(p);
+    free(p);
+    return ok;
+}
+
+static void test_loss_decreases_and_files(void** state) {
+    (void)state;
+    T5_REQUIRE_GPU();
+    T5_REQUIRE_DATA();
+    char* out = t5_path_join(t5test_tmpdir(), "dec");
+    char cmd[8192], args[4096];
+    base_args(args, sizeof args, out, 32);
+    snprintf(cmd, sizeof cmd,
+             "%s --do_train --do_eval --max_steps 40 --learning_rate 1e-2 --warmup_steps 2 --save_steps 20 "
+             "--save_total_limit 1 --evaluation_strategy steps --eval_steps 20 2>&1",
+             args);
+    int rc = t5test_run(g_text, sizeof g_text, "%s", cmd);
+    if (rc) fail_msg("exit %d:\n%s", rc, g_text);
+    assert_contains(g_text, "***** Running training *****");
+    assert_contains(g_text, "***** train metrics *****");
+    assert_contains(g_text, "***** eval metrics *****");
+    int n;
+    char** loss = jsonl_values(out, "loss", &n);
+    assert_int_equal(n, 40);
+    double first = atof(loss[0]), last5 = 0;
+    for (int i = 35; i < 40; i++) last5 += atof(loss[i]) / 5;
+    print_message("loss step 1 %.4f, mean of steps 36-40 %.4f\n", first, last5);
+    assert_true(isfinite(first) && isfinite(last5));
+    assert_true(last5 < first - 1.0);
+    free_vals(loss, n);
+    const char* files[] = {"model.safetensors", "config.json", "spiece.model", "train_results.json",
+                           "eval_results.json", "all_results.json", "trainer_state.json", "main.log",
+                           "t5train_config.json"};
+    for (size_t i = 0; i < T5_ARRAY_LEN(files); i++)
+        if (!file_in(out, files[i])) fail_msg("missing %s in %s", files[i], out);
+    // save_total_limit 1: only checkpoint-40 is left, complete
+    char* c20 = t5_path_join(out, "checkpoint-20");
+    char* c40 = t5_path_join(out, "checkpoint-40");
+    assert_false(t5_path_exists(c20));
+    assert_true(file_in(c40, "t5train_done") && file_in(c40, "model.safetensors") && file_in(c40, "t5train_state.bin") &&
+                file_in(c40, "trainer_state.json"));
+    char* ev = t5_path_join(out, "eval_results.json");
+    char* txt = t5_read_file(ev, NULL);
+    assert_non_null(txt);
+    assert_contains(txt, "\"eval_loss\"");
+    free(txt);
+    free(ev);
+    free(c20);
+    free(c40);
+    free(out);
+}
+
+// run A: 12 steps straight; run B: stop after 6 (checkpoint), resume "last" to 12. Same lines, same weights.
+static void run_resume_case(const char* tag, const char* extra) {
+    char* a = t5_path_join(t5test_tmpdir(), tag);
+    char b[4096];
+    snprintf(b, sizeof b, "%s_b", a);
+    char cmd[8192], args[4096];
+    const char* common = "--do_train --max_steps 12 --learning_rate 3e-3 --warmup_steps 3 "
+                         "--gradient_accumulation_steps 2 --save_steps 100 --dropout_rate 0.1";
+    base_args(args, sizeof args, a, 40);
+    snprintf(cmd, sizeof cmd, "%s %s %s 2>&1", args, common, extra);
+    int rc = t5test_run(g_text, sizeof g_text, "%s", cmd);
+    if (rc) fail_msg("run A exit %d:\n%s", rc, g_text);
+    base_args(args, sizeof args, b, 40);
+    snprintf(cmd, sizeof cmd, "T5TRAIN_STOP_AFTER_STEPS=6 %s %s %s 2>&1", args, common, extra);
+    rc = t5test_run(g_text, sizeof g_text, "%s", cmd);
+    if (rc) fail_msg("run B (first half) exit %d:\n%s", rc, g_text);
+    assert_contains(g_text, "stopped after step 6/12");
+    snprintf(cmd, sizeof cmd, "%s %s %s --resume_from_checkpoint last 2>&1", args, common, extra);
+    rc = t5test_run(g_text, sizeof g_text, "%s", cmd);
+    if (rc) fail_msg("run B (resumed) exit %d:\n%s", rc, g_text);
+    assert_contains(g_text, "Continuing training from checkpoint");
+    const char* keys[] = {"loss", "grad_norm", "learning_rate", "loss_scale"};
+    for (size_t k = 0; k < T5_ARRAY_LEN(keys); k++) {
+        int na, nb;
+        char** va = jsonl_values(a, keys[k], &na);
+        char** vb = jsonl_values(b, keys[k], &nb);
+        assert_int_equal(na, 12);
+        assert_int_equal(nb, 12);  // 6 before the stop, 6 after the resume
+        for (int i = 0; i < 12; i++)
+            if (strcmp(va[i], vb[i]) != 0) fail_msg("%s: step %d %s: %s (straight) vs %s (resumed)", tag, i + 1, keys[k], va[i], vb[i]);
+        free_vals(va, na);
+        free_vals(vb, nb);
+    }
+    rc = t5test_run(g_text, sizeof g_text, "cmp %s/model.safetensors %s/model.safetensors 2>&1", a, b);
+    if (rc) fail_msg("%s: final weights differ after resume: %s", tag, g_text);
+    free(a);
+}
+
+static void test_resume_bit_identical_fp16(void** state) {
+    (void)state;
+    T5_REQUIRE_GPU();
+    T5_REQUIRE_DATA();
+    run_resume_case("res16", "--fp16");
+}
+
+static void test_resume_bit_identical_bf16(void** state) {
+    (void)state;
+    T5_REQUIRE_GPU();
+    T5_REQUIRE_DATA();
+    run_resume_case("resbf", "--bf16");
+}
+
+static void test_sigterm_saves_and_exits_0(void** state) {
+    (void)state;
+    T5_REQUIRE_GPU();
+    T5_REQUIRE_DATA();
+    char* out = t5_path_join(t5test_tmpdir(), "sig");
+    char cmd[8192], args[4096];
+    base_args(args, sizeof args, out, 64);
+    snprintf(cmd, sizeof cmd,
+             "%s --do_train --max_steps 1000000 --save_steps 1000000 > %s.log 2>&1 & P=$!; "
+             "for i in $(seq 1200); do [ -f %s/trainer_log.jsonl ] && [ $(wc -l < %s/trainer_log.jsonl) -ge 5 ] && break; "
+             "sleep 0.1; done; kill -TERM $P; wait $P; echo \"exit=$?\"; cat %s.log",
+             args, out, out, out, out);
+    t5test_run(g_text, sizeof g_text, "%s", cmd);
+    assert_contains(g_text, "exit=0");
+    assert_contains(g_text, "received SIGTERM");
+    // the checkpoint named in the message is complete
+    const char* m = strstr(g_text, "checkpoint-");
+    assert_non_null(m);
+    int n;
+    char** steps = jsonl_values(out, "step", &n);
+    assert_true(n >= 5);
+    char name[64];
+    snprintf(name, sizeof name, "checkpoint-%s", steps[n - 1]);
+    char* dir = t5_path_join(out, name);
+    if (!file_in(dir, "t5train_done")) fail_msg("no complete %s after SIGTERM:\n%s", dir, g_text);
+    free(dir);
+    free_vals(steps, n);
+    free(out);
+}
+
+static void test_fp16_overflow_skips_step(void** state) {
+    (void)state;
+    T5_REQUIRE_GPU();
+    T5_REQUIRE_DATA();
+    char* out = t5_path_join(t5test_tmpdir(), "ovf");
+    char cmd[8192], args[4096];
+    base_args(args, sizeof args, out, 32);
+    snprintf(cmd, sizeof cmd,
+             "T5TRAIN_INJECT_INF_STEP=3 %s --do_train --fp16 --max_steps 6 --learning_rate 1e-3 --save_strategy no 2>&1",
+             args);
+    int rc = t5test_run(g_text, sizeof g_text, "%s", cmd);
+    if (rc) fail_msg("exit %d:\n%s", rc, g_text);
+    // no deepspeed section: GradScaler's numbers (2^16, no hysteresis) in DeepSpeed's state machine
+    assert_contains(g_text, "[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, reducing to 32768");
+    int n;
+    char** lr = jsonl_values(out, "learning_rate", &n);
+    char** sc = jsonl_values(out, "loss_scale", &n);
+    char** sk = jsonl_values(out, "skipped", &n);
+    char** gn = jsonl_values(out, "grad_norm", &n);
+    assert_int_equal(n, 6);
+    // linear decay: steps 1, 2, 3 use different lrs; skipped step 3 did not advance the schedule, so step 4 uses
+    // step 3's lr
+    assert_string_not_equal(lr[1], lr[2]);
+    assert_string_equal(lr[2], lr[3]);
+    assert_string_not_equal(lr[3], lr[4]);
+    assert_string_equal(sc[1], "65536.0");
+    assert_string_equal(sc[2], "32768.0");
+    assert_string_equal(sk[1], "0");
+    assert_string_equal(sk[2], "1");
+    assert_string_equal(gn[2], "null");
+    free_vals(lr, n);
+    free_vals(sc, n);
+    free_vals(sk, n);
+    free_vals(gn, n);
+
+    // DeepSpeed fp16 section without scaler keys: DynamicLossScaler() defaults, 2^32 and hysteresis 1
+    char* ds = t5_path_join(t5test_tmpdir(), "ds_fp16.json");
+    t5test_write_file(ds, "{\"fp16\": {\"enabled\": \"auto\"}, \"zero_optimization\": {\"stage\": 0},"
+                          " \"gradient_clipping\": \"auto\", \"train_micro_batch_size_per_gpu\": \"auto\"}");
+    char* out2 = t5_path_join(t5test_tmpdir(), "ovf_ds");
+    base_args(args, sizeof args, out2, 32);
+    snprintf(cmd, sizeof cmd, "%s --deepspeed %s --do_train --fp16 --max_steps 4 --save_strategy no 2>&1", args, ds);
+    rc = t5test_run(g_text, sizeof g_text, "%s", cmd);
+    if (rc) fail_msg("exit %d:\n%s", rc, g_text);
+    assert_contains(g_text, "Attempted loss scale: 4294967296, reducing to 2147483648");
+    free(ds);
+    free(out2);
+    free(out);
+}
+
+static void test_corrupt_checkpoint_skipped(void** state) {
+    (void)state;
+    T5_REQUIRE_GPU();
+    T5_REQUIRE_DATA();
+    char* out = t5_path_join(t5test_tmpdir(), "corrupt");
+    char cmd[8192], args[4096];
+    base_args(args, sizeof args, out, 32);
+    snprintf(cmd, sizeof cmd, "%s --do_train --max_steps 4 --save_steps 2 2>&1", args);
+    int rc = t5test_run(g_text, sizeof g_text, "%s", cmd);
+    if (rc) fail_msg("exit %d:\n%s", rc, g_text);
+    // flip bytes in the newest state file: resume "last" must report it and take checkpoint-2
+    rc = t5test_run(g_text, sizeof g_text,
+                    "printf 'XXXXXXXX' | dd of=%s/checkpoint-4/t5train_state.bin bs=1 seek=2000 conv=notrunc 2>&1", out);
+    assert_int_equal(rc, 0);
+    snprintf(cmd, sizeof cmd, "%s --do_train --max_steps 6 --save_steps 2 --resume_from_checkpoint last 2>&1", args);
+    rc = t5test_run(g_text, sizeof g_text, "%s", cmd);
+    if (rc) fail_msg("exit %d:\n%s", rc, g_text);
+    assert_contains(g_text, "skipping incomplete or corrupt checkpoint");
+    assert_contains(g_text, "checksum mismatch");
+    assert_contains(g_text, "using the previous complete checkpoint");
+    assert_contains(g_text, "checkpoint-2");
+    // an explicit corrupt directory is an error, not a fallback
+    snprintf(cmd, sizeof cmd, "rm %s/checkpoint-6/t5train_done; %s --do_train --max_steps 8 --resume_from_checkpoint %s/checkpoint-6 2>&1",
+             out, args, out);
+    rc = t5test_run(g_text, sizeof g_text, "%s", cmd);
+    assert_int_equal(rc, 1);
+    assert_contains(g_text, "no completion marker t5train_done");
+    free(out);
+}
+
+static void test_trajectory_matches_torch_fp32(void** state) {
+    (void)state;
+    T5_REQUIRE_GPU();
+    T5_REQUIRE_DATA();
+    char* fx = t5_path_join(t5test_repo_dir(), "test/fixtures/trainer/trajectory_tiny_v10_fp32.json");
+    json_error_t jerr;
+    json_t* ref = json_load_file(fx, 0, &jerr);
+    if (!ref) fail_msg("cannot read %s: %s", fx, jerr.text);
+    const char* flags = json_string_value(json_object_get(ref, "flags"));
+    json_t* tl = json_object_get(ref, "torch_loss");
+    int steps = (int)json_integer_value(json_object_get(ref, "max_steps"));
+    double tol = json_real_value(json_object_get(ref, "tolerance_rel"));
+    assert_non_null(flags);
+    assert_int_equal((int)json_array_size(tl), steps);
+    char* out = t5_path_join(t5test_tmpdir(), "traj");
+    const char* d = t5test_data_dir();
+    int rc = t5test_run(g_text, sizeof g_text,
+                        "%s --model_name_or_path %s/test/fixtures/t5/tiny_v10 --tokenizer_name %s/t5-spiece/spiece.model "
+                        "--train_file %s/wmt16-ro-en/validation.en %s --max_steps %d --output_dir %s 2>&1",
+                        t5test_bin(), t5test_repo_dir(), d, d, flags, steps, out);
+    if (rc) fail_msg("exit %d:\n%s", rc, g_text);
+    int n;
+    char** loss = jsonl_values(out, "loss", &n);
+    assert_int_equal(n, steps);
+    double worst = 0;
+    int worst_i = 0;
+    for (int i = 0; i < n; i++) {
+        double r = json_real_value(json_array_get(tl, (size_t)i));
+        double rel = fabs(atof(loss[i]) - r) / fabs(r);
+        if (rel > worst) worst = rel, worst_i = i;
+    }
+    print_message("max per-step loss rel diff vs torch %.3e at step %d (tolerance %.0e, %.1f%% used)\n", worst,
+                  worst_i + 1, tol, 100 * worst / tol);
+    assert_true(worst <= tol);
+    free_vals(loss, n);
+    json_decref(ref);
+    free(out);
+    free(fx);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_loss_decreases_and_files),
+        cmocka_unit_test(test_resume_bit_identical_fp16),
+        cmocka_unit_test(test_resume_bit_identical_bf16),
+        cmocka_unit_test(test_sigterm_saves_and_exits_0),
+        cmocka_unit_test(test_fp16_overflow_skips_step),
+        cmocka_unit_test(test_corrupt_checkpoint_skipped),
+        cmocka_unit_test(test_trajectory_matches_torch_fp32),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
