@@ -1,11 +1,24 @@
 #!/usr/bin/env bash
-# device_gpu_tests.sh [BUILD]: runs the GPU tests on a machine with a GPU from binaries built
-# elsewhere (e.g. carried to the device machine with the folder .devlibs holding libjansson,
-# libsentencepiece, libcmocka and libgomp). Equivalent to `make test-gpu` without rebuilding.
+# device_gpu_tests.sh: run the GPU tests on a machine with a GPU from binaries built elsewhere
+# (the device machine has no jansson / SentencePiece / cmocka headers to build with).
+#
+#   here:    make -j2 tests && bash scripts/device_gpu_tests.sh --stage .devrun-lead
+#            (copies t5train and build/test/test_gpu_* into the folder; .devlibs must hold
+#             libjansson, libsentencepiece, libcmocka and libgomp .so files)
+#   there:   T5TRAIN_DATA=<folder with t5-spiece/, wmt16-ro-en/> bash scripts/device_gpu_tests.sh .devrun-lead
+#
+# Equivalent to `make test-gpu` without rebuilding; prints the same "N passed, N failed, N skipped" line.
 set -u
 cd "$(dirname "$0")/.."
-BUILD=${1:-build}
+if [ "${1:-}" = "--stage" ]; then
+  dir=${2:?usage: device_gpu_tests.sh --stage DIR}
+  mkdir -p "$dir"
+  cp t5train build/test/test_gpu_* "$dir"/ && rm -f "$dir"/*.o "$dir"/*.d
+  strip --strip-debug "$dir"/*   # smaller to carry (64 MiB limit)
+  du -sh "$dir"
+  exit 0
+fi
+dir=${1:?usage: device_gpu_tests.sh DIR}
 if [ -d .devlibs ]; then export LD_LIBRARY_PATH="$PWD/.devlibs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
-BIN=t5train; [ "$BUILD" != build ] && BIN=$BUILD/t5train
-T5TRAIN_BIN=$PWD/$BIN T5TRAIN_REQUIRE_GPU=1 bash test/run_tests.sh "$BUILD"/test/test_gpu_*
+T5TRAIN_BIN=$PWD/$dir/t5train T5TRAIN_REQUIRE_GPU=1 bash test/run_tests.sh "$dir"/test_gpu_*

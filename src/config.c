@@ -1138,8 +1138,8 @@ static const struct {
     bool resume;          // resume_from_checkpoint
 } T5_BUILD_FEATURES = {
     .train = true,         // src/trainer.c (single GPU, ZeRO stage 0)
-    .eval = true,          // eval loss; generation + BLEU (predict_with_generate) still refused in src/run.c
-    .predict = false,
+    .eval = true,          // eval loss, + generation and BLEU with predict_with_generate (src/evaluate.c)
+    .predict = true,       // test split: predict_results.json, generated_predictions.txt
     .max_zero_stage = 0,
     .offload_cpu = false,
     .offload_nvme = false,

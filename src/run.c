@@ -77,9 +77,6 @@ static void run_build_trainer_args(const RunConfig* c, TrainerArgs* a) {
     if (c->world_size > 1)
         t5_die(T5_EXIT_FAILURE, "not implemented yet: multi-GPU training (world size %d from the launcher)",
                c->world_size);
-    if (c->do_eval && c->predict_with_generate)
-        t5_die(T5_EXIT_FAILURE, "not implemented yet: generation and BLEU in evaluation (predict_with_generate); "
-                                "drop --predict_with_generate to get the eval loss");
     if (c->label_smoothing_factor > 0) t5_die(T5_EXIT_FAILURE, "not implemented yet: label_smoothing_factor > 0");
     if (c->sortish_sampler) t5_die(T5_EXIT_FAILURE, "not implemented yet: sortish_sampler");
     if (!c->has_deepspeed || !ds->scheduler.present) {
@@ -164,6 +161,19 @@ static void run_build_trainer_args(const RunConfig* c, TrainerArgs* a) {
     o->pad_to_multiple_of = fp16 ? 8 : 0;  // run_translation: DataCollatorForSeq2Seq(pad_to_multiple_of=8 if fp16)
     a->do_train = c->do_train;
     a->do_eval = c->do_eval;
+    a->do_predict = c->do_predict;
+
+    // ---- generation (run_translation: max_length = generation_max_length or val_max_target_length,
+    //      num_beams = num_beams or generation_num_beams or 1; the config has resolved those fallbacks)
+    a->predict_with_generate = c->predict_with_generate;
+    a->gen.max_length = (int)(c->generation_max_length > 0   ? c->generation_max_length
+                              : c->val_max_target_length > 0 ? c->val_max_target_length
+                                                              : c->max_target_length);
+    a->gen.num_beams = (int)(c->num_beams > 0 ? c->num_beams : c->generation_num_beams > 0 ? c->generation_num_beams : 1);
+    a->gen.length_penalty = (float)c->length_penalty;
+    a->gen.early_stopping = c->early_stopping ? GEN_EARLY_STOP_TRUE : GEN_EARLY_STOP_FALSE;
+    static char gerr[256];
+    if (generate_options_check(&a->gen, gerr, sizeof gerr)) t5_die(T5_EXIT_USAGE, "%s", gerr);
 
     // ---- precision and loss scaler
     a->dtype = fp16 ? DT_F16 : bf16 ? DT_BF16 : DT_F32;
@@ -314,8 +324,9 @@ int run_main(int argc, char** argv) {
     free(path);
 
     if ((rc = config_check_implemented(c, err, sizeof err))) t5_die(rc, "%s", err);
-    if (!c->do_train && !c->do_eval)
-        t5_die_hint(T5_EXIT_USAGE, "add --do_train and/or --do_eval", "nothing to do: neither do_train nor do_eval");
+    if (!c->do_train && !c->do_eval && !c->do_predict)
+        t5_die_hint(T5_EXIT_USAGE, "add --do_train, --do_eval and/or --do_predict",
+                    "nothing to do: none of do_train, do_eval, do_predict");
     run_build_trainer_args(c, &targs);
     copy_str(targs.dump_batches, sizeof targs.dump_batches, dump);
     targs.dump_batches_steps = dump_steps;

@@ -29,6 +29,7 @@
 #include "cpu_adam.h"
 #include "lr_schedule.h"
 #include "results.h"
+#include "evaluate.h"
 #include "safetensors.h"
 #include "signals.h"
 #include "trainer_log.h"
@@ -42,6 +43,7 @@
 void trainer_args_default(TrainerArgs* a) {
     memset(a, 0, sizeof *a);
     data_options_default(&a->data);
+    generate_options_default(&a->gen);
     a->dtype = DT_F32;
     loss_scaler_config_default(&a->scaler);
     a->gradient_accumulation_steps = 1;
@@ -192,6 +194,8 @@ typedef struct {
     Dataset* eval_ds;
     DataLoader* train_dl;
     DataLoader* eval_dl;
+    Dataset* pred_ds;            // do_predict: the test split
+    DataLoader* pred_dl;
     Batch batch;
     // counters (saved in checkpoints)
     TrainerCounters st;
@@ -337,6 +341,14 @@ static void data_setup(Trainer* t) {
         t->eval_dl = dataloader_open(t->eval_ds, &a->data, false, err, sizeof err);
         if (!t->eval_dl) t5_die(T5_EXIT_FAILURE, "evaluation data: %s", err);
     }
+    if (a->do_predict) {
+        t->pred_ds = dataset_open(&a->data, DATA_SPLIT_TEST, t->tok, err, sizeof err);
+        if (!t->pred_ds) t5_die(T5_EXIT_FAILURE, "prediction data: %s", err);
+        if (dataset_size(t->pred_ds) == 0)
+            t5_die(T5_EXIT_FAILURE, "the prediction set %s is empty", dataset_source_path(t->pred_ds));
+        t->pred_dl = dataloader_open(t->pred_ds, &a->data, false, err, sizeof err);
+        if (!t->pred_dl) t5_die(T5_EXIT_FAILURE, "prediction data: %s", err);
+    }
 }
 
 static void set_model_batch(Trainer* t, const Batch* b) {
@@ -347,17 +359,21 @@ static void set_model_batch(Trainer* t, const Batch* b) {
     if (t5_model_set_batch(t->M, &tb, t->s, err, sizeof err)) t5_die(T5_EXIT_FAILURE, "bad batch: %s", err);
 }
 
-// Eval loss over the whole eval set (HF evaluation_loop with prediction_loss_only: each batch's mean loss
-// weighted by its number of examples). Returns the metrics object (new reference).
-static json_t* run_eval(Trainer* t, double epoch) {
+// Loss over a whole split (HF evaluation_loop: each batch's mean loss weighted by its number of examples),
+// then, with predict_with_generate, generation + corpus BLEU as run_translation's compute_metrics
+// (src/evaluate.c). prefix "eval" or "predict"; with keep the predictions are written to
+// output_dir/generated_predictions.txt. Returns the metrics object (new reference).
+static json_t* run_eval_split(Trainer* t, Dataset* ds, DataLoader* dl, const char* prefix, double epoch, bool keep) {
+    const TrainerArgs* a = t->a;
+    static char err[TRAINER_ERR_LEN];
     double t0 = trainer_log_now();
-    int64_t nex = dataset_size(t->eval_ds);
-    trainer_log_eval_header(stdout, nex, t->a->data.eval_batch_size);
+    int64_t nex = dataset_size(ds);
+    trainer_log_eval_header(stdout, nex, a->data.eval_batch_size);
     t5_model_set_train(t->M, false);
-    dataloader_set_epoch(t->eval_dl, 0);
+    dataloader_set_epoch(dl, 0);
     double sum = 0;
     int64_t rows = 0, nbatches = 0;
-    while (dataloader_next_batch(t->eval_dl, &t->batch)) {
+    while (dataloader_next_batch(dl, &t->batch)) {
         set_model_batch(t, &t->batch);
         t5_model_forward(t->M, false, 1.0f, 0, t->s);
         float l = t5_model_loss(t->M, t->s);
@@ -367,17 +383,38 @@ static json_t* run_eval(Trainer* t, double epoch) {
         rows += real;
         nbatches++;
     }
-    t5_model_set_train(t->M, true);
-    double runtime = trainer_log_now() - t0;
     double loss = rows ? sum / (double)rows : NAN;
+    char key[64];
+    snprintf(key, sizeof key, "%s_loss", prefix);
     json_t* m = json_object();
-    results_set_real(m, "eval_loss", loss);
-    results_speed_metrics(m, "eval", runtime, nex, nbatches, -1);
-    if (t->a->do_train) results_set_real(m, "epoch", epoch);
-    const char* keys[1] = {"eval_loss"};
-    double vals[1] = {loss};
-    trainer_log_eval(&t->log, t->st.global_step, keys, vals, 1);
+    results_set_real(m, key, loss);
+    const char* keys[3] = {key, NULL, NULL};
+    double vals[3] = {loss, 0, 0};
+    int nkeys = 1;
+    char kb[64], kg[64];
+    if (a->predict_with_generate) {
+        EvalGenConfig gc = {.gen = a->gen, .prefix = prefix, .keep_predictions = keep, .progress = false};
+        EvalGenResult r;
+        if (evaluate_generate(t->Z, &t->T, t->tok, ds, &a->data, &gc, t->s, &r, err, sizeof err))
+            t5_die(T5_EXIT_FAILURE, "%s generation: %s", prefix, err);
+        evaluate_add_metrics(m, &r);
+        if (keep && evaluate_write_predictions(a->output_dir, &r, err, sizeof err)) t5_die(T5_EXIT_FAILURE, "%s", err);
+        snprintf(kb, sizeof kb, "%s_bleu", prefix);
+        snprintf(kg, sizeof kg, "%s_gen_len", prefix);
+        keys[nkeys] = kb, vals[nkeys++] = r.bleu;
+        keys[nkeys] = kg, vals[nkeys++] = r.gen_len;
+        evaluate_result_free(&r);
+    }
+    t5_model_set_train(t->M, true);
+    // HF's <prefix>_runtime covers the loss pass and the generation together
+    results_speed_metrics(m, prefix, trainer_log_now() - t0, nex, nbatches, -1);
+    if (a->do_train) results_set_real(m, "epoch", epoch);
+    trainer_log_eval(&t->log, t->st.global_step, keys, vals, nkeys);
     return m;
+}
+
+static json_t* run_eval(Trainer* t, double epoch) {
+    return run_eval_split(t, t->eval_ds, t->eval_dl, "eval", epoch, false);
 }
 
 static void save_checkpoint(Trainer* t) {
@@ -571,7 +608,7 @@ static double train_step(Trainer* t, int64_t n_micro, double* norm_out, bool* sk
     return loss;
 }
 
-static void write_final(Trainer* t, json_t* train_metrics, json_t* eval_metrics) {
+static void write_final(Trainer* t, json_t* train_metrics, json_t* eval_metrics, json_t* predict_metrics) {
     const TrainerArgs* a = t->a;
     static char err[TRAINER_ERR_LEN];
     if (train_metrics) {
@@ -592,6 +629,11 @@ static void write_final(Trainer* t, json_t* train_metrics, json_t* eval_metrics)
     if (eval_metrics) {
         results_log_metrics(stdout, "eval", eval_metrics);
         if (results_save_metrics(a->output_dir, "eval", eval_metrics, true, err, sizeof err)) t5_warn("%s", err);
+    }
+    if (predict_metrics) {
+        results_log_metrics(stdout, "predict", predict_metrics);
+        if (results_save_metrics(a->output_dir, "predict", predict_metrics, true, err, sizeof err))
+            t5_warn("%s", err);
     }
 }
 
@@ -787,9 +829,15 @@ int trainer_run(const TrainerArgs* a) {
         eval_metrics = run_eval(t, t->hf.epoch);
         results_set_int(eval_metrics, "eval_samples", dataset_size(t->eval_ds));
     }
-    write_final(t, train_metrics, eval_metrics);
+    json_t* predict_metrics = NULL;
+    if (a->do_predict) {
+        predict_metrics = run_eval_split(t, t->pred_ds, t->pred_dl, "predict", t->hf.epoch, true);
+        results_set_int(predict_metrics, "predict_samples", dataset_size(t->pred_ds));
+    }
+    write_final(t, train_metrics, eval_metrics, predict_metrics);
     json_decref(train_metrics);
     json_decref(eval_metrics);
+    json_decref(predict_metrics);
     trainer_log_free(&t->log);
     trainer_state_free(&t->hf);
     // process exit releases the GPU; the handles are not reused

@@ -34,6 +34,7 @@
 
 #include "../cuda/dtype.h"
 #include "../data/dataset.h"
+#include "../model/generate.h"
 #include "../model/t5_config.h"
 #include "loss_scaler.h"
 
@@ -54,7 +55,10 @@ typedef struct {
     char tokenizer_file[4096];   // a spiece.model to copy when tokenizer_files_dir is "" ("" none)
     // data (data/dataset.h); train/eval splits opened by the trainer
     DataOptions data;
-    bool do_train, do_eval;
+    bool do_train, do_eval, do_predict;
+    // generation + BLEU in evaluation / prediction (run_translation's --predict_with_generate)
+    bool predict_with_generate;
+    GenerateOptions gen;         // max_length, num_beams, length_penalty, early_stopping
     // precision
     DType dtype;                 // fp32, fp16 (DeepSpeed loss scaler), bf16
     LossScalerConfig scaler;     // fp16 only
@@ -91,7 +95,8 @@ typedef struct {
 // Defaults matching HF TrainingArguments (lr 5e-5, linear, clip 1.0, logging/save every 500, seed 42, ...).
 void trainer_args_default(TrainerArgs* a);
 
-// Runs training (do_train) and/or evaluation (do_eval) on the GPU. Returns the process exit code; errors are
+// Runs training (do_train), evaluation (do_eval: loss, + BLEU with predict_with_generate) and prediction
+// (do_predict on the test split: predict_results.json, generated_predictions.txt) on the GPU. Returns the process exit code; errors are
 // fatal (t5_die with a one-line message).
 int trainer_run(const TrainerArgs* a);
 

@@ -322,6 +322,43 @@ static void test_trajectory_matches_torch_fp32(void** state) {
     free(fx);
 }
 
+// do_eval + do_predict with predict_with_generate: BLEU and gen_len in the results files, one generated line
+// per test example (run_translation's outputs).
+static void test_eval_and_predict_with_generate(void** state) {
+    (void)state;
+    T5_REQUIRE_GPU();
+    T5_REQUIRE_DATA();
+    char* out = t5_path_join(t5test_tmpdir(), "gen");
+    char cmd[8192], args[4096];
+    base_args(args, sizeof args, out, 16);
+    snprintf(cmd, sizeof cmd,
+             "%s --do_train --max_steps 2 --do_eval --do_predict --predict_with_generate --test_file %s/wmt16-ro-en/"
+             "validation.en --max_predict_samples 12 --generation_max_length 12 --num_beams 2 2>&1",
+             args, t5test_data_dir());
+    int rc = t5test_run(g_text, sizeof g_text, "%s", cmd);
+    if (rc) fail_msg("exit %d:\n%s", rc, g_text);
+    assert_contains(g_text, "***** eval metrics *****");
+    assert_contains(g_text, "***** predict metrics *****");
+    const char* expect[][2] = {{"eval_results.json", "\"eval_bleu\""}, {"eval_results.json", "\"eval_gen_len\""},
+                               {"predict_results.json", "\"predict_bleu\""},
+                               {"predict_results.json", "\"predict_loss\""},
+                               {"all_results.json", "\"predict_gen_len\""}};
+    for (size_t i = 0; i < T5_ARRAY_LEN(expect); i++) {
+        char* p = t5_path_join(out, expect[i][0]);
+        char* txt = t5_read_file(p, NULL);
+        if (!txt) fail_msg("missing %s", p);
+        assert_contains(txt, expect[i][1]);
+        free(txt);
+        free(p);
+    }
+    char* p = t5_path_join(out, "generated_predictions.txt");
+    rc = t5test_run(g_text, sizeof g_text, "tr -cd '\\n' < %s | wc -c", p);
+    assert_int_equal(rc, 0);
+    assert_int_equal(atoi(g_text), 11);  // "\n".join(12 predictions): 11 newlines
+    free(p);
+    free(out);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_loss_decreases_and_files),
@@ -331,6 +368,7 @@ int main(void) {
         cmocka_unit_test(test_fp16_overflow_skips_step),
         cmocka_unit_test(test_corrupt_checkpoint_skipped),
         cmocka_unit_test(test_trajectory_matches_torch_fp32),
+        cmocka_unit_test(test_eval_and_predict_with_generate),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
