@@ -242,8 +242,10 @@ static void model_setup(Trainer* t) {
     const TrainerArgs* a = t->a;
     static char err[TRAINER_ERR_LEN];
     int dev = 0;
-    if (cudaGetDeviceCount(&dev) != cudaSuccess || dev == 0)
-        t5_die(T5_EXIT_FAILURE, "training needs a CUDA GPU and none is usable");
+    cudaError_t ce = cudaGetDeviceCount(&dev);
+    if (ce != cudaSuccess || dev == 0)
+        t5_die(T5_EXIT_FAILURE, "training and evaluation need a CUDA GPU and none is usable (%s)",
+               ce != cudaSuccess ? cudaGetErrorString(ce) : "no device found");
     CUDA_CHECK(cudaStreamCreate(&t->s));
     if (params_build(&t->T, &a->model, err, sizeof err)) t5_die(T5_EXIT_FAILURE, "model %s: %s", a->model.name, err);
     size_t* numel = malloc_check((size_t)t->T.num_units * sizeof(size_t));
