@@ -33,17 +33,6 @@
 // ----------------------------------------------------------------------------
 // small helpers
 
-static int errf(char* err, size_t n, int code, const char* fmt, ...) __attribute__((format(printf, 4, 5)));
-static int errf(char* err, size_t n, int code, const char* fmt, ...) {
-    if (err && n) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, n, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
-
 static void* field_ptr(RunConfig* c, const ConfigKey* k) { return (char*)c + k->offset; }
 static const void* field_cptr(const RunConfig* c, const ConfigKey* k) { return (const char*)c + k->offset; }
 
@@ -210,7 +199,7 @@ static int config_set_json(RunConfig* c, int ki, const json_t* v, ConfigSource s
     if (json_is_string(v) && strcmp(json_string_value(v), "auto") == 0 && k->kind != CONFIG_STR &&
         k->kind != CONFIG_DEEPSPEED) {
         if (!(k->flags & CONFIG_F_AUTO))
-            return errf(err, n, T5_EXIT_USAGE,
+            return t5_errf(err, n, T5_EXIT_USAGE,
                         "%s: \"auto\" is not allowed here (only the DeepSpeed keys the HF Trainer fills accept it; "
                         "expected %s)",
                         where, kind_name(k));
@@ -224,7 +213,7 @@ static int config_set_json(RunConfig* c, int ki, const json_t* v, ConfigSource s
     }
     if (json_is_null(v)) {
         if (!(k->flags & CONFIG_F_NULL))
-            return errf(err, n, T5_EXIT_USAGE, "%s: null is not allowed (expected %s)", where, kind_name(k));
+            return t5_errf(err, n, T5_EXIT_USAGE, "%s: null is not allowed (expected %s)", where, kind_name(k));
         switch (k->kind) {
             case CONFIG_INT: *(int64_t*)p = -1; break;
             case CONFIG_FLOAT: *(double*)p = NAN; break;
@@ -242,11 +231,11 @@ static int config_set_json(RunConfig* c, int ki, const json_t* v, ConfigSource s
     switch (k->kind) {
         case CONFIG_BOOL:
             if (!json_is_boolean(v))
-                return errf(err, n, T5_EXIT_USAGE, "%s: expected true or false, got %s", where, got);
+                return t5_errf(err, n, T5_EXIT_USAGE, "%s: expected true or false, got %s", where, got);
             *(bool*)p = json_is_true(v);
             break;
         case CONFIG_INT: {
-            if (!json_is_number(v)) return errf(err, n, T5_EXIT_USAGE, "%s: expected an integer, got %s", where, got);
+            if (!json_is_number(v)) return t5_errf(err, n, T5_EXIT_USAGE, "%s: expected an integer, got %s", where, got);
             double d = json_number_value(v);
             int64_t x;
             if (json_is_integer(v)) {
@@ -254,35 +243,35 @@ static int config_set_json(RunConfig* c, int ki, const json_t* v, ConfigSource s
                 d = (double)x;
             } else {
                 if (!isfinite(d) || fabs(d) > 9.2e18)
-                    return errf(err, n, T5_EXIT_USAGE, "%s: %s is not a valid integer", where, got);
+                    return t5_errf(err, n, T5_EXIT_USAGE, "%s: %s is not a valid integer", where, got);
                 if (d != floor(d) && !(k->flags & CONFIG_F_TRUNCATE))
-                    return errf(err, n, T5_EXIT_USAGE, "%s: expected an integer, got %s", where, got);
+                    return t5_errf(err, n, T5_EXIT_USAGE, "%s: expected an integer, got %s", where, got);
                 x = (int64_t)d;  // DeepSpeed sizes: pydantic int() truncates toward zero
                 d = (double)x;
             }
             if (d < k->lo || d > k->hi) {
                 range_text(k, range, sizeof range);
-                return errf(err, n, T5_EXIT_USAGE, "%s: %s is out of range (allowed %s)", where, got, range);
+                return t5_errf(err, n, T5_EXIT_USAGE, "%s: %s is out of range (allowed %s)", where, got, range);
             }
             *(int64_t*)p = x;
             break;
         }
         case CONFIG_FLOAT: {
-            if (!json_is_number(v)) return errf(err, n, T5_EXIT_USAGE, "%s: expected a number, got %s", where, got);
+            if (!json_is_number(v)) return t5_errf(err, n, T5_EXIT_USAGE, "%s: expected a number, got %s", where, got);
             double d = json_number_value(v);
             if (!isfinite(d) || d < k->lo || d > k->hi) {
                 range_text(k, range, sizeof range);
-                return errf(err, n, T5_EXIT_USAGE, "%s: %s is out of range (allowed %s)", where, got, range);
+                return t5_errf(err, n, T5_EXIT_USAGE, "%s: %s is out of range (allowed %s)", where, got, range);
             }
             *(double*)p = d;
             break;
         }
         case CONFIG_STR:
         case CONFIG_DEEPSPEED: {
-            if (!json_is_string(v)) return errf(err, n, T5_EXIT_USAGE, "%s: expected a string, got %s", where, got);
+            if (!json_is_string(v)) return t5_errf(err, n, T5_EXIT_USAGE, "%s: expected a string, got %s", where, got);
             const char* s = json_string_value(v);
             if (strlen(s) >= k->len)
-                return errf(err, n, T5_EXIT_USAGE, "%s: value is too long (%zu characters, at most %zu)", where,
+                return t5_errf(err, n, T5_EXIT_USAGE, "%s: value is too long (%zu characters, at most %zu)", where,
                             strlen(s), k->len - 1);
             memcpy(p, s, strlen(s) + 1);
             if (k->offset == offsetof(RunConfig, source_prefix)) c->source_prefix_set = true;
@@ -292,28 +281,28 @@ static int config_set_json(RunConfig* c, int ki, const json_t* v, ConfigSource s
             char list[256];
             enum_list(k, list, sizeof list);
             if (!json_is_string(v))
-                return errf(err, n, T5_EXIT_USAGE, "%s: expected one of %s, got %s", where, list, got);
+                return t5_errf(err, n, T5_EXIT_USAGE, "%s: expected one of %s, got %s", where, list, got);
             int idx = enum_lookup(k, json_string_value(v));
             if (idx < 0 || (idx == 0 && (k->flags & CONFIG_F_NULL) && strcmp(json_string_value(v), "null") == 0))
-                return errf(err, n, T5_EXIT_USAGE, "%s: %s is not one of %s", where, got, list);
+                return t5_errf(err, n, T5_EXIT_USAGE, "%s: %s is not one of %s", where, got, list);
             *(int*)p = idx;
             break;
         }
         case CONFIG_BETAS: {
             if (!json_is_array(v) || json_array_size(v) != 2 || !json_is_number(json_array_get(v, 0)) ||
                 !json_is_number(json_array_get(v, 1)))
-                return errf(err, n, T5_EXIT_USAGE, "%s: expected a list of two numbers [beta1, beta2], got %s", where,
+                return t5_errf(err, n, T5_EXIT_USAGE, "%s: expected a list of two numbers [beta1, beta2], got %s", where,
                             got);
             double b[2] = {json_number_value(json_array_get(v, 0)), json_number_value(json_array_get(v, 1))};
             for (int i = 0; i < 2; i++)
                 if (!(b[i] >= k->lo && b[i] <= k->hi))
-                    return errf(err, n, T5_EXIT_USAGE, "%s: %s is out of range (each beta must be in [0, 1))", where,
+                    return t5_errf(err, n, T5_EXIT_USAGE, "%s: %s is out of range (each beta must be in [0, 1))", where,
                                 got);
             memcpy(p, b, sizeof b);
             break;
         }
         case CONFIG_SECTION:
-            if (!json_is_object(v)) return errf(err, n, T5_EXIT_USAGE, "%s: expected an object, got %s", where, got);
+            if (!json_is_object(v)) return t5_errf(err, n, T5_EXIT_USAGE, "%s: expected an object, got %s", where, got);
             *(bool*)p = true;
             break;
     }
@@ -398,15 +387,15 @@ static int unknown_key_error(const char* file, const char* full, size_t strip, c
     char best[128];
     closest_sibling(full, best, sizeof best);
     const char* shown = full + strip;
-    if (best[0]) return errf(err, n, T5_EXIT_USAGE, "%s: %s: unknown key (did you mean %s?)", file, shown, best);
+    if (best[0]) return t5_errf(err, n, T5_EXIT_USAGE, "%s: %s: unknown key (did you mean %s?)", file, shown, best);
     const char* other = same_leaf_elsewhere(full);
     if (other && strlen(other) >= strip && strncmp(other, full, strip) == 0) {
         char parent[256];
         snprintf(parent, sizeof parent, "%.*s", (int)key_parent_len(other + strip), other + strip);
-        return errf(err, n, T5_EXIT_USAGE, "%s: %s: unknown key here (it belongs under %s)", file, shown,
+        return t5_errf(err, n, T5_EXIT_USAGE, "%s: %s: unknown key here (it belongs under %s)", file, shown,
                     parent[0] ? parent : "the top level");
     }
-    return errf(err, n, T5_EXIT_USAGE, "%s: %s: unknown key (see t5train --help or docs/config.md)", file, shown);
+    return t5_errf(err, n, T5_EXIT_USAGE, "%s: %s: unknown key (see t5train --help or docs/config.md)", file, shown);
 }
 
 static int load_json(const char* path, const char* what, json_t** out, char* err, size_t n);
@@ -421,7 +410,7 @@ static int load_deepspeed_path(RunConfig* c, const char* path, char* err, size_t
     c->has_deepspeed = true;
     if (strlen(path) >= sizeof c->deepspeed) {
         json_decref(root);
-        return errf(err, n, T5_EXIT_USAGE, "DeepSpeed config path too long: %s", path);
+        return t5_errf(err, n, T5_EXIT_USAGE, "DeepSpeed config path too long: %s", path);
     }
     snprintf(c->deepspeed, sizeof c->deepspeed, "%s", path);
     int dk = config_key_index("deepspeed");
@@ -463,7 +452,7 @@ static int apply_object(RunConfig* c, const json_t* obj, const char* prefix, siz
             } else {
                 char got[96];
                 json_brief(v, got, sizeof got);
-                return errf(err, n, T5_EXIT_USAGE, "%s: expected a DeepSpeed JSON file path or an object, got %s",
+                return t5_errf(err, n, T5_EXIT_USAGE, "%s: expected a DeepSpeed JSON file path or an object, got %s",
                             where, got);
             }
             continue;
@@ -483,20 +472,20 @@ static int apply_object(RunConfig* c, const json_t* obj, const char* prefix, siz
 static int load_json(const char* path, const char* what, json_t** out, char* err, size_t n) {
     struct stat st;
     if (stat(path, &st) != 0) {
-        if (errno == ENOENT) return errf(err, n, T5_EXIT_USAGE, "%s not found: %s", what, path);
-        return errf(err, n, T5_EXIT_USAGE, "cannot read %s %s: %s", what, path, strerror(errno));
+        if (errno == ENOENT) return t5_errf(err, n, T5_EXIT_USAGE, "%s not found: %s", what, path);
+        return t5_errf(err, n, T5_EXIT_USAGE, "cannot read %s %s: %s", what, path, strerror(errno));
     }
-    if (S_ISDIR(st.st_mode)) return errf(err, n, T5_EXIT_USAGE, "cannot read %s %s: it is a directory", what, path);
+    if (S_ISDIR(st.st_mode)) return t5_errf(err, n, T5_EXIT_USAGE, "cannot read %s %s: it is a directory", what, path);
     FILE* f = fopen(path, "rb");
-    if (!f) return errf(err, n, T5_EXIT_USAGE, "cannot read %s %s: %s", what, path, strerror(errno));
+    if (!f) return t5_errf(err, n, T5_EXIT_USAGE, "cannot read %s %s: %s", what, path, strerror(errno));
     json_error_t jerr;
     json_t* root = json_loadf(f, JSON_REJECT_DUPLICATES, &jerr);
     fclose(f);
     if (!root)
-        return errf(err, n, T5_EXIT_USAGE, "%s:%d:%d: invalid JSON: %s", path, jerr.line, jerr.column, jerr.text);
+        return t5_errf(err, n, T5_EXIT_USAGE, "%s:%d:%d: invalid JSON: %s", path, jerr.line, jerr.column, jerr.text);
     if (!json_is_object(root)) {
         json_decref(root);
-        return errf(err, n, T5_EXIT_USAGE, "%s: expected a JSON object ({...}) at the top level", path);
+        return t5_errf(err, n, T5_EXIT_USAGE, "%s: expected a JSON object ({...}) at the top level", path);
     }
     *out = root;
     return 0;
@@ -531,11 +520,11 @@ int config_load_string(RunConfig* c, const char* text, const char* name, char* e
     json_error_t jerr;
     json_t* root = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
     if (!root)
-        return errf(err, errlen, T5_EXIT_USAGE, "%s:%d:%d: invalid JSON: %s", name, jerr.line, jerr.column,
+        return t5_errf(err, errlen, T5_EXIT_USAGE, "%s:%d:%d: invalid JSON: %s", name, jerr.line, jerr.column,
                     jerr.text);
     if (!json_is_object(root)) {
         json_decref(root);
-        return errf(err, errlen, T5_EXIT_USAGE, "%s: expected a JSON object ({...}) at the top level", name);
+        return t5_errf(err, errlen, T5_EXIT_USAGE, "%s: expected a JSON object ({...}) at the top level", name);
     }
     int rc = apply_object(c, root, "", 0, name, ".", err, errlen);
     json_decref(root);
@@ -600,7 +589,7 @@ static int tokenize_args(int argc, char** argv, ParsedFlag* flags, int* nflags, 
                 nf++;
                 continue;
             }
-            return errf(err, n, T5_EXIT_USAGE, "unexpected argument '%s' (flags are --key VALUE; see --help)", a);
+            return t5_errf(err, n, T5_EXIT_USAGE, "unexpected argument '%s' (flags are --key VALUE; see --help)", a);
         }
         if (strcmp(a, "-h") == 0) {
             f->kind = FLAG_HELP;
@@ -608,11 +597,11 @@ static int tokenize_args(int argc, char** argv, ParsedFlag* flags, int* nflags, 
             continue;
         }
         if (a[1] != '-' || !a[2])
-            return errf(err, n, T5_EXIT_USAGE, "unknown flag %s (flags are --key VALUE; see --help)", a);
+            return t5_errf(err, n, T5_EXIT_USAGE, "unknown flag %s (flags are --key VALUE; see --help)", a);
         const char* body = a + 2;
         const char* eq = strchr(body, '=');
         size_t len = eq ? (size_t)(eq - body) : strlen(body);
-        if (len >= sizeof f->name) return errf(err, n, T5_EXIT_USAGE, "unknown flag %.60s...", a);
+        if (len >= sizeof f->name) return t5_errf(err, n, T5_EXIT_USAGE, "unknown flag %.60s...", a);
         memcpy(f->name, body, len);
         f->name[len] = 0;
         for (char* p = f->name; *p; p++)
@@ -643,14 +632,14 @@ static int tokenize_args(int argc, char** argv, ParsedFlag* flags, int* nflags, 
                 char best[128];
                 closest_flag(f->name, best, sizeof best);
                 if (best[0])
-                    return errf(err, n, T5_EXIT_USAGE, "unknown flag --%s (did you mean --%s?)", f->name, best);
-                return errf(err, n, T5_EXIT_USAGE, "unknown flag --%s (see t5train --help)", f->name);
+                    return t5_errf(err, n, T5_EXIT_USAGE, "unknown flag --%s (did you mean --%s?)", f->name, best);
+                return t5_errf(err, n, T5_EXIT_USAGE, "unknown flag --%s (see t5train --help)", f->name);
             }
             f->kind = FLAG_KEY;
             f->ki = ki;
             is_bool = CONFIG_KEYS[ki].kind == CONFIG_BOOL;
             if (f->negated && eq)
-                return errf(err, n, T5_EXIT_USAGE, "--%s takes no value", f->name);
+                return t5_errf(err, n, T5_EXIT_USAGE, "--%s takes no value", f->name);
         }
         if (!eq) {
             if (is_bool) {
@@ -658,7 +647,7 @@ static int tokenize_args(int argc, char** argv, ParsedFlag* flags, int* nflags, 
                 if (!f->negated && i + 1 < argc && parse_bool_word(argv[i + 1]) >= 0) f->value = argv[++i];
             } else {
                 if (i + 1 >= argc || (argv[i + 1][0] == '-' && argv[i + 1][1] == '-'))
-                    return errf(err, n, T5_EXIT_USAGE, "--%s: missing value", f->name);
+                    return t5_errf(err, n, T5_EXIT_USAGE, "--%s: missing value", f->name);
                 f->value = argv[++i];
             }
         }
@@ -677,7 +666,7 @@ static json_t* cli_value_to_json(const ConfigKey* k, const char* s, const char* 
         case CONFIG_BOOL: {
             int b = parse_bool_word(s);
             if (b < 0) {
-                *rc = errf(err, n, T5_EXIT_USAGE, "command line: --%s: expected true or false, got '%s'", flag, s);
+                *rc = t5_errf(err, n, T5_EXIT_USAGE, "command line: --%s: expected true or false, got '%s'", flag, s);
                 return NULL;
             }
             return json_boolean(b);
@@ -688,7 +677,7 @@ static json_t* cli_value_to_json(const ConfigKey* k, const char* s, const char* 
             errno = 0;
             double d = strtod(s, &end);
             if (!s[0] || *end || errno) {
-                *rc = errf(err, n, T5_EXIT_USAGE, "command line: --%s: expected %s, got '%s'", flag, kind_name(k), s);
+                *rc = t5_errf(err, n, T5_EXIT_USAGE, "command line: --%s: expected %s, got '%s'", flag, kind_name(k), s);
                 return NULL;
             }
             if (k->kind == CONFIG_INT && d == floor(d) && fabs(d) < 9.2e18) return json_integer((json_int_t)d);
@@ -730,7 +719,7 @@ int config_parse_args(RunConfig* c, int argc, char** argv, char* err, size_t err
         if (f->kind == FLAG_DRY_RUN) {
             int b = f->value ? parse_bool_word(f->value) : 1;
             if (b < 0) {
-                rc = errf(err, errlen, T5_EXIT_USAGE, "%s: expected true or false, got '%s'", where, f->value);
+                rc = t5_errf(err, errlen, T5_EXIT_USAGE, "%s: expected true or false, got '%s'", where, f->value);
                 goto done;
             }
             c->dry_run = b;
@@ -959,7 +948,7 @@ static int resolve_deepspeed(RunConfig* c, char* err, size_t n) {
             add_note(c, "scheduler warmup_num_steps unresolved until the training set size is known");
     }
     if (m.count)
-        return errf(err, n, T5_EXIT_USAGE,
+        return t5_errf(err, n, T5_EXIT_USAGE,
                     "the DeepSpeed config mismatches the training arguments: %s (the easiest fix is to set these "
                     "DeepSpeed values to \"auto\")",
                     m.text);
@@ -969,7 +958,7 @@ static int resolve_deepspeed(RunConfig* c, char* err, size_t n) {
     derive_int(c, "deepspeed.gradient_accumulation_steps", c->gradient_accumulation_steps);
     derive_int(c, "deepspeed.train_batch_size", train_batch);
     if (ds->train_batch_size != ds->train_micro_batch_size_per_gpu * ds->gradient_accumulation_steps * c->world_size)
-        return errf(err, n, T5_EXIT_USAGE,
+        return t5_errf(err, n, T5_EXIT_USAGE,
                     "deepspeed: train_batch_size %lld != train_micro_batch_size_per_gpu %lld x "
                     "gradient_accumulation_steps %lld x world size %d",
                     (long long)ds->train_batch_size, (long long)ds->train_micro_batch_size_per_gpu,
@@ -987,11 +976,11 @@ static int resolve_deepspeed(RunConfig* c, char* err, size_t n) {
         c->src[config_key_index("deepspeed.bf16.enabled")] = CONFIG_SRC_DERIVED;
     }
     if (ds->fp16.enabled && ds->bf16.enabled)
-        return errf(err, n, T5_EXIT_USAGE,
+        return t5_errf(err, n, T5_EXIT_USAGE,
                     "deepspeed: fp16.enabled and bf16.enabled are both true (DeepSpeed: bf16 and fp16 modes cannot be "
                     "simultaneously enabled)");
     if (ds->amp.enabled && z->stage > 0)
-        return errf(err, n, T5_EXIT_USAGE, "deepspeed: amp.enabled cannot be combined with ZeRO (stage %lld)",
+        return t5_errf(err, n, T5_EXIT_USAGE, "deepspeed: amp.enabled cannot be combined with ZeRO (stage %lld)",
                     (long long)z->stage);
 
     // ZeRO
@@ -1001,19 +990,19 @@ static int resolve_deepspeed(RunConfig* c, char* err, size_t n) {
         c->src[ko] = CONFIG_SRC_DERIVED;
     }
     if (z->offload_optimizer.device == OFFLOAD_NVME && !z->offload_optimizer.nvme_path[0])
-        return errf(err, n, T5_EXIT_USAGE,
+        return t5_errf(err, n, T5_EXIT_USAGE,
                     "deepspeed: zero_optimization.offload_optimizer.device is \"nvme\" but nvme_path is not set");
     if (z->offload_param.device == OFFLOAD_NVME && !z->offload_param.nvme_path[0])
-        return errf(err, n, T5_EXIT_USAGE,
+        return t5_errf(err, n, T5_EXIT_USAGE,
                     "deepspeed: zero_optimization.offload_param.device is \"nvme\" but nvme_path is not set");
     if (z->offload_param.device != OFFLOAD_NONE && z->stage != 3)
-        return errf(err, n, T5_EXIT_USAGE,
+        return t5_errf(err, n, T5_EXIT_USAGE,
                     "deepspeed: zero_optimization.offload_param needs stage 3 (stage is %lld)", (long long)z->stage);
     if (z->offload_optimizer.device != OFFLOAD_NONE && z->stage == 0)
-        return errf(err, n, T5_EXIT_USAGE,
+        return t5_errf(err, n, T5_EXIT_USAGE,
                     "deepspeed: zero_optimization.offload_optimizer needs stage 1, 2 or 3 (stage is 0)");
     if (ds->optimizer.present && (c->adafactor || c->optim == OPTIM_ADAFACTOR))
-        return errf(err, n, T5_EXIT_USAGE,
+        return t5_errf(err, n, T5_EXIT_USAGE,
                     "--adafactor was passed, but also found `optimizer` configured in the DeepSpeed config. Only one "
                     "optimizer can be configured.");
     return 0;
@@ -1031,18 +1020,18 @@ int config_resolve(RunConfig* c, char* err, size_t n) {
         add_note(c, "none of do_train/do_eval/do_predict given: do_train implied");
     }
     if (!c->model_name_or_path[0])
-        return errf(err, n, T5_EXIT_USAGE, "model_name_or_path is required (--model_name_or_path NAME|DIR or --model)");
-    if (!c->output_dir[0]) return errf(err, n, T5_EXIT_USAGE, "output_dir must not be empty");
+        return t5_errf(err, n, T5_EXIT_USAGE, "model_name_or_path is required (--model_name_or_path NAME|DIR or --model)");
+    if (!c->output_dir[0]) return t5_errf(err, n, T5_EXIT_USAGE, "output_dir must not be empty");
     if (c->fp16 && c->bf16)
-        return errf(err, n, T5_EXIT_USAGE, "fp16 and bf16 are both true (at most one of them can be on)");
+        return t5_errf(err, n, T5_EXIT_USAGE, "fp16 and bf16 are both true (at most one of them can be on)");
     if (!c->dataset_name[0] && !c->train_file[0] && !c->validation_file[0] && !c->test_file[0])
-        return errf(err, n, T5_EXIT_USAGE,
+        return t5_errf(err, n, T5_EXIT_USAGE,
                     "no data: give --dataset_name (e.g. wmt16 with --dataset_config_name ro-en) or "
                     "--train_file/--validation_file/--test_file");
     if (c->do_train && !c->dataset_name[0] && !c->train_file[0])
-        return errf(err, n, T5_EXIT_USAGE, "do_train needs --dataset_name or --train_file");
+        return t5_errf(err, n, T5_EXIT_USAGE, "do_train needs --dataset_name or --train_file");
     if (!c->source_lang[0] || !c->target_lang[0])
-        return errf(err, n, T5_EXIT_USAGE, "source_lang and target_lang are required (e.g. --source_lang en --target_lang ro)");
+        return t5_errf(err, n, T5_EXIT_USAGE, "source_lang and target_lang are required (e.g. --source_lang en --target_lang ro)");
     if (!c->source_prefix_set) {
         // T5 was pre-trained with task prefixes; HF's translation example passes
         // "translate English to Romanian: " for en->ro. We make that the default for T5 models
@@ -1106,10 +1095,10 @@ int config_resolve(RunConfig* c, char* err, size_t n) {
 
 int config_check_output_dir(const RunConfig* c, char* err, size_t n) {
     if (t5_path_exists(c->output_dir) && !t5_is_dir(c->output_dir))
-        return errf(err, n, T5_EXIT_USAGE, "output_dir %s exists and is not a directory", c->output_dir);
+        return t5_errf(err, n, T5_EXIT_USAGE, "output_dir %s exists and is not a directory", c->output_dir);
     if (!c->do_train || c->overwrite_output_dir || !t5_is_dir(c->output_dir)) return 0;
     DIR* d = opendir(c->output_dir);
-    if (!d) return errf(err, n, T5_EXIT_USAGE, "cannot read output_dir %s: %s", c->output_dir, strerror(errno));
+    if (!d) return t5_errf(err, n, T5_EXIT_USAGE, "cannot read output_dir %s: %s", c->output_dir, strerror(errno));
     bool empty = true;
     struct dirent* e;
     while ((e = readdir(d)))
@@ -1119,7 +1108,7 @@ int config_check_output_dir(const RunConfig* c, char* err, size_t n) {
         }
     closedir(d);
     if (!empty)
-        return errf(err, n, T5_EXIT_USAGE,
+        return t5_errf(err, n, T5_EXIT_USAGE,
                     "Output directory (%s) already exists and is not empty. Use --overwrite_output_dir to overcome.",
                     c->output_dir);
     return 0;
@@ -1191,7 +1180,7 @@ int config_check_implemented(const RunConfig* c, char* err, size_t n) {
     if (c->resume_from_checkpoint[0] && !T5_BUILD_FEATURES.resume) MISSING("resume_from_checkpoint");
     if (c->report_to[0] && strcmp(c->report_to, "none") != 0) MISSING("report_to %s", c->report_to);
 #undef MISSING
-    if (count) return errf(err, n, T5_EXIT_FAILURE, "not implemented yet: %s", list);
+    if (count) return t5_errf(err, n, T5_EXIT_FAILURE, "not implemented yet: %s", list);
     return 0;
 }
 
@@ -1443,7 +1432,7 @@ int config_write_json(const RunConfig* c, const char* path, char* err, size_t n)
         int e = errno;
         remove(tmp);
         free(tmp);
-        return errf(err, n, T5_EXIT_FAILURE, "cannot write %s: %s", path, strerror(e));
+        return t5_errf(err, n, T5_EXIT_FAILURE, "cannot write %s: %s", path, strerror(e));
     }
     free(tmp);
     return 0;
