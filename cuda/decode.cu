@@ -8,6 +8,8 @@
  * K = 2 * num_beams <= 128 we need.
  * decode_gather_rows: grid (S, R); 16-, 4- or 1-byte words depending on the alignment of every pointer,
  * stride and length.
+ * decode_step_bias / decode_cache_append / decode_greedy_update read the step's position from device memory, so
+ * that one captured CUDA graph serves every position of a Tk bucket (model/generate.c).
  */
 #include <climits>
 
@@ -99,13 +101,52 @@ __global__ void decode_topk_kernel1(float* out_val, int* out_idx, const T* logit
     }
 }
 
+// grid (S, R, planes); plane p at word offset (p / n_inner) * outer_w + (p % n_inner) * inner_w of dst and src
 template <typename W>
 __global__ void decode_gather_rows_kernel1(W* dst, const W* src, const int* idx, size_t row_w, size_t seg_w,
-                                           size_t copy_w) {
-    const int h = blockIdx.x, r = blockIdx.y;
-    W* d = dst + (size_t)r * row_w + (size_t)h * seg_w;
-    const W* s = src + (size_t)idx[r] * row_w + (size_t)h * seg_w;
+                                           size_t copy_w, int n_inner, ptrdiff_t outer_w, ptrdiff_t inner_w) {
+    const int h = blockIdx.x, r = blockIdx.y, p = blockIdx.z;
+    const ptrdiff_t po = (ptrdiff_t)(p / n_inner) * outer_w + (ptrdiff_t)(p % n_inner) * inner_w;
+    W* d = dst + po + (size_t)r * row_w + (size_t)h * seg_w;
+    const W* s = src + po + (size_t)idx[r] * row_w + (size_t)h * seg_w;
     for (size_t i = threadIdx.x; i < copy_w; i += blockDim.x) d[i] = s[i];
+}
+
+
+// bias (H, Tk): block per head
+__global__ void decode_step_bias_kernel1(float* bias, const float* table, const int* buckets, int rel_offset, int H,
+                                         int Tk, const int* pos) {
+    const int t = *pos, h = blockIdx.x;
+    for (int k = threadIdx.x; k < Tk; k += blockDim.x)
+        bias[(size_t)h * Tk + k] = k <= t ? table[(size_t)buckets[k - t + rel_offset] * H + h] : -INFINITY;
+}
+
+// grid (rows, 2): y = 0 keys, 1 values; W words of a Dk row
+template <typename W>
+__global__ void decode_cache_append_kernel1(W* kc, W* vc, const W* knew, const W* vnew, int Tmax, int dk_w,
+                                            const int* pos) {
+    const size_t row = blockIdx.x;
+    const int t = *pos;
+    W* c = blockIdx.y ? vc : kc;
+    const W* n = blockIdx.y ? vnew : knew;
+    for (int i = threadIdx.x; i < dk_w; i += blockDim.x) c[(row * Tmax + t) * dk_w + i] = n[row * dk_w + i];
+}
+
+// one block; rows r of R
+__global__ void decode_greedy_update_kernel1(int* tok, int* seq, int* fin, const int* slot_item, const int* argmax,
+                                             int R, int ML, int eos, int pad, const int* pos) {
+    const int t = *pos, c = t + 1;
+    const bool at_max = c + 1 >= ML;
+    for (int r = threadIdx.x; r < R; r += blockDim.x) {
+        const int b = slot_item[r];
+        int k = pad;
+        if (b >= 0 && !fin[b]) {
+            k = argmax[r];
+            seq[(size_t)b * ML + c] = k;
+            if (k == eos || at_max) fin[b] = 1;
+        }
+        tok[r] = k;
+    }
 }
 
 // ---- launchers
@@ -125,20 +166,67 @@ void decode_topk(float* out_val, int* out_idx, const void* logits, DType dt, int
     CUDA_LAUNCH_CHECK();
 }
 
-void decode_gather_rows(void* dst, const void* src, const int* idx, int R, int S, size_t row_bytes, size_t seg_bytes,
-                        size_t copy_bytes, cudaStream_t stream) {
-    if (R <= 0 || S <= 0 || copy_bytes == 0) return;
-    const uintptr_t all = (uintptr_t)dst | (uintptr_t)src | row_bytes | seg_bytes | copy_bytes;
-    dim3 grid((unsigned)S, (unsigned)R);
+void decode_gather_rows_planes(void* dst, const void* src, const int* idx, int R, int S, size_t row_bytes,
+                               size_t seg_bytes, size_t copy_bytes, int n_outer, ptrdiff_t outer_bytes, int n_inner,
+                               ptrdiff_t inner_bytes, cudaStream_t stream) {
+    if (R <= 0 || S <= 0 || copy_bytes == 0 || n_outer <= 0 || n_inner <= 0) return;
+    if ((size_t)n_outer * n_inner > 65535 || R > 65535)
+        t5_die(T5_EXIT_FAILURE, "decode_gather_rows: %d rows x %d planes exceed the grid", R, n_outer * n_inner);
+    const uintptr_t all = (uintptr_t)dst | (uintptr_t)src | row_bytes | seg_bytes | copy_bytes |
+                          (uintptr_t)outer_bytes | (uintptr_t)inner_bytes;
+    dim3 grid((unsigned)S, (unsigned)R, (unsigned)(n_outer * n_inner));
     if ((all & 15u) == 0) {
         decode_gather_rows_kernel1<uint4><<<grid, 128, 0, stream>>>((uint4*)dst, (const uint4*)src, idx, row_bytes / 16,
-                                                                    seg_bytes / 16, copy_bytes / 16);
+                                                                    seg_bytes / 16, copy_bytes / 16, n_inner,
+                                                                    outer_bytes / 16, inner_bytes / 16);
     } else if ((all & 3u) == 0) {
         decode_gather_rows_kernel1<uint32_t><<<grid, 128, 0, stream>>>((uint32_t*)dst, (const uint32_t*)src, idx,
-                                                                       row_bytes / 4, seg_bytes / 4, copy_bytes / 4);
+                                                                       row_bytes / 4, seg_bytes / 4, copy_bytes / 4,
+                                                                       n_inner, outer_bytes / 4, inner_bytes / 4);
     } else {
         decode_gather_rows_kernel1<uint8_t><<<grid, 128, 0, stream>>>((uint8_t*)dst, (const uint8_t*)src, idx,
-                                                                      row_bytes, seg_bytes, copy_bytes);
+                                                                      row_bytes, seg_bytes, copy_bytes, n_inner,
+                                                                      outer_bytes, inner_bytes);
     }
+    CUDA_LAUNCH_CHECK();
+}
+
+void decode_gather_rows(void* dst, const void* src, const int* idx, int R, int S, size_t row_bytes, size_t seg_bytes,
+                        size_t copy_bytes, cudaStream_t stream) {
+    decode_gather_rows_planes(dst, src, idx, R, S, row_bytes, seg_bytes, copy_bytes, 1, 0, 1, 0, stream);
+}
+
+void decode_step_bias(float* bias, const float* table, const int* buckets, int rel_offset, int H, int Tk,
+                      const int* pos, cudaStream_t stream) {
+    if (H <= 0 || Tk <= 0) return;
+    decode_step_bias_kernel1<<<H, 128, 0, stream>>>(bias, table, buckets, rel_offset, H, Tk, pos);
+    CUDA_LAUNCH_CHECK();
+}
+
+void decode_cache_append(void* kcache, void* vcache, const void* knew, const void* vnew, int rows, int Tmax,
+                         size_t row_bytes, const int* pos, cudaStream_t stream) {
+    if (rows <= 0 || row_bytes == 0) return;
+    const uintptr_t all = (uintptr_t)kcache | (uintptr_t)vcache | (uintptr_t)knew | (uintptr_t)vnew | row_bytes;
+    dim3 grid((unsigned)rows, 2);
+    if ((all & 15u) == 0) {
+        decode_cache_append_kernel1<uint4><<<grid, 32, 0, stream>>>((uint4*)kcache, (uint4*)vcache, (const uint4*)knew,
+                                                                    (const uint4*)vnew, Tmax, (int)(row_bytes / 16),
+                                                                    pos);
+    } else if ((all & 3u) == 0) {
+        decode_cache_append_kernel1<uint32_t><<<grid, 64, 0, stream>>>((uint32_t*)kcache, (uint32_t*)vcache,
+                                                                       (const uint32_t*)knew, (const uint32_t*)vnew,
+                                                                       Tmax, (int)(row_bytes / 4), pos);
+    } else {
+        decode_cache_append_kernel1<uint8_t><<<grid, 128, 0, stream>>>((uint8_t*)kcache, (uint8_t*)vcache,
+                                                                       (const uint8_t*)knew, (const uint8_t*)vnew,
+                                                                       Tmax, (int)row_bytes, pos);
+    }
+    CUDA_LAUNCH_CHECK();
+}
+
+void decode_greedy_update(int* tok, int* seq, int* fin, const int* slot_item, const int* argmax, int R, int ML,
+                          int eos, int pad, const int* pos, cudaStream_t stream) {
+    if (R <= 0) return;
+    decode_greedy_update_kernel1<<<1, 256, 0, stream>>>(tok, seq, fin, slot_item, argmax, R, ML, eos, pad, pos);
     CUDA_LAUNCH_CHECK();
 }

@@ -47,6 +47,8 @@
 #define GEN_TK_ROUND 16   // key-length bucket of the self-attention GEMMs
 #define GEN_ROW_ROUND 8   // compaction keeps a multiple of this many rows
 #define GEN_NEG_INF_SCORE (-1.0e9f)  // HF's "very large negative" beam score
+#define GEN_MAX_GRAPHS 64  // captured decoder steps kept per generator (LRU)
+#define GEN_CHECK_LAG 4    // greedy: the host reads the finished flags at most this many steps late
 
 void generate_options_default(GenerateOptions* o) {
     memset(o, 0, sizeof *o);
@@ -98,6 +100,16 @@ int generate_options_check(const GenerateOptions* o, char* err, size_t errlen) {
 // ---------------------------------------------------------------------------------------------
 // structures
 
+// One captured decoder step (decoder + top-k [+ greedy update]) for one shape key; the position t is read from
+// device memory (d_pos), so one graph serves every step of its key-length bucket Tk.
+typedef struct {
+    bool used, seen, captured;
+    int I, Ts, Tk, sgen, cgen, ban;
+    uint64_t sig;       // the weight pointers the step fetched (checked before each replay)
+    uint64_t last_use;
+    cudaGraphExec_t exec;
+} GenGraph;
+
 typedef struct {
     int q, k, v, o, relbias, ln;
     int cq, ck, cv, co, cln;
@@ -121,6 +133,10 @@ struct T5Generator {
     int p_embed, p_lm_head, p_enc_final, p_dec_final;
     int u_shared, u_final, u_lm;
     float* cur_mb;  // fp32 view of the unit fetched last
+    uint64_t fetch_sig;  // hash of the pointers unit_fetch returned since the last reset
+    bool use_graphs;
+    GenGraph graphs[GEN_MAX_GRAPHS];
+    uint64_t graph_clock;
 
     // ---- device (one arena)
     int* e_ids;           // (B, Ts) int32
@@ -145,6 +161,11 @@ struct T5Generator {
     void** sk[2];         // [gen][Ld] -> (R, H, Tmax, Dk) X self-attention key cache
     void** sv[2];         // [gen][Ld] -> (R, H, Tmax, Dk) X
     int* d_tok;           // (R) int32 decoder input tokens
+    int* d_tok2;          // (R) int32 scratch for compaction
+    int* d_pos;           // (1) int32 position t of the current step
+    int* d_seq;           // (B, ML) int32 greedy output sequences (by batch item)
+    int* d_fin;           // (B) int32 greedy finished flags (by batch item)
+    int* d_slot;          // (R) int32 greedy: batch item of each row, -1 padding
     int* d_gidx;          // (R) int32 row gather indices
     int* d_iidx;          // (B) int32 slot gather indices
     float* d_score;       // (R) fp32 running beam scores
@@ -174,7 +195,12 @@ struct T5Generator {
     int* h_gidx;    // (R)
     int* h_iidx;    // (B)
     float* h_score; // (R)
+    int* h_posarr;  // (ML) 0, 1, ..., ML - 1: the d_pos upload source (constant, so async copies never race)
+    int* h_seq;     // (B, ML)
+    int* h_fin;     // (B)
+    int* h_slot;    // (R)
     cudaEvent_t ev[4];
+    cudaEvent_t ev_chk;  // greedy: the finished flags' read-back
     GenerateStats stats;
 };
 
@@ -193,7 +219,7 @@ static void* take(GenArena* a, size_t bytes) {
 }
 
 typedef struct {
-    int D, H, Dk, HD, F, V, Ld, B, Ts, R, Tmax, K;
+    int D, H, Dk, HD, F, V, Ld, B, Ts, R, Tmax, K, ML;
     size_t xs;
     bool gated;
 } GenDims;
@@ -242,6 +268,11 @@ static void gen_layout(T5Generator* G, const GenDims* d, GenArena* a, size_t* kv
         }
     if (kv_bytes) *kv_bytes = a->used - kv0;
     G->d_tok = take(a, R * 4);
+    G->d_tok2 = take(a, R * 4);
+    G->d_pos = take(a, 4);
+    G->d_seq = take(a, (size_t)d->B * d->ML * 4);
+    G->d_fin = take(a, (size_t)d->B * 4);
+    G->d_slot = take(a, R * 4);
     G->d_gidx = take(a, R * 4);
     G->d_iidx = take(a, (size_t)d->B * 4);
     G->d_score = take(a, R * 4);
@@ -283,6 +314,7 @@ static GenDims gen_dims(const T5Config* c, DType dtype, int max_B, int max_Ts, c
     d.R = max_B * opt->num_beams;
     d.Tmax = (int)CEIL_DIV((size_t)(opt->max_length - 1), (size_t)GEN_TK_ROUND) * GEN_TK_ROUND;
     d.K = opt->num_beams > 1 ? 2 * opt->num_beams : 1;
+    d.ML = opt->max_length;
     d.xs = dtype_size(dtype);
     d.gated = c->feed_forward == T5_FF_GATED_GELU;
     return d;
@@ -426,7 +458,15 @@ T5Generator* t5_generator_create(const ParamTable* t, ZeroEngine* Z, int max_B, 
     CUDA_CHECK(cudaMallocHost((void**)&G->h_gidx, R * sizeof(int)));
     CUDA_CHECK(cudaMallocHost((void**)&G->h_iidx, (size_t)max_B * sizeof(int)));
     CUDA_CHECK(cudaMallocHost((void**)&G->h_score, R * sizeof(float)));
+    CUDA_CHECK(cudaMallocHost((void**)&G->h_posarr, (size_t)opt->max_length * sizeof(int)));
+    CUDA_CHECK(cudaMallocHost((void**)&G->h_seq, (size_t)max_B * opt->max_length * sizeof(int)));
+    CUDA_CHECK(cudaMallocHost((void**)&G->h_fin, (size_t)max_B * sizeof(int)));
+    CUDA_CHECK(cudaMallocHost((void**)&G->h_slot, R * sizeof(int)));
+    for (int i = 0; i < opt->max_length; i++) G->h_posarr[i] = i;
+    const char* ge = getenv("T5TRAIN_GEN_GRAPHS");
+    G->use_graphs = !(ge && strcmp(ge, "0") == 0);
     for (int i = 0; i < 4; i++) CUDA_CHECK(cudaEventCreate(&G->ev[i]));
+    CUDA_CHECK(cudaEventCreateWithFlags(&G->ev_chk, cudaEventDisableTiming));
     matmul_init();
     return G;
 }
@@ -440,8 +480,15 @@ void t5_generator_destroy(T5Generator* G) {
     if (G->h_gidx) cudaFreeHost(G->h_gidx);
     if (G->h_iidx) cudaFreeHost(G->h_iidx);
     if (G->h_score) cudaFreeHost(G->h_score);
+    if (G->h_posarr) cudaFreeHost(G->h_posarr);
+    if (G->h_seq) cudaFreeHost(G->h_seq);
+    if (G->h_fin) cudaFreeHost(G->h_fin);
+    if (G->h_slot) cudaFreeHost(G->h_slot);
+    for (int i = 0; i < GEN_MAX_GRAPHS; i++)
+        if (G->graphs[i].captured) cudaGraphExecDestroy(G->graphs[i].exec);
     for (int i = 0; i < 4; i++)
         if (G->ev[i]) cudaEventDestroy(G->ev[i]);
+    if (G->ev_chk) cudaEventDestroy(G->ev_chk);
     for (int g = 0; g < 2; g++) {
         free(G->ck[g]);
         free(G->cv[g]);
@@ -455,6 +502,7 @@ void t5_generator_destroy(T5Generator* G) {
 
 const GenerateStats* t5_generator_stats(const T5Generator* G) { return &G->stats; }
 void t5_generator_reset_stats(T5Generator* G) { memset(&G->stats, 0, sizeof G->stats); }
+void t5_generator_set_cuda_graphs(T5Generator* G, bool on) { G->use_graphs = on; }
 
 // ---------------------------------------------------------------------------------------------
 // helpers
@@ -468,6 +516,8 @@ static inline const float* nwp(const T5Generator* G, int pidx) { return G->cur_m
 static void* unit_fetch(T5Generator* G, int unit, cudaStream_t s) {
     void* wb = zero_fetch(G->Z, unit, s);
     G->cur_mb = (float*)zero_fetch_fp32(G->Z, unit, s);
+    G->fetch_sig = (G->fetch_sig ^ (uint64_t)(uintptr_t)wb) * 0x100000001b3ull;
+    G->fetch_sig = (G->fetch_sig ^ (uint64_t)(uintptr_t)G->cur_mb) * 0x100000001b3ull;
     return wb;
 }
 
@@ -562,12 +612,12 @@ static void encoder_forward(T5Generator* G, int B, int Ts, const int* mask, int 
 }
 
 // ---------------------------------------------------------------------------------------------
-// one decoder step over R = I * nb rows at position t -> logits (R, V) X
+// one decoder step over R = I * nb rows at position t = *d_pos (t < Tk) -> logits (R, V) X. Nothing here depends
+// on t on the host, so the step can be captured once per (I, Ts, Tk, buffers) and replayed.
 
-static void decoder_step(T5Generator* G, int I, int Ts, int t, int sgen, int cgen, const int* mask, cudaStream_t s) {
+static void decoder_step(T5Generator* G, int I, int Ts, int Tk, int sgen, int cgen, const int* mask, cudaStream_t s) {
     const DType X = G->X;
     const int nb = G->nb, R = I * nb, D = G->D, H = G->H, Dk = G->Dk, HD = G->HD, Tmax = G->Tmax;
-    const int Tk = T5_MIN((int)CEIL_DIV((size_t)(t + 1), (size_t)GEN_TK_ROUND) * GEN_TK_ROUND, Tmax);
     const size_t xs = G->xs;
     ZeroEngine* Z = G->Z;
     unit_fetch(G, G->u_shared, s);
@@ -577,23 +627,18 @@ static void decoder_step(T5Generator* G, int I, int Ts, int t, int sgen, int cge
         const GenBlockIdx* pi = &G->dec_idx[l];
         int u = params_unit_dec_block(G->t, l);
         void* wb = unit_fetch(G, u, s);
-        // the new query row's position bias (q_offset = t), from block 0's table, shared by every block
-        if (l == 0)
-            position_bias_forward(G->bias_dec, nwp(G, pi->relbias), DT_F32, G->buckets_dec, G->relo_dec, G->NB, H, 1,
-                                  Tk, t, s);
+        // the new query row's position bias (q_offset = t), from block 0's table, shared by every block; keys
+        // above t get -inf (the causal rule)
+        if (l == 0) decode_step_bias(G->bias_dec, nwp(G, pi->relbias), G->buckets_dec, G->relo_dec, H, Tk, G->d_pos, s);
         // ---- self-attention with the cache
         rmsnorm_forward(G->d_ln, X, G->d_rstd, G->d_x, nwp(G, pi->ln), DT_F32, R, D, G->eps, s);
         linear_forward(G->d_q, X, G->d_ln, wp(G, wb, pi->q), X, R, HD, D, s);
         linear_forward(G->d_k, X, G->d_ln, wp(G, wb, pi->k), X, R, HD, D, s);
         linear_forward(G->d_v, X, G->d_ln, wp(G, wb, pi->v), X, R, HD, D, s);
         // (R*H) rows of Dk -> cache[r, h, t, :]
-        const size_t row = (size_t)Dk * xs, pitch = (size_t)Tmax * Dk * xs;
-        CUDA_CHECK(cudaMemcpy2DAsync((char*)G->sk[sgen][l] + (size_t)t * row, pitch, G->d_k, row, row,
-                                     (size_t)R * H, cudaMemcpyDeviceToDevice, s));
-        CUDA_CHECK(cudaMemcpy2DAsync((char*)G->sv[sgen][l] + (size_t)t * row, pitch, G->d_v, row, row,
-                                     (size_t)R * H, cudaMemcpyDeviceToDevice, s));
+        decode_cache_append(G->sk[sgen][l], G->sv[sgen][l], G->d_k, G->d_v, R * H, Tmax, (size_t)Dk * xs, G->d_pos, s);
         scores_gemm(G, G->d_scores, G->d_sx, G->d_q, G->sk[sgen][l], R * H, 1, Tk, Dk, Dk, (int64_t)Tmax * Dk, s);
-        attention_softmax_forward(G->d_probs, G->d_probs, X, G->d_scores, G->bias_dec, NULL, true, t, R, H, 1, Tk,
+        attention_softmax_forward(G->d_probs, G->d_probs, X, G->d_scores, G->bias_dec, NULL, false, 0, R, H, 1, Tk,
                                   0.0f, 0, 0, s);
         // ctx (R*H, 1, Dk) = P V: already the merged (R, HD) layout
         bmm(G->d_ctx, X, G->d_probs, false, G->sv[sgen][l], false, X, R * H, 1, Dk, Tk, Tk, (int64_t)Tmax * Dk, Dk,
@@ -628,6 +673,91 @@ static void decoder_step(T5Generator* G, int I, int Ts, int t, int sgen, int cge
 }
 
 // ---------------------------------------------------------------------------------------------
+// the whole device part of one step (decoder, top-k, greedy update), eager or as a CUDA graph
+//
+// First sight of a key (I, Ts, Tk, buffers, ban) runs eagerly (lazy one-time work: cuBLASLt plans); the second
+// captures it (ThreadLocal mode: a call that cannot be captured fails the capture instead of running silently)
+// and launches the graph; later ones replay it. The engine's fetch/release bookkeeping runs on the host around
+// each replay and the pointers it returns must equal those captured (stage 0: fixed); otherwise the key is
+// captured again.
+
+static void step_body(T5Generator* G, int I, int Ts, int Tk, int sgen, int cgen, int ban, cudaStream_t s) {
+    const int R = I * G->nb;
+    const bool beam = G->nb > 1;
+    decoder_step(G, I, Ts, Tk, sgen, cgen, G->e_mask[cgen], s);
+    decode_topk(G->d_topv, G->d_topi, G->d_logits, G->X, R, G->V, G->K, beam, beam ? G->d_score : NULL, ban, s);
+    if (!beam)
+        decode_greedy_update(G->d_tok, G->d_seq, G->d_fin, G->d_slot, G->d_topi, R, G->opt.max_length, G->eos_id,
+                             G->pad_id, G->d_pos, s);
+}
+
+// the fetch/release sequence of decoder_step, for the pointer check before a replay
+static uint64_t step_fetch_sig(T5Generator* G, cudaStream_t s) {
+    G->fetch_sig = 0;
+    unit_fetch(G, G->u_shared, s);
+    zero_release(G->Z, G->u_shared, s);
+    for (int l = 0; l < G->Ld; l++) {
+        int u = params_unit_dec_block(G->t, l);
+        unit_fetch(G, u, s);
+        zero_release(G->Z, u, s);
+    }
+    unit_fetch(G, G->u_final, s);
+    zero_release(G->Z, G->u_final, s);
+    unit_fetch(G, G->u_lm, s);
+    zero_release(G->Z, G->u_lm, s);
+    return G->fetch_sig;
+}
+
+static void gen_step(T5Generator* G, int I, int Ts, int Tk, int sgen, int cgen, int ban, cudaStream_t s) {
+    if (!G->use_graphs) {
+        step_body(G, I, Ts, Tk, sgen, cgen, ban, s);
+        return;
+    }
+    GenGraph* g = NULL;
+    GenGraph* victim = &G->graphs[0];
+    for (int i = 0; i < GEN_MAX_GRAPHS && !g; i++) {
+        GenGraph* c = &G->graphs[i];
+        if (c->used && c->I == I && c->Ts == Ts && c->Tk == Tk && c->sgen == sgen && c->cgen == cgen && c->ban == ban)
+            g = c;
+        else if (!c->used || (victim->used && c->last_use < victim->last_use))
+            victim = c;
+    }
+    if (!g) {
+        if (victim->captured) CUDA_CHECK(cudaGraphExecDestroy(victim->exec));
+        *victim = (GenGraph){.used = true, .I = I, .Ts = Ts, .Tk = Tk, .sgen = sgen, .cgen = cgen, .ban = ban};
+        g = victim;
+    }
+    g->last_use = ++G->graph_clock;
+    if (!g->seen) {
+        g->seen = true;
+        step_body(G, I, Ts, Tk, sgen, cgen, ban, s);
+        return;
+    }
+    if (g->captured && step_fetch_sig(G, s) != g->sig) {
+        CUDA_CHECK(cudaGraphExecDestroy(g->exec));
+        g->captured = false;
+    }
+    if (!g->captured) {
+        cudaGraph_t graph;
+        G->fetch_sig = 0;
+        CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        step_body(G, I, Ts, Tk, sgen, cgen, ban, s);
+        CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+        CUDA_CHECK(cudaGraphInstantiate(&g->exec, graph, 0));
+        CUDA_CHECK(cudaGraphDestroy(graph));
+        g->sig = G->fetch_sig;
+        g->captured = true;
+        G->stats.graphs_captured++;
+    }
+    CUDA_CHECK(cudaGraphLaunch(g->exec, s));
+    G->stats.graph_steps++;
+}
+
+static int step_tk(const T5Generator* G, int t) {
+    return T5_MIN((int)CEIL_DIV((size_t)(t + 1), (size_t)GEN_TK_ROUND) * GEN_TK_ROUND, G->Tmax);
+}
+
+// ---------------------------------------------------------------------------------------------
 // search bookkeeping (host)
 
 typedef struct {
@@ -654,6 +784,148 @@ static double now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+// self-attention caches of every block: gen 1 - sgen rows r <- gen sgen rows d_gidx[r], positions of copy_b bytes;
+// one launch when the blocks' caches lie at a constant stride (they do: gen_layout carves equal sizes per block)
+static void gather_self_cache(T5Generator* G, int sgen, int R, size_t row_b, size_t seg_b, size_t copy_b,
+                              cudaStream_t s) {
+    const int d = 1 - sgen;
+    const ptrdiff_t kv = (char*)G->sv[sgen][0] - (char*)G->sk[sgen][0];
+    const ptrdiff_t ls = G->Ld > 1 ? (char*)G->sk[sgen][1] - (char*)G->sk[sgen][0] : 0;
+    bool regular = (char*)G->sv[d][0] - (char*)G->sk[d][0] == kv;
+    for (int l = 0; l < G->Ld && regular; l++)
+        for (int g = 0; g < 2; g++)
+            regular = regular && (char*)G->sk[g][l] - (char*)G->sk[g][0] == (ptrdiff_t)l * ls &&
+                      (char*)G->sv[g][l] - (char*)G->sk[g][l] == kv;
+    if (regular) {
+        decode_gather_rows_planes(G->sk[d][0], G->sk[sgen][0], G->d_gidx, R, G->H, row_b, seg_b, copy_b, G->Ld, ls, 2,
+                                  kv, s);
+        return;
+    }
+    for (int l = 0; l < G->Ld; l++) {
+        decode_gather_rows(G->sk[d][l], G->sk[sgen][l], G->d_gidx, R, G->H, row_b, seg_b, copy_b, s);
+        decode_gather_rows(G->sv[d][l], G->sv[sgen][l], G->d_gidx, R, G->H, row_b, seg_b, copy_b, s);
+    }
+}
+
+// Greedy search (HF _sample without sampling) kept on the device: decode_greedy_update writes each step's argmax
+// into the next step's input, the output sequences and the finished flags, so the host only launches steps. It
+// reads the flags back asynchronously (at most GEN_CHECK_LAG steps late) to stop once every row is finished and
+// to compact the batch to the live rows; steps launched after the last row finished change nothing (finished
+// rows write nothing), so the outputs are those of the synchronous loop.
+static void generate_greedy(T5Generator* G, int B, int Ts, int32_t* out, int* out_len, cudaStream_t s) {
+    const int ML = G->opt.max_length, H = G->H, Dk = G->Dk;
+    const size_t xs = G->xs;
+    for (int b = 0; b < B; b++) {
+        for (int c = 0; c < ML; c++) G->h_seq[(size_t)b * ML + c] = c == 0 ? G->start_id : G->pad_id;
+        G->h_slot[b] = b;
+        G->h_tok[b] = G->start_id;
+    }
+    CUDA_CHECK(cudaMemcpyAsync(G->d_seq, G->h_seq, (size_t)B * ML * sizeof(int), cudaMemcpyHostToDevice, s));
+    CUDA_CHECK(cudaMemcpyAsync(G->d_slot, G->h_slot, (size_t)B * sizeof(int), cudaMemcpyHostToDevice, s));
+    CUDA_CHECK(cudaMemcpyAsync(G->d_tok, G->h_tok, (size_t)B * sizeof(int), cudaMemcpyHostToDevice, s));
+    CUDA_CHECK(cudaMemsetAsync(G->d_fin, 0, (size_t)B * sizeof(int), s));
+    int* slot_item = malloc_check((size_t)B * sizeof(int));  // batch item of each slot, -1 padding
+    bool* done = calloc_check((size_t)B, sizeof(bool));       // as of the last flags read back
+    int* new_slot_src = malloc_check((size_t)B * sizeof(int));
+    for (int b = 0; b < B; b++) slot_item[b] = b;
+    int I = B, cur_len = 1, sgen = 0;
+    int64_t steps = 0, rows = 0, check_step = 0;
+    bool pending = false;
+    CUDA_CHECK(cudaEventRecord(G->ev[2], s));
+    while (cur_len < ML) {
+        const int t = cur_len - 1;
+        CUDA_CHECK(cudaMemcpyAsync(G->d_pos, G->h_posarr + t, sizeof(int), cudaMemcpyHostToDevice, s));
+        const int ban = cur_len < G->opt.min_length ? G->eos_id : -1;
+        gen_step(G, I, Ts, step_tk(G, t), sgen, 0, ban, s);
+        steps++;
+        rows += I;
+        cur_len++;
+        if (cur_len >= ML) break;
+        // ---- finished flags: read back asynchronously
+        bool ready = false;
+        if (pending) {
+            const cudaError_t q = cudaEventQuery(G->ev_chk);
+            if (q == cudaErrorNotReady) (void)cudaGetLastError();  // not an error: every launch is checked at once
+            else CUDA_CHECK(q);
+            ready = q == cudaSuccess || steps - check_step >= GEN_CHECK_LAG;
+        }
+        if (ready) {
+            CUDA_CHECK(cudaEventSynchronize(G->ev_chk));
+            pending = false;
+            int live = 0;
+            for (int b = 0; b < B; b++) done[b] = G->h_fin[b] != 0;
+            for (int sl = 0; sl < I; sl++) live += slot_item[sl] >= 0 && !done[slot_item[sl]];
+            if (live == 0) break;
+            int newI = (int)CEIL_DIV((size_t)live, (size_t)GEN_ROW_ROUND) * GEN_ROW_ROUND;
+            if (newI < I) {
+                // compact to the live slots (then finished ones as padding up to newI). The pinned sources of the
+                // copies below were last read by copies ordered before the event just waited for.
+                int n = 0;
+                for (int sl = 0; sl < I; sl++)
+                    if (slot_item[sl] >= 0 && !done[slot_item[sl]]) new_slot_src[n++] = sl;
+                for (int sl = 0; sl < I && n < newI; sl++)
+                    if (!(slot_item[sl] >= 0 && !done[slot_item[sl]])) new_slot_src[n++] = sl;
+                for (int ns = 0; ns < newI; ns++) {
+                    const int os = new_slot_src[ns], b = slot_item[os];
+                    G->h_iidx[ns] = os;
+                    G->h_slot[ns] = (b >= 0 && !done[b]) ? b : -1;
+                }
+                for (int ns = 0; ns < newI; ns++) slot_item[ns] = G->h_slot[ns];
+                CUDA_CHECK(cudaMemcpyAsync(G->d_iidx, G->h_iidx, (size_t)newI * sizeof(int), cudaMemcpyHostToDevice, s));
+                CUDA_CHECK(cudaMemcpyAsync(G->d_slot, G->h_slot, (size_t)newI * sizeof(int), cudaMemcpyHostToDevice, s));
+                const size_t row_b = (size_t)H * G->Tmax * Dk * xs, seg_b = (size_t)G->Tmax * Dk * xs;
+                const size_t copy_b = (size_t)(cur_len - 1) * Dk * xs;  // cached positions [0, cur_len - 2]
+                const size_t crow = (size_t)H * Ts * Dk * xs;
+                CUDA_CHECK(cudaMemcpyAsync(G->d_gidx, G->h_iidx, (size_t)newI * sizeof(int), cudaMemcpyHostToDevice, s));
+                gather_self_cache(G, sgen, newI, row_b, seg_b, copy_b, s);
+                for (int l = 0; l < G->Ld; l++) {
+                    decode_gather_rows(G->ck[1][l], G->ck[0][l], G->d_iidx, newI, 1, crow, crow, crow, s);
+                    decode_gather_rows(G->cv[1][l], G->cv[0][l], G->d_iidx, newI, 1, crow, crow, crow, s);
+                }
+                sgen = 1 - sgen;
+                // cross K/V and the mask go back to buffer 0 so that the graphs only see one cross generation
+                for (int l = 0; l < G->Ld; l++) {
+                    CUDA_CHECK(cudaMemcpyAsync(G->ck[0][l], G->ck[1][l], (size_t)newI * crow, cudaMemcpyDeviceToDevice, s));
+                    CUDA_CHECK(cudaMemcpyAsync(G->cv[0][l], G->cv[1][l], (size_t)newI * crow, cudaMemcpyDeviceToDevice, s));
+                }
+                decode_gather_rows(G->e_mask[1], G->e_mask[0], G->d_iidx, newI, 1, (size_t)Ts * 4, (size_t)Ts * 4,
+                                   (size_t)Ts * 4, s);
+                CUDA_CHECK(cudaMemcpyAsync(G->e_mask[0], G->e_mask[1], (size_t)newI * Ts * 4, cudaMemcpyDeviceToDevice, s));
+                decode_gather_rows(G->d_tok2, G->d_tok, G->d_iidx, newI, 1, 4, 4, 4, s);
+                CUDA_CHECK(cudaMemcpyAsync(G->d_tok, G->d_tok2, (size_t)newI * 4, cudaMemcpyDeviceToDevice, s));
+                I = newI;
+            }
+        }
+        if (!pending) {
+            CUDA_CHECK(cudaMemcpyAsync(G->h_fin, G->d_fin, (size_t)B * sizeof(int), cudaMemcpyDeviceToHost, s));
+            CUDA_CHECK(cudaEventRecord(G->ev_chk, s));
+            pending = true;
+            check_step = steps;
+        }
+    }
+    CUDA_CHECK(cudaEventRecord(G->ev[3], s));
+    CUDA_CHECK(cudaMemcpyAsync(G->h_seq, G->d_seq, (size_t)B * ML * sizeof(int), cudaMemcpyDeviceToHost, s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    int width = 1;
+    for (int b = 0; b < B; b++) {
+        const int* q = G->h_seq + (size_t)b * ML;
+        int c = 1;
+        while (c < ML - 1 && q[c] != G->eos_id) c++;  // the last generated column of row b
+        width = T5_MAX(width, c + 1);
+        G->stats.tokens += c;
+        memcpy(out + (size_t)b * ML, q, (size_t)ML * sizeof(int));
+    }
+    *out_len = width;
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, G->ev[2], G->ev[3]));
+    G->stats.decoder_ms += ms;
+    G->stats.steps += steps;
+    G->stats.decoder_rows += rows;
+    free(slot_item);
+    free(done);
+    free(new_slot_src);
 }
 
 int t5_generate(T5Generator* G, const int32_t* input_ids, const int32_t* attention_mask, int B, int Ts, int32_t* out,
@@ -702,6 +974,16 @@ int t5_generate(T5Generator* G, const int32_t* input_ids, const int32_t* attenti
     CUDA_CHECK(cudaEventRecord(G->ev[0], s));
     encoder_forward(G, B, Ts, G->e_mask[0], 0, s);
     CUDA_CHECK(cudaEventRecord(G->ev[1], s));
+    if (!beam) {
+        generate_greedy(G, B, Ts, out, out_len, s);
+        float enc_ms = 0;
+        CUDA_CHECK(cudaEventElapsedTime(&enc_ms, G->ev[0], G->ev[1]));
+        G->stats.batches++;
+        G->stats.sequences += B;
+        G->stats.encoder_ms += enc_ms;
+        G->stats.total_ms += now_ms() - t_start;
+        return 0;
+    }
     int cgen = 0, sgen = 0;
 
     // ---- host state
@@ -775,10 +1057,10 @@ int t5_generate(T5Generator* G, const int32_t* input_ids, const int32_t* attenti
         CUDA_CHECK(cudaMemcpyAsync(G->d_tok, G->h_tok, (size_t)R * sizeof(int), cudaMemcpyHostToDevice, s));
         if (beam)
             CUDA_CHECK(cudaMemcpyAsync(G->d_score, G->h_score, (size_t)R * sizeof(float), cudaMemcpyHostToDevice, s));
+        CUDA_CHECK(cudaMemcpyAsync(G->d_pos, G->h_posarr + t, sizeof(int), cudaMemcpyHostToDevice, s));
         CUDA_CHECK(cudaEventRecord(G->ev[2], s));
-        decoder_step(G, I, Ts, t, sgen, cgen, G->e_mask[cgen], s);
         const int ban = cur_len < G->opt.min_length ? G->eos_id : -1;
-        decode_topk(G->d_topv, G->d_topi, G->d_logits, G->X, R, V, K, beam, beam ? G->d_score : NULL, ban, s);
+        gen_step(G, I, Ts, step_tk(G, t), sgen, cgen, ban, s);
         CUDA_CHECK(cudaEventRecord(G->ev[3], s));
         CUDA_CHECK(cudaMemcpyAsync(G->h_topv, G->d_topv, (size_t)R * K * sizeof(float), cudaMemcpyDeviceToHost, s));
         CUDA_CHECK(cudaMemcpyAsync(G->h_topi, G->d_topi, (size_t)R * K * sizeof(int), cudaMemcpyDeviceToHost, s));
@@ -946,12 +1228,7 @@ int t5_generate(T5Generator* G, const int32_t* input_ids, const int32_t* attenti
                                        s));
             const size_t row_b = (size_t)H * G->Tmax * Dk * xs, seg_b = (size_t)G->Tmax * Dk * xs;
             const size_t copy_b = (size_t)(t + 1) * Dk * xs;
-            for (int l = 0; l < G->Ld; l++) {
-                decode_gather_rows(G->sk[1 - sgen][l], G->sk[sgen][l], G->d_gidx, newI * nb, H, row_b, seg_b, copy_b,
-                                   s);
-                decode_gather_rows(G->sv[1 - sgen][l], G->sv[sgen][l], G->d_gidx, newI * nb, H, row_b, seg_b, copy_b,
-                                   s);
-            }
+            gather_self_cache(G, sgen, newI * nb, row_b, seg_b, copy_b, s);
             sgen = 1 - sgen;
         }
         if (compact) {

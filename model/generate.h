@@ -63,6 +63,8 @@ typedef struct {
     double encoder_ms;         // encoder + cross K/V (GPU time, CUDA events)
     double decoder_ms;         // decoder steps incl. the top-k kernel (GPU time)
     double total_ms;           // wall time of t5_generate, host bookkeeping included
+    int64_t graph_steps;       // decoder steps replayed from a captured CUDA graph
+    int64_t graphs_captured;   // CUDA graphs captured (one per step shape: rows, source length, key bucket)
 } GenerateStats;
 
 typedef struct T5Generator T5Generator;
@@ -84,6 +86,10 @@ void t5_generator_destroy(T5Generator* G);
 // stride opt.max_length; *out_len = the width HF returns. Returns 0, or -1 with err.
 int t5_generate(T5Generator* G, const int32_t* input_ids, const int32_t* attention_mask, int B, int Ts, int32_t* out,
                 int* out_len, cudaStream_t stream, char* err, size_t errlen);
+
+// CUDA graphs for the decoder step (default on; the environment variable T5TRAIN_GEN_GRAPHS=0 turns them off at
+// creation). Outputs are identical either way (the same kernels run).
+void t5_generator_set_cuda_graphs(T5Generator* G, bool on);
 
 const GenerateStats* t5_generator_stats(const T5Generator* G);
 void t5_generator_reset_stats(T5Generator* G);

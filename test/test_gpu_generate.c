@@ -187,10 +187,14 @@ static void run_cases(const char* dtype_name_want) {
             free(ref);
         }
         const GenerateStats* st = t5_generator_stats(G);
+        // the decoder steps replay CUDA graphs (unless T5TRAIN_GEN_GRAPHS=0): the equality above covers them
+        const char* ge = getenv("T5TRAIN_GEN_GRAPHS");
+        if (!(ge && strcmp(ge, "0") == 0)) assert_true(st->graph_steps > st->steps / 2);
         print_message("%s %s %s beams %d lp %g es %d min_length %d: %d/%d sequences identical, %d/%zu batches exact "
-                      "(steps %lld, rows %lld, tokens %lld)\n",
+                      "(steps %lld, graph steps %lld, rows %lld, tokens %lld)\n",
                       name, sdpa ? "HF-sdpa" : "HF-eager", dts, o.num_beams, o.length_penalty, (int)o.early_stopping, o.min_length, n_same, n_seq,
-                      n_exact_batches, json_array_size(batches), (long long)st->steps, (long long)st->decoder_rows,
+                      n_exact_batches, json_array_size(batches), (long long)st->steps, (long long)st->graph_steps,
+                      (long long)st->decoder_rows,
                       (long long)st->tokens);
         if (sdpa) {
             sdpa_seq += n_seq;
@@ -283,6 +287,69 @@ static void test_generate_bad_options(void** state) {
     model_close(&m);
 }
 
+// CUDA graphs change nothing: bf16 (where any difference in the kernels run would show in the roundings), both
+// models, greedy and beam 4 with min_length (ban on, then off: two graph keys), over the 8 fixture batches (varying
+// Ts, compaction), each batch generated twice by the graph generator (capture, then replay across calls)
+static void test_generate_graphs_equal_eager(void** state) {
+    (void)state;
+    T5_REQUIRE_GPU();
+    json_t* bj = load_json("batches.json");
+    json_t* batches = json_object_get(bj, "batches");
+    const char* names[2] = {"tiny_v10", "tiny_v11"};
+    for (int mi = 0; mi < 2; mi++)
+        for (int nb = 1; nb <= 4; nb += 3) {
+            Model m;
+            model_open(&m, names[mi], DT_BF16, mi == 0 ? 8.0 : 4.0);
+            char err[4096];
+            GenerateOptions o;
+            generate_options_default(&o);
+            o.max_length = 40;
+            o.min_length = 6;
+            o.num_beams = nb;
+            T5Generator* Ge = t5_generator_create(&m.t, m.Z, 8, 64, &o, err, sizeof err);
+            T5Generator* Gg = t5_generator_create(&m.t, m.Z, 8, 64, &o, err, sizeof err);
+            if (!Ge || !Gg) fail_msg("%s", err);
+            t5_generator_set_cuda_graphs(Ge, false);
+            t5_generator_set_cuda_graphs(Gg, true);
+            int* oe = malloc(sizeof(int) * 8 * 40);
+            int* og = malloc(sizeof(int) * 8 * 40);
+            int n_batches = 0;
+            for (size_t bi = 0; bi < json_array_size(batches); bi++) {
+                json_t* b = json_array_get(batches, bi);
+                int B, Ts, B2, Ts2, we = 0, wg = 0;
+                int* ids = json_rows(json_object_get(b, "input_ids"), &B, &Ts);
+                int* mask = json_rows(json_object_get(b, "attention_mask"), &B2, &Ts2);
+                if (t5_generate(Ge, ids, mask, B, Ts, oe, &we, m.s, err, sizeof err)) fail_msg("%s", err);
+                for (int rep = 0; rep < 2; rep++) {
+                    memset(og, 0xff, sizeof(int) * 8 * 40);
+                    if (t5_generate(Gg, ids, mask, B, Ts, og, &wg, m.s, err, sizeof err)) fail_msg("%s", err);
+                    assert_int_equal(we, wg);
+                    for (int r = 0; r < B; r++)
+                        if (memcmp(oe + r * 40, og + r * 40, sizeof(int) * (size_t)we) != 0)
+                            fail_msg("%s beams %d batch %zu row %d: graphs differ from eager", names[mi], nb, bi, r);
+                }
+                n_batches++;
+                free(ids);
+                free(mask);
+            }
+            const GenerateStats* se = t5_generator_stats(Ge);
+            const GenerateStats* sg = t5_generator_stats(Gg);
+            print_message("%s beams %d: %d batches identical; eager %lld steps (%lld tokens); graphs %lld steps, %lld "
+                          "replayed, %lld graphs captured\n",
+                          names[mi], nb, n_batches, (long long)se->steps, (long long)se->tokens, (long long)sg->steps,
+                          (long long)sg->graph_steps, (long long)sg->graphs_captured);
+            assert_int_equal(se->graph_steps, 0);
+            assert_true(sg->graph_steps > 0);
+            assert_int_equal(sg->tokens, 2 * se->tokens);
+            free(oe);
+            free(og);
+            t5_generator_destroy(Ge);
+            t5_generator_destroy(Gg);
+            model_close(&m);
+        }
+    json_decref(bj);
+}
+
 // evaluate_generate end to end on 20 WMT16 validation examples (real tokenizer and data loader, tiny model):
 // the counts, gen_len recomputed from t5_generate on the same batches, the predictions file, the empty-split error
 static void test_evaluate_generate(void** state) {
@@ -371,6 +438,7 @@ int main(void) {
         cmocka_unit_test(test_generate_fp32_equals_hf),
         cmocka_unit_test(test_generate_bf16_close_to_hf),
         cmocka_unit_test(test_generate_bad_options),
+        cmocka_unit_test(test_generate_graphs_equal_eager),
         cmocka_unit_test(test_evaluate_generate),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
