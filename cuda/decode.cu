@@ -132,6 +132,18 @@ __global__ void decode_cache_append_kernel1(W* kc, W* vc, const W* knew, const W
     for (int i = threadIdx.x; i < dk_w; i += blockDim.x) c[(row * Tmax + t) * dk_w + i] = n[row * dk_w + i];
 }
 
+// grid (R*H, 3): y = 0 q, 1 k, 2 v; row = r * H + h reads qkv[r, y, h, :] (W words per Dk row)
+template <typename W>
+__global__ void decode_qkv_append_kernel1(W* q, W* kc, W* vc, const W* qkv, int H, int Tmax, int dk_w,
+                                          const int* pos) {
+    const size_t row = blockIdx.x;
+    const int y = blockIdx.y, t = *pos;
+    const size_t r = row / H, h = row % H;
+    const W* src = qkv + ((r * 3 + y) * H + h) * dk_w;
+    W* dst = y == 0 ? q + row * dk_w : (y == 1 ? kc : vc) + (row * Tmax + t) * dk_w;
+    for (int i = threadIdx.x; i < dk_w; i += blockDim.x) dst[i] = src[i];
+}
+
 // one block; rows r of R
 __global__ void decode_greedy_update_kernel1(int* tok, int* seq, int* fin, const int* slot_item, const int* argmax,
                                              int R, int ML, int eos, int pad, const int* pos) {
@@ -228,5 +240,24 @@ void decode_greedy_update(int* tok, int* seq, int* fin, const int* slot_item, co
                           int eos, int pad, const int* pos, cudaStream_t stream) {
     if (R <= 0) return;
     decode_greedy_update_kernel1<<<1, 256, 0, stream>>>(tok, seq, fin, slot_item, argmax, R, ML, eos, pad, pos);
+    CUDA_LAUNCH_CHECK();
+}
+
+void decode_qkv_append(void* q, void* kcache, void* vcache, const void* qkv, int R, int H, int Tmax, size_t row_bytes,
+                       const int* pos, cudaStream_t stream) {
+    if (R <= 0 || H <= 0 || row_bytes == 0) return;
+    const uintptr_t all = (uintptr_t)q | (uintptr_t)kcache | (uintptr_t)vcache | (uintptr_t)qkv | row_bytes;
+    dim3 grid((unsigned)(R * H), 3);
+    if ((all & 15u) == 0) {
+        decode_qkv_append_kernel1<uint4><<<grid, 32, 0, stream>>>((uint4*)q, (uint4*)kcache, (uint4*)vcache,
+                                                                  (const uint4*)qkv, H, Tmax, (int)(row_bytes / 16), pos);
+    } else if ((all & 3u) == 0) {
+        decode_qkv_append_kernel1<uint32_t><<<grid, 64, 0, stream>>>((uint32_t*)q, (uint32_t*)kcache,
+                                                                     (uint32_t*)vcache, (const uint32_t*)qkv, H, Tmax,
+                                                                     (int)(row_bytes / 4), pos);
+    } else {
+        decode_qkv_append_kernel1<uint8_t><<<grid, 128, 0, stream>>>((uint8_t*)q, (uint8_t*)kcache, (uint8_t*)vcache,
+                                                                     (const uint8_t*)qkv, H, Tmax, (int)row_bytes, pos);
+    }
     CUDA_LAUNCH_CHECK();
 }

