@@ -90,12 +90,6 @@ bool trainer_step_due(TrainerInterval strategy, int64_t step, int64_t interval) 
     return strategy == TRAINER_INTERVAL_STEPS && interval > 0 && step > 0 && step % interval == 0;
 }
 
-int trainer_rotate_count(int n, int64_t limit) {
-    if (limit <= 0 || n <= limit) return 0;
-    return n - (int)limit;
-}
-
-int64_t trainer_parse_checkpoint_name(const char* name) { return checkpoint_parse_name(name); }
 
 // ----------------------------------------------------------------------------
 // what a checkpoint carries besides the weights (src/checkpoint.h blobs in t5train_state.bin)

@@ -113,11 +113,6 @@ int64_t trainer_num_epochs(int64_t max_steps, double num_train_epochs, int64_t u
 int64_t trainer_micro_batches(int64_t num_batches, int64_t gas, int64_t step_in_epoch);
 // HF DefaultFlowCallback on_step_end for a "steps" strategy: step > 0 && interval > 0 && step % interval == 0.
 bool trainer_step_due(TrainerInterval strategy, int64_t step, int64_t interval);
-// Checkpoint rotation (HF _sorted_checkpoints + _rotate_checkpoints): of n ascending checkpoint steps, how many
-// of the oldest to delete to keep `limit` (limit <= 0: none).
-int trainer_rotate_count(int n, int64_t limit);
-// "checkpoint-<N>" directory name -> N; -1 when the name is not one.
-int64_t trainer_parse_checkpoint_name(const char* name);
 
 #ifdef __cplusplus
 }

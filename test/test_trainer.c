@@ -63,25 +63,6 @@ static void test_step_predicates(void** state) {
     assert_true(trainer_step_due(TRAINER_INTERVAL_STEPS, 7, 1));
 }
 
-static void test_rotation(void** state) {
-    (void)state;
-    assert_int_equal(trainer_rotate_count(5, 2), 3);
-    assert_int_equal(trainer_rotate_count(2, 2), 0);
-    assert_int_equal(trainer_rotate_count(1, 2), 0);
-    assert_int_equal(trainer_rotate_count(7, -1), 0);  // null: keep all
-    assert_int_equal(trainer_rotate_count(7, 0), 0);
-}
-
-static void test_checkpoint_names(void** state) {
-    (void)state;
-    assert_int_equal(trainer_parse_checkpoint_name("checkpoint-500"), 500);
-    assert_int_equal(trainer_parse_checkpoint_name("checkpoint-0"), 0);
-    assert_int_equal(trainer_parse_checkpoint_name("checkpoint-"), -1);
-    assert_int_equal(trainer_parse_checkpoint_name("checkpoint-12a"), -1);
-    assert_int_equal(trainer_parse_checkpoint_name(".tmp-checkpoint-12"), -1);
-    assert_int_equal(trainer_parse_checkpoint_name("runs"), -1);
-}
-
 static void test_args_default_like_hf(void** state) {
     (void)state;
     TrainerArgs a;
@@ -139,8 +120,6 @@ int main(void) {
         cmocka_unit_test(test_total_steps_and_epochs),
         cmocka_unit_test(test_micro_batches_per_update),
         cmocka_unit_test(test_step_predicates),
-        cmocka_unit_test(test_rotation),
-        cmocka_unit_test(test_checkpoint_names),
         cmocka_unit_test(test_args_default_like_hf),
         cmocka_unit_test(test_binary_not_implemented_parts),
         cmocka_unit_test(test_binary_resume_without_checkpoint),
