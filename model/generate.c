@@ -23,6 +23,12 @@
  *   logits (R, V) X = lm_head(final_norm(x)) -> per row top-K (decode_topk) -> host search bookkeeping.
  * Beam reordering and compaction gather the caches' rows (decode_gather_rows) into the second of two
  * buffers and swap.
+ *
+ * Speed (docs/generate.md "CUDA graphs"): the step's position t is read from device memory (d_pos), so the whole
+ * device part of a step (decoder, lm_head, top-k and, for greedy, the search update) is one CUDA graph per key
+ * (rows, Ts, Tk bucket, cache buffers, </s> ban), captured at the key's second sight and replayed after. Greedy
+ * search runs on the device (decode_greedy_update) and the host reads the finished flags back asynchronously;
+ * beam search keeps HF's bookkeeping on the host (one sync per step).
  */
 #include "generate.h"
 

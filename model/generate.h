@@ -16,6 +16,8 @@
  *           (`pad_token_id or eos_token_id`, i.e. `</s>` = 1 when pad is 0).
  * Finished rows (greedy) and finished batch items (beam) stop costing compute: the batch is compacted to
  * the live rows (rounded up to a multiple of 8 rows, so that few GEMM shapes occur).
+ * Each decoder step is replayed from a CUDA graph captured per step shape (t5_generator_set_cuda_graphs);
+ * greedy search runs on the device without a host synchronisation per step.
  *
  * Errors (bad options, a batch larger than the generator was created for, not enough GPU memory) are
  * returned as -1/NULL with a one-line message; nothing here exits on bad input.
