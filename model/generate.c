@@ -116,12 +116,6 @@ typedef struct {
     cudaGraphExec_t exec;
 } GenGraph;
 
-typedef struct {
-    int q, k, v, o, relbias, ln;
-    int cq, ck, cv, co, cln;
-    int wi, wi0, wi1, wo, ffln;
-} GenBlockIdx;
-
 struct T5Generator {
     const ParamTable* t;
     ZeroEngine* Z;
@@ -134,8 +128,8 @@ struct T5Generator {
     int pad_id, eos_id, start_id, fill_id;
     int max_B, max_Ts, nb, max_R, Tmax, K;
 
-    GenBlockIdx* enc_idx;  // (L)
-    GenBlockIdx* dec_idx;  // (Ld)
+    BlockParamIdx* enc_idx;  // (L)
+    BlockParamIdx* dec_idx;  // (Ld)
     int p_embed, p_lm_head, p_enc_final, p_dec_final;
     int u_shared, u_final, u_lm;
     float* cur_mb;  // fp32 view of the unit fetched last
@@ -337,25 +331,6 @@ size_t t5_generator_bytes(const T5Config* cfg, DType dtype, int max_B, int max_T
     return a.used;
 }
 
-static void block_index(const ParamTable* t, T5Stack st, int l, GenBlockIdx* b) {
-    b->q = params_find(t, ROLE_SA_Q, st, l);
-    b->k = params_find(t, ROLE_SA_K, st, l);
-    b->v = params_find(t, ROLE_SA_V, st, l);
-    b->o = params_find(t, ROLE_SA_O, st, l);
-    b->relbias = params_find(t, ROLE_SA_RELBIAS, st, l);
-    b->ln = params_find(t, ROLE_SA_LN, st, l);
-    b->cq = params_find(t, ROLE_CA_Q, st, l);
-    b->ck = params_find(t, ROLE_CA_K, st, l);
-    b->cv = params_find(t, ROLE_CA_V, st, l);
-    b->co = params_find(t, ROLE_CA_O, st, l);
-    b->cln = params_find(t, ROLE_CA_LN, st, l);
-    b->wi = params_find(t, ROLE_FF_WI, st, l);
-    b->wi0 = params_find(t, ROLE_FF_WI0, st, l);
-    b->wi1 = params_find(t, ROLE_FF_WI1, st, l);
-    b->wo = params_find(t, ROLE_FF_WO, st, l);
-    b->ffln = params_find(t, ROLE_FF_LN, st, l);
-}
-
 static double gib(size_t b) { return (double)b / (double)(1ull << 30); }
 
 T5Generator* t5_generator_create(const ParamTable* t, ZeroEngine* Z, int max_B, int max_Ts,
@@ -419,10 +394,10 @@ T5Generator* t5_generator_create(const ParamTable* t, ZeroEngine* Z, int max_B, 
     G->max_R = d.R;
     G->Tmax = d.Tmax;
     G->K = d.K;
-    G->enc_idx = calloc_check((size_t)G->L, sizeof(GenBlockIdx));
-    G->dec_idx = calloc_check((size_t)G->Ld, sizeof(GenBlockIdx));
-    for (int l = 0; l < G->L; l++) block_index(t, STACK_ENCODER, l, &G->enc_idx[l]);
-    for (int l = 0; l < G->Ld; l++) block_index(t, STACK_DECODER, l, &G->dec_idx[l]);
+    G->enc_idx = calloc_check((size_t)G->L, sizeof(BlockParamIdx));
+    G->dec_idx = calloc_check((size_t)G->Ld, sizeof(BlockParamIdx));
+    for (int l = 0; l < G->L; l++) params_block_index(t, STACK_ENCODER, l, &G->enc_idx[l]);
+    for (int l = 0; l < G->Ld; l++) params_block_index(t, STACK_DECODER, l, &G->dec_idx[l]);
     G->p_embed = params_find(t, ROLE_EMBED, STACK_NONE, -1);
     G->p_lm_head = G->tied ? G->p_embed : params_find(t, ROLE_LM_HEAD, STACK_NONE, -1);
     G->p_enc_final = params_find(t, ROLE_FINAL_LN, STACK_ENCODER, -1);
@@ -430,7 +405,7 @@ T5Generator* t5_generator_create(const ParamTable* t, ZeroEngine* Z, int max_B, 
     G->qkv_fused = true;
     for (int l = 0; l < G->Ld; l++) {
         const ParamDesc* P = t->params;
-        const GenBlockIdx* b = &G->dec_idx[l];
+        const BlockParamIdx* b = &G->dec_idx[l];
         const size_t n = (size_t)G->HD * G->D;
         G->qkv_fused = G->qkv_fused && P[b->k].unit == P[b->q].unit && P[b->v].unit == P[b->q].unit &&
                        P[b->k].offset == P[b->q].offset + n && P[b->v].offset == P[b->k].offset + n;
@@ -578,7 +553,7 @@ static void step_scores_softmax(T5Generator* G, const void* A, const void* Bm, i
 }
 
 // feed-forward sublayer on N rows: x (N, D) fp32 += wo(act(rmsnorm(x) Wi^T))
-static void ff_forward(T5Generator* G, void* wb, const GenBlockIdx* pi, float* x, void* ln, float* rstd, void* fa,
+static void ff_forward(T5Generator* G, void* wb, const BlockParamIdx* pi, float* x, void* ln, float* rstd, void* fa,
                        void* fb, void* lin, int N, cudaStream_t s) {
     const DType X = G->X;
     const int D = G->D, F = G->F;
@@ -609,7 +584,7 @@ static void encoder_forward(T5Generator* G, int B, int Ts, const int* mask, int 
     embedding_forward(G->e_x, G->e_ids, nwp(G, G->p_embed), DT_F32, N, D, s);
     zero_release(Z, G->u_shared, s);
     for (int l = 0; l < G->L; l++) {
-        const GenBlockIdx* pi = &G->enc_idx[l];
+        const BlockParamIdx* pi = &G->enc_idx[l];
         int u = params_unit_enc_block(G->t, l);
         void* wb = unit_fetch(G, u, s);
         if (l == 0)
@@ -638,7 +613,7 @@ static void encoder_forward(T5Generator* G, int B, int Ts, const int* mask, int 
     cast(G->e_out, X, G->e_out32, DT_F32, (size_t)N * D, s);
     // cross-attention keys and values of every decoder block, (B, H, Ts, Dk), once per batch
     for (int l = 0; l < G->Ld; l++) {
-        const GenBlockIdx* pi = &G->dec_idx[l];
+        const BlockParamIdx* pi = &G->dec_idx[l];
         int u = params_unit_dec_block(G->t, l);
         void* wb = unit_fetch(G, u, s);
         linear_forward(G->e_lin, X, G->e_out, wp(G, wb, pi->ck), X, N, HD, D, s);
@@ -662,7 +637,7 @@ static void decoder_step(T5Generator* G, int I, int Ts, int Tk, int sgen, int cg
     embedding_forward(G->d_x, G->d_tok, nwp(G, G->p_embed), DT_F32, R, D, s);
     zero_release(Z, G->u_shared, s);
     for (int l = 0; l < G->Ld; l++) {
-        const GenBlockIdx* pi = &G->dec_idx[l];
+        const BlockParamIdx* pi = &G->dec_idx[l];
         int u = params_unit_dec_block(G->t, l);
         void* wb = unit_fetch(G, u, s);
         // the new query row's position bias (q_offset = t), from block 0's table, shared by every block; keys

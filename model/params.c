@@ -204,3 +204,22 @@ int params_find_name(const ParamTable* t, const char* name) {
         if (strcmp(t->params[i].name, name) == 0) return i;
     return -1;
 }
+
+void params_block_index(const ParamTable* t, T5Stack st, int l, BlockParamIdx* b) {
+    b->q = params_find(t, ROLE_SA_Q, st, l);
+    b->k = params_find(t, ROLE_SA_K, st, l);
+    b->v = params_find(t, ROLE_SA_V, st, l);
+    b->o = params_find(t, ROLE_SA_O, st, l);
+    b->relbias = params_find(t, ROLE_SA_RELBIAS, st, l);
+    b->ln = params_find(t, ROLE_SA_LN, st, l);
+    b->cq = params_find(t, ROLE_CA_Q, st, l);
+    b->ck = params_find(t, ROLE_CA_K, st, l);
+    b->cv = params_find(t, ROLE_CA_V, st, l);
+    b->co = params_find(t, ROLE_CA_O, st, l);
+    b->cln = params_find(t, ROLE_CA_LN, st, l);
+    b->wi = params_find(t, ROLE_FF_WI, st, l);
+    b->wi0 = params_find(t, ROLE_FF_WI0, st, l);
+    b->wi1 = params_find(t, ROLE_FF_WI1, st, l);
+    b->wo = params_find(t, ROLE_FF_WO, st, l);
+    b->ffln = params_find(t, ROLE_FF_LN, st, l);
+}

@@ -115,6 +115,15 @@ int params_unit_lm_head(const ParamTable* t);  // -1 when tied
 // Index of the tensor with this role in (stack, layer), or -1 (e.g. ROLE_SA_RELBIAS in block 1).
 // For ROLE_EMBED / ROLE_LM_HEAD pass STACK_NONE, -1; for ROLE_FINAL_LN the stack and -1.
 int params_find(const ParamTable* t, ParamRole role, T5Stack stack, int layer);
+
+// The parameter indices of one block (-1 where the block has no such tensor), for the model's forward/backward
+// and the generator's decode step.
+typedef struct {
+    int q, k, v, o, relbias, ln;  // self-attention (relbias: block 0 only, else -1)
+    int cq, ck, cv, co, cln;      // cross-attention (decoder only, else -1)
+    int wi, wi0, wi1, wo, ffln;   // feed-forward (wi for ReLU; wi0/wi1 for gated)
+} BlockParamIdx;
+void params_block_index(const ParamTable* t, T5Stack stack, int layer, BlockParamIdx* b);
 // Index of the tensor with this HF name, or -1.
 int params_find_name(const ParamTable* t, const char* name);
 

@@ -62,12 +62,6 @@ static uint64_t site_offset(T5Stack stack, int layer, DropoutSite site) {
 // structures
 
 typedef struct {
-    int q, k, v, o, relbias, ln;  // self-attention (relbias: block 0 only, else -1)
-    int cq, ck, cv, co, cln;      // cross-attention (decoder only, else -1)
-    int wi, wi0, wi1, wo, ffln;   // feed-forward (wi for ReLU; wi0/wi1 for gated)
-} BlockParamIdx;
-
-typedef struct {
     void* ln;          // (B*Tq, D) X      normed sublayer input
     float* rstd;       // (B*Tq) fp32      1/rms of the input rows
     void* q;           // (B, H, Tq, Dk) X
@@ -303,25 +297,6 @@ static void model_layout(T5Model* M, Arena* a) {
     M->ce_scratch = arena_take(a, cross_entropy_scratch_bytes((int)Nt));
 }
 
-static void block_index(const ParamTable* t, T5Stack st, int l, BlockParamIdx* b) {
-    b->q = params_find(t, ROLE_SA_Q, st, l);
-    b->k = params_find(t, ROLE_SA_K, st, l);
-    b->v = params_find(t, ROLE_SA_V, st, l);
-    b->o = params_find(t, ROLE_SA_O, st, l);
-    b->relbias = params_find(t, ROLE_SA_RELBIAS, st, l);
-    b->ln = params_find(t, ROLE_SA_LN, st, l);
-    b->cq = params_find(t, ROLE_CA_Q, st, l);
-    b->ck = params_find(t, ROLE_CA_K, st, l);
-    b->cv = params_find(t, ROLE_CA_V, st, l);
-    b->co = params_find(t, ROLE_CA_O, st, l);
-    b->cln = params_find(t, ROLE_CA_LN, st, l);
-    b->wi = params_find(t, ROLE_FF_WI, st, l);
-    b->wi0 = params_find(t, ROLE_FF_WI0, st, l);
-    b->wi1 = params_find(t, ROLE_FF_WI1, st, l);
-    b->wo = params_find(t, ROLE_FF_WO, st, l);
-    b->ffln = params_find(t, ROLE_FF_LN, st, l);
-}
-
 T5Model* t5_model_create(const ParamTable* t, ZeroEngine* Z, const T5ModelOptions* opt, char* err, size_t errlen) {
     const T5Config* c = &t->cfg;
     if (opt->max_B <= 0 || opt->max_Ts <= 0 || opt->max_Tt <= 0) {
@@ -359,8 +334,8 @@ T5Model* t5_model_create(const ParamTable* t, ZeroEngine* Z, const T5ModelOption
 
     M->enc_idx = calloc_check((size_t)M->L, sizeof(BlockParamIdx));
     M->dec_idx = calloc_check((size_t)M->Ld, sizeof(BlockParamIdx));
-    for (int l = 0; l < M->L; l++) block_index(t, STACK_ENCODER, l, &M->enc_idx[l]);
-    for (int l = 0; l < M->Ld; l++) block_index(t, STACK_DECODER, l, &M->dec_idx[l]);
+    for (int l = 0; l < M->L; l++) params_block_index(t, STACK_ENCODER, l, &M->enc_idx[l]);
+    for (int l = 0; l < M->Ld; l++) params_block_index(t, STACK_DECODER, l, &M->dec_idx[l]);
     M->p_embed = params_find(t, ROLE_EMBED, STACK_NONE, -1);
     M->p_lm_head = M->tied ? M->p_embed : params_find(t, ROLE_LM_HEAD, STACK_NONE, -1);
     M->p_enc_final = params_find(t, ROLE_FINAL_LN, STACK_ENCODER, -1);

@@ -182,6 +182,34 @@ static void test_flags_and_find(void** state) {
     params_free(&t);
 }
 
+// the per-block index used by the model and the generator: every present tensor named as HF names it,
+// absent ones -1 (relbias only in block 0, no cross-attention in the encoder, wi vs wi_0/wi_1)
+static void test_block_index(void** state) {
+    (void)state;
+    const char* models[] = {"t5-small", "google/t5-v1_1-small"};
+    for (int m = 0; m < 2; m++) {
+        ParamTable t;
+        build(models[m], &t);
+        bool gated = m == 1;
+        BlockParamIdx b;
+        params_block_index(&t, STACK_DECODER, 1, &b);
+        assert_string_equal(t.params[b.cq].name, "decoder.block.1.layer.1.EncDecAttention.q.weight");
+        assert_string_equal(t.params[b.ffln].name, "decoder.block.1.layer.2.layer_norm.weight");
+        assert_int_equal(b.relbias, -1);
+        assert_int_equal(gated ? b.wi : b.wi0, -1);
+        assert_string_equal(t.params[gated ? b.wi1 : b.wi].name,
+                            gated ? "decoder.block.1.layer.2.DenseReluDense.wi_1.weight"
+                                  : "decoder.block.1.layer.2.DenseReluDense.wi.weight");
+        params_block_index(&t, STACK_ENCODER, 0, &b);
+        assert_string_equal(t.params[b.relbias].name,
+                            "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight");
+        assert_string_equal(t.params[b.wo].name, "encoder.block.0.layer.1.DenseReluDense.wo.weight");
+        assert_int_equal(b.cq, -1);
+        assert_int_equal(b.cln, -1);
+        params_free(&t);
+    }
+}
+
 static void test_invalid_config(void** state) {
     (void)state;
     T5Config c;
@@ -200,6 +228,7 @@ int main(void) {
         cmocka_unit_test(test_hf_names_shapes),
         cmocka_unit_test(test_units_contiguous_aligned),
         cmocka_unit_test(test_flags_and_find),
+        cmocka_unit_test(test_block_index),
         cmocka_unit_test(test_invalid_config),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
