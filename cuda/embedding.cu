@@ -42,8 +42,9 @@ __global__ void embedding_iota_kernel1(int* pos, int N) {
 // The assignment depends only on the run length: deterministic, and a run of thousands of pad rows
 // is spread over EMB_SLICES warps per column tile instead of one thread.
 #define EMB_SLICES 8
-__global__ void embedding_backward_kernel2(float* dtable, const float* dout, const int* sorted_ids, const int* pos,
-                                           int N, int D, int V) {
+template <typename G>
+__global__ void embedding_backward_kernel2(G* dtable, const float* dout, const int* sorted_ids, const int* pos, int N,
+                                           int D, int V) {
     __shared__ float part[EMB_SLICES][32];
     const int i = blockIdx.x;
     const int id = sorted_ids[i];
@@ -66,7 +67,8 @@ __global__ void embedding_backward_kernel2(float* dtable, const float* dout, con
     if (w == 0 && d < D) {
         float t = 0.0f;
         for (int k = 0; k < EMB_SLICES; k++) t += part[k][lane];
-        dtable[(size_t)id * D + d] += t;
+        G* o = dtable + (size_t)id * D + d;
+        *o = from_f32<G>(to_f32<G>(*o) + t);  // one rounding per (id, column) and step
     }
 }
 
@@ -100,8 +102,15 @@ extern "C" void embedding_forward(float* out, const int* ids, const void* table,
     CUDA_LAUNCH_CHECK();
 }
 
-extern "C" void embedding_backward(float* dtable, const float* dout, const int* ids, int N, int D, int V, void* scratch,
-                                   cudaStream_t stream) {
+template <typename G>
+static void embedding_backward_t(void* dtable, const float* dout, const int* sorted_ids, const int* pos, int N, int D,
+                                 int V, cudaStream_t stream) {
+    embedding_backward_kernel2<G><<<dim3(N, CEIL_DIV(D, 32)), 32 * EMB_SLICES, 0, stream>>>((G*)dtable, dout, sorted_ids,
+                                                                                            pos, N, D, V);
+}
+
+extern "C" void embedding_backward(void* dtable, DType dt_dtable, const float* dout, const int* ids, int N, int D, int V,
+                                   void* scratch, cudaStream_t stream) {
     if (N <= 0 || D <= 0) return;
     char* s = (char*)scratch;
     int* sorted_ids = (int*)s;
@@ -115,7 +124,6 @@ extern "C" void embedding_backward(float* dtable, const float* dout, const int* 
     CUDA_LAUNCH_CHECK();
     CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, ids, sorted_ids, pos_in, pos_out, N, 0, 32,
                                                stream));
-    embedding_backward_kernel2<<<dim3(N, CEIL_DIV(D, 32)), 32 * EMB_SLICES, 0, stream>>>(dtable, dout, sorted_ids,
-                                                                                         pos_out, N, D, V);
+    DTYPE_DISPATCH(dt_dtable, embedding_backward_t, dtable, dout, sorted_ids, pos_out, N, D, V, stream);
     CUDA_LAUNCH_CHECK();
 }

@@ -257,8 +257,8 @@ extern "C" void linear_forward(void* out, DType dt_out, const void* inp, const v
 }
 
 extern "C" void linear_backward(void* dinp, DType dt_dinp, bool accumulate_dinp, void* dw, DType dt_dw,
-                                const void* dout, const void* inp, const void* w, DType dt, int M, int N, int K,
-                                cudaStream_t stream) {
+                                bool accumulate_dw, const void* dout, const void* inp, const void* w, DType dt, int M,
+                                int N, int K, cudaStream_t stream) {
     GemmDesc g;
     memset(&g, 0, sizeof g);
     g.dt_ab = dt;
@@ -275,14 +275,14 @@ extern "C" void linear_backward(void* dinp, DType dt_dinp, bool accumulate_dinp,
         g.beta = accumulate_dinp ? 1.0f : 0.0f;
         matmul(&g, dinp, dout, w, stream);
     }
-    if (dw) {  // dw (N,K) += dout^T (N,M) @ inp (M,K); dout is stored (M,N) = op^T
+    if (dw) {  // dw (N,K) (=|+=) dout^T (N,M) @ inp (M,K); dout is stored (M,N) = op^T
         g.M = N;
         g.N = K;
         g.K = M;
         g.trans_a = true;
         g.trans_b = false;
         g.dt_d = dt_dw;
-        g.beta = 1.0f;
+        g.beta = accumulate_dw ? 1.0f : 0.0f;
         matmul(&g, dw, dout, inp, stream);
     }
 }

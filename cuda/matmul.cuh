@@ -44,10 +44,12 @@ void matmul(const GemmDesc* g, void* d, const void* a, const void* b, cudaStream
 void linear_forward(void* out, DType dt_out, const void* inp, const void* w, DType dt, int M, int N, int K,
                     cudaStream_t stream);
 // dinp (M,K) = dout (M,N) @ W (N,K)   (assigned, or accumulated when accumulate_dinp)
-// dw   (N,K) += dout^T (N,M) @ inp (M,K)   (always accumulated; dw may be f32 while dt is f16/bf16)
+// dw   (N,K) = dout^T (N,M) @ inp (M,K)    (accumulated when accumulate_dw; dw may be f32 while dt is
+//                                          f16/bf16, or dt itself: 16-bit gradients, fp32 accumulation)
 // Either output may be NULL to skip it.
-void linear_backward(void* dinp, DType dt_dinp, bool accumulate_dinp, void* dw, DType dt_dw, const void* dout,
-                     const void* inp, const void* w, DType dt, int M, int N, int K, cudaStream_t stream);
+void linear_backward(void* dinp, DType dt_dinp, bool accumulate_dinp, void* dw, DType dt_dw, bool accumulate_dw,
+                     const void* dout, const void* inp, const void* w, DType dt, int M, int N, int K,
+                     cudaStream_t stream);
 
 #ifdef __cplusplus
 }

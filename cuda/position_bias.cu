@@ -3,7 +3,8 @@
  *   forward:  bias[h,q,k] (H,Tq,Tk) fp32 = table[bucket(rel), h],  rel = k - (q + q_offset),
  *             bucket(rel) = buckets[rel + rel_offset] (host-computed HF table, device int32),
  *             table (NB,H) dtype dt.                                                          (=)
- *   backward: dtable[nb,h] (NB,H) fp32 += sum of dbias[h,q,k] over the (q,k) whose bucket is nb   (+=)
+ *   backward: dtable[nb,h] (NB,H) G (=|+=) sum of dbias[h,q,k] over the (q,k) whose bucket is nb, G the
+ *             gradient dtype (fp32/fp16/bf16); = for the first contribution of a step, += when accumulate
  * The backward is deterministic without atomics: the bucket depends on the diagonal rel only, so
  * one block per (nb,h) walks the diagonals rel in increasing order whose bucket is nb; each thread
  * sums a fixed subset of every diagonal's elements, then one block reduction (fixed tree order).
@@ -28,8 +29,9 @@ __global__ void position_bias_forward_kernel1(float* bias, const T* table, const
 }
 
 // grid (NB, H), block 256; dynamic smem: the bucket ids of rel_lo..rel_hi when they fit (use_smem)
-__global__ void position_bias_backward_kernel1(float* dtable, const float* dbias, const int* buckets, int rel_offset,
-                                               int H, int Tq, int Tk, int q_offset, bool use_smem) {
+template <typename G>
+__global__ void position_bias_backward_kernel1(G* dtable, const float* dbias, const int* buckets, int rel_offset,
+                                               int H, int Tq, int Tk, int q_offset, bool use_smem, bool accumulate) {
     __shared__ float red[32];
     extern __shared__ int bsh[];  // (rel_hi - rel_lo + 1) bucket ids
     const int nb = blockIdx.x, h = blockIdx.y;
@@ -48,7 +50,10 @@ __global__ void position_bias_backward_kernel1(float* dtable, const float* dbias
         for (int q = q0 + threadIdx.x; q <= q1; q += blockDim.x) acc += d[(size_t)q * Tk + (q + q_offset + rel)];
     }
     acc = block_reduce_sum(acc, red);
-    if (threadIdx.x == 0) dtable[(size_t)nb * H + h] += acc;
+    if (threadIdx.x == 0) {
+        G* o = dtable + (size_t)nb * H + h;
+        *o = from_f32<G>(accumulate ? to_f32<G>(*o) + acc : acc);
+    }
 }
 
 // ---- kernel launchers
@@ -72,15 +77,23 @@ extern "C" void position_bias_forward(float* bias, const void* table, DType dt, 
     CUDA_LAUNCH_CHECK();
 }
 
-extern "C" void position_bias_backward(float* dtable, const float* dbias, const int* buckets, int rel_offset, int NB,
-                                       int H, int Tq, int Tk, int q_offset, cudaStream_t stream) {
+template <typename G>
+static void position_bias_backward_t(void* dtable, const float* dbias, const int* buckets, int rel_offset, int NB, int H,
+                                     int Tq, int Tk, int q_offset, bool accumulate, cudaStream_t stream) {
+    const int nrel = Tq + Tk - 1;  // rel_hi - rel_lo + 1
+    const bool use_smem = (size_t)nrel * sizeof(int) <= 32 * 1024;
+    position_bias_backward_kernel1<G><<<dim3(NB, H), 256, use_smem ? nrel * sizeof(int) : 0, stream>>>(
+        (G*)dtable, dbias, buckets, rel_offset, H, Tq, Tk, q_offset, use_smem, accumulate);
+}
+
+extern "C" void position_bias_backward(void* dtable, DType dt_dtable, bool accumulate, const float* dbias,
+                                       const int* buckets, int rel_offset, int NB, int H, int Tq, int Tk, int q_offset,
+                                       cudaStream_t stream) {
     if (NB <= 0 || H <= 0 || Tq <= 0 || Tk <= 0) return;
     if (rel_offset - (Tq - 1 + q_offset) < 0)
         t5_die(T5_EXIT_FAILURE, "position_bias_backward: rel_offset %d does not cover rel = %d", rel_offset,
                -(Tq - 1 + q_offset));
-    const int nrel = Tq + Tk - 1;  // rel_hi - rel_lo + 1
-    const bool use_smem = (size_t)nrel * sizeof(int) <= 32 * 1024;
-    position_bias_backward_kernel1<<<dim3(NB, H), 256, use_smem ? nrel * sizeof(int) : 0, stream>>>(
-        dtable, dbias, buckets, rel_offset, H, Tq, Tk, q_offset, use_smem);
+    DTYPE_DISPATCH(dt_dtable, position_bias_backward_t, dtable, dbias, buckets, rel_offset, NB, H, Tq, Tk, q_offset,
+                   accumulate, stream);
     CUDA_LAUNCH_CHECK();
 }

@@ -4,11 +4,13 @@
  *             table (NB,H) dtype dt (relative_attention_bias.weight), buckets: device int32 array with
  *             bucket(rel) = buckets[rel + rel_offset] (computed on the host by model/relpos.c with HF's
  *             fp32 formula, uploaded once: the float log must not be re-derived on the device).
- *   backward: dtable (NB,H) fp32 += sum over (q,k) with that bucket of dbias[h,q,k]; deterministic.
+ *   backward: dtable (NB,H) dtype dt_dtable (fp32 or the run's 16-bit gradient dtype) = (or += when
+ *             accumulate) the sum over (q,k) with that bucket of dbias[h,q,k], in fp32; deterministic.
  */
 #pragma once
 #include <cuda_runtime.h>
 
+#include <stdbool.h>
 #include "dtype.h"
 
 #ifdef __cplusplus
@@ -17,8 +19,8 @@ extern "C" {
 
 void position_bias_forward(float* bias, const void* table, DType dt, const int* buckets, int rel_offset, int NB,
                            int H, int Tq, int Tk, int q_offset, cudaStream_t stream);
-void position_bias_backward(float* dtable, const float* dbias, const int* buckets, int rel_offset, int NB, int H,
-                            int Tq, int Tk, int q_offset, cudaStream_t stream);
+void position_bias_backward(void* dtable, DType dt_dtable, bool accumulate, const float* dbias, const int* buckets,
+                            int rel_offset, int NB, int H, int Tq, int Tk, int q_offset, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

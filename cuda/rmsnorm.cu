@@ -95,13 +95,14 @@ __global__ void rmsnorm_backward_kernel1(float* dx, float* partial, const TO* do
     }
 }
 
-// dw[d] += sum_b partial[b, d], b in order
-__global__ void rmsnorm_dw_reduce_kernel1(float* dw, const float* partial, int nblk, int D) {
+// dw[d] (=|+=) sum_b partial[b, d], b in order, summed in fp32 and rounded once to G
+template <typename G>
+__global__ void rmsnorm_dw_reduce_kernel1(G* dw, const float* partial, int nblk, int D, bool accumulate) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= D) return;
     float s = 0.0f;
     for (int b = 0; b < nblk; b++) s += partial[(size_t)b * D + i];
-    dw[i] += s;
+    dw[i] = from_f32<G>(accumulate ? to_f32<G>(dw[i]) + s : s);
 }
 
 // ---- kernel launchers
@@ -131,9 +132,14 @@ static void rmsnorm_forward_t(void* out, float* rstd, const float* x, const void
     DTYPE_DISPATCH_PAIR(dt_w, rmsnorm_forward_tt, TO, out, rstd, x, w, N, D, eps, stream);
 }
 
+template <typename G>
+static void rmsnorm_dw_reduce_t(void* dw, const float* partial, int nblk, int D, bool accumulate, cudaStream_t stream) {
+    rmsnorm_dw_reduce_kernel1<G><<<CEIL_DIV(D, 256), 256, 0, stream>>>((G*)dw, partial, nblk, D, accumulate);
+}
+
 template <typename TO, typename TW>
-static void rmsnorm_backward_tt(float* dx, float* dw, const void* dout, const float* x, const void* w,
-                                const float* rstd, int N, int D, float* scratch, cudaStream_t stream) {
+static void rmsnorm_backward_tt(float* dx, void* dw, DType dt_dw, bool accumulate_dw, const void* dout, const float* x,
+                                const void* w, const float* rstd, int N, int D, float* scratch, cudaStream_t stream) {
     const bool vec = D % EW_CHUNK == 0 && is_aligned16(dx) && is_aligned16(dout) && is_aligned16(x) && is_aligned16(w);
     const int nblk = rmsnorm_backward_blocks(N, D), warps = rmsnorm_backward_warps(D);
     const size_t smem = (size_t)warps * D * sizeof(float);
@@ -145,12 +151,14 @@ static void rmsnorm_backward_tt(float* dx, float* dw, const void* dout, const fl
     rmsnorm_backward_kernel1<TW, TO><<<nblk, warps * 32, smem, stream>>>(dx, scratch, (const TO*)dout, x, (const TW*)w,
                                                                         rstd, N, D, vec);
     CUDA_LAUNCH_CHECK();
-    rmsnorm_dw_reduce_kernel1<<<CEIL_DIV(D, 256), 256, 0, stream>>>(dw, scratch, nblk, D);
+    DTYPE_DISPATCH(dt_dw, rmsnorm_dw_reduce_t, dw, scratch, nblk, D, accumulate_dw, stream);
 }
 template <typename TO>
-static void rmsnorm_backward_t(float* dx, float* dw, const void* dout, const float* x, const void* w, DType dt_w,
-                               const float* rstd, int N, int D, float* scratch, cudaStream_t stream) {
-    DTYPE_DISPATCH_PAIR(dt_w, rmsnorm_backward_tt, TO, dx, dw, dout, x, w, rstd, N, D, scratch, stream);
+static void rmsnorm_backward_t(float* dx, void* dw, DType dt_dw, bool accumulate_dw, const void* dout, const float* x,
+                               const void* w, DType dt_w, const float* rstd, int N, int D, float* scratch,
+                               cudaStream_t stream) {
+    DTYPE_DISPATCH_PAIR(dt_w, rmsnorm_backward_tt, TO, dx, dw, dt_dw, accumulate_dw, dout, x, w, rstd, N, D, scratch,
+                        stream);
 }
 
 extern "C" void rmsnorm_forward(void* out, DType dt_out, float* rstd, const float* x, const void* w, DType dt_w, int N,
@@ -160,10 +168,12 @@ extern "C" void rmsnorm_forward(void* out, DType dt_out, float* rstd, const floa
     CUDA_LAUNCH_CHECK();
 }
 
-extern "C" void rmsnorm_backward(float* dx, float* dw, const void* dout, DType dt_out, const float* x, const void* w,
-                                 DType dt_w, const float* rstd, int N, int D, float* scratch, cudaStream_t stream) {
+extern "C" void rmsnorm_backward(float* dx, void* dw, DType dt_dw, bool accumulate_dw, const void* dout, DType dt_out,
+                                 const float* x, const void* w, DType dt_w, const float* rstd, int N, int D,
+                                 float* scratch, cudaStream_t stream) {
     if (N <= 0 || D <= 0) return;
     if (D > 12288) t5_die(T5_EXIT_FAILURE, "rmsnorm_backward: D = %d is above the supported 12288", D);
-    DTYPE_DISPATCH(dt_out, rmsnorm_backward_t, dx, dw, dout, x, w, dt_w, rstd, N, D, scratch, stream);
+    DTYPE_DISPATCH(dt_out, rmsnorm_backward_t, dx, dw, dt_dw, accumulate_dw, dout, x, w, dt_w, rstd, N, D, scratch,
+                   stream);
     CUDA_LAUNCH_CHECK();
 }

@@ -5,12 +5,15 @@
  *             as HF's T5LayerNorm does (`hidden.to(weight.dtype)` before the multiply).
  *             x (N,D) fp32 residual stream; w (D) dtype dt_w; out (N,D) dtype dt_out; rstd (N) fp32 saved.
  *   backward: dx (N,D) fp32 +=  (the residual stream's gradient accumulates: llm.c contract)
- *             dw (D)   fp32 +=  (parameter gradients accumulate), reduced deterministically
+ *             dw (D)   dtype dt_dw (fp32, or the run's fp16/bf16 gradient dtype): += when accumulate_dw,
+ *                      else = (the first contribution of a step); summed deterministically in fp32
+ *                      and rounded once
  *             dout (N,D) dtype dt_out.
  */
 #pragma once
 #include <cuda_runtime.h>
 
+#include <stdbool.h>
 #include "dtype.h"
 
 #ifdef __cplusplus
@@ -21,8 +24,9 @@ void rmsnorm_forward(void* out, DType dt_out, float* rstd, const float* x, const
                      float eps, cudaStream_t stream);
 // scratch: at least rmsnorm_backward_scratch_floats(N, D) floats of device memory.
 size_t rmsnorm_backward_scratch_floats(int N, int D);
-void rmsnorm_backward(float* dx, float* dw, const void* dout, DType dt_out, const float* x, const void* w, DType dt_w,
-                      const float* rstd, int N, int D, float* scratch, cudaStream_t stream);
+void rmsnorm_backward(float* dx, void* dw, DType dt_dw, bool accumulate_dw, const void* dout, DType dt_out,
+                      const float* x, const void* w, DType dt_w, const float* rstd, int N, int D, float* scratch,
+                      cudaStream_t stream);
 
 #ifdef __cplusplus
 }

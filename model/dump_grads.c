@@ -2,7 +2,9 @@
  * dump_grads.c: `t5train dump-grads` — one forward + backward of a checkpoint on a JSON batch, written
  * as safetensors for comparison with transformers:
  *   t5train dump-grads --model DIR --batch FILE.json --out FILE.safetensors
- *                      [--dtype fp32|fp16|bf16] [--dropout P] [--seed N] [--gradient-checkpointing]
+ *                      [--dtype fp32|fp16|bf16] [--grad-dtype same|fp32] [--dropout P] [--seed N]
+ *                      [--gradient-checkpointing]
+ * --grad-dtype: the engine's gradient buffers, in the run dtype (default, as training runs) or fp32.
  * Output tensors (all F32): "loss" (), "logits" (B, Tt, V), and every parameter's gradient under its HF
  * name (e.g. "shared.weight", "encoder.block.0.layer.0.SelfAttention.q.weight"). Dropout is off unless
  * --dropout P > 0 is given (then the model is in train mode with rate P and seed N).
@@ -160,12 +162,12 @@ int t5_batch_load_json(const char* path, T5Batch* out, char* err, size_t errlen)
 static void usage_die(const char* msg) {
     t5_die_hint(T5_EXIT_USAGE,
                 "usage: t5train dump-grads --model DIR --batch FILE.json --out FILE.safetensors "
-                "[--dtype fp32|fp16|bf16] [--dropout P] [--seed N] [--gradient-checkpointing]",
+                "[--dtype fp32|fp16|bf16] [--grad-dtype same|fp32] [--dropout P] [--seed N] [--gradient-checkpointing]",
                 "dump-grads: %s", msg);
 }
 
 int dump_grads_main(int argc, char** argv) {
-    const char *model = NULL, *batch_path = NULL, *out_path = NULL, *dtype_s = "fp32";
+    const char *model = NULL, *batch_path = NULL, *out_path = NULL, *dtype_s = "fp32", *gdtype_s = "same";
     float dropout = 0.0f;
     unsigned long long seed = 1234;
     bool ckpt = false;
@@ -178,7 +180,7 @@ int dump_grads_main(int argc, char** argv) {
             continue;
         }
         if (strcmp(a, "--model") && strcmp(a, "--batch") && strcmp(a, "--out") && strcmp(a, "--dtype") &&
-            strcmp(a, "--dropout") && strcmp(a, "--seed")) {
+            strcmp(a, "--grad-dtype") && strcmp(a, "--dropout") && strcmp(a, "--seed")) {
             snprintf(msg, sizeof msg, "unknown argument '%s'", a);
             usage_die(msg);
         }
@@ -192,6 +194,7 @@ int dump_grads_main(int argc, char** argv) {
         else if (!strcmp(a, "--batch")) batch_path = v;
         else if (!strcmp(a, "--out")) out_path = v;
         else if (!strcmp(a, "--dtype")) dtype_s = v;
+        else if (!strcmp(a, "--grad-dtype")) gdtype_s = v;
         else if (!strcmp(a, "--dropout")) {
             dropout = strtof(v, &end);
             if (!end || *end || dropout < 0 || dropout >= 1) {
@@ -215,6 +218,12 @@ int dump_grads_main(int argc, char** argv) {
     else if (!strcmp(dtype_s, "bf16")) dt = DT_BF16;
     else {
         snprintf(msg, sizeof msg, "--dtype '%s' must be fp32, fp16 or bf16", dtype_s);
+        usage_die(msg);
+    }
+    DType gdt = dt;
+    if (!strcmp(gdtype_s, "fp32")) gdt = DT_F32;
+    else if (strcmp(gdtype_s, "same")) {
+        snprintf(msg, sizeof msg, "--grad-dtype '%s' must be same or fp32", gdtype_s);
         usage_die(msg);
     }
 
@@ -241,7 +250,7 @@ int dump_grads_main(int argc, char** argv) {
         numel[u] = t.units[u].numel;
         names[u] = t.units[u].name;
     }
-    ZeroEngine* Z = zero_create(0, dt, t.num_units, numel, names, err, sizeof err);
+    ZeroEngine* Z = zero_create_ex(0, dt, gdt, t.num_units, numel, names, err, sizeof err);
     if (!Z) t5_die(T5_EXIT_FAILURE, "%s", err);
     if (t5_weights_load(Z, &t, loc.weights_path, s, err, sizeof err)) t5_die(T5_EXIT_FAILURE, "%s", err);
 
@@ -251,7 +260,7 @@ int dump_grads_main(int argc, char** argv) {
     if (!M) t5_die(T5_EXIT_FAILURE, "%s", err);
     t5_model_set_train(M, dropout > 0);
     if (t5_model_set_batch(M, &batch, s, err, sizeof err)) t5_die(T5_EXIT_USAGE, "%s: %s", batch_path, err);
-    zero_zero_grads(Z, s);
+    zero_begin_grads(Z, s);
     t5_model_forward(M, true, 1.0f, seed, s);
     t5_model_backward(M, s);
     float loss = t5_model_loss(M, s);
@@ -265,7 +274,7 @@ int dump_grads_main(int argc, char** argv) {
     safetensors_convert(logits, DT_F32, lx, dt, nlog);
     free(lx);
     float* grads = malloc_check(zero_flat_numel(Z) * sizeof(float));
-    CUDA_CHECK(cudaMemcpy(grads, zero_flat_grad(Z), zero_flat_numel(Z) * sizeof(float), cudaMemcpyDeviceToHost));
+    zero_grads_to_host_f32(Z, grads, s);
 
     SafeTensorsWriter* w = safetensors_writer_new();
     int64_t lshape[3] = {batch.B, batch.Tt, cfg.vocab_size};
@@ -279,6 +288,7 @@ int dump_grads_main(int argc, char** argv) {
             t5_die(T5_EXIT_FAILURE, "%s", err);
     }
     safetensors_writer_set_metadata(w, "dtype", dtype_name(dt));
+    safetensors_writer_set_metadata(w, "grad_dtype", dtype_name(gdt));
     safetensors_writer_set_metadata(w, "model", loc.dir);
     if (safetensors_writer_write_file(w, out_path, err, sizeof err)) t5_die(T5_EXIT_FAILURE, "%s", err);
     printf("dump-grads: %s %s loss %.9g, %d gradients -> %s\n", cfg.name, dtype_name(dt), loss, t.num_params,

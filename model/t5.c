@@ -109,6 +109,8 @@ struct T5Model {
     T5ModelOptions opt;
     DType X;
     size_t xs;  // sizeof X
+    DType GD;   // parameter-gradient dtype (the engine's: X, or fp32)
+    size_t gs;  // sizeof GD
     DType PX;   // dtype of the stored attention probabilities (fp32 unless probs_in_x)
     DType NX;   // dtype of the weights of non-GEMM ops (norms, bias tables, embedding lookup): X or fp32
     float* cur_mb;  // fp32 view of the unit fetched last (when NX is fp32), else NULL
@@ -315,6 +317,8 @@ T5Model* t5_model_create(const ParamTable* t, ZeroEngine* Z, const T5ModelOption
     M->opt = *opt;
     M->X = opt->dtype;
     M->xs = dtype_size(opt->dtype);
+    M->GD = zero_grad_dtype(Z);
+    M->gs = dtype_size(M->GD);
     M->PX = opt->probs_in_x ? opt->dtype : DT_F32;
     M->NX = opt->nongemm_in_x ? opt->dtype : DT_F32;
     M->D = c->d_model;
@@ -493,8 +497,9 @@ int t5_model_set_batch(T5Model* M, const T5Batch* bt, cudaStream_t stream, char*
 static inline void* wptr(const T5Model* M, void* unit_base, int pidx) {
     return (char*)unit_base + M->t->params[pidx].offset * M->xs;
 }
-static inline float* gptr(const T5Model* M, float* grad_base, int pidx) {
-    return grad_base + M->t->params[pidx].offset;
+// gradient of a parameter, dtype M->GD (zero_grad_dtype: X, or fp32)
+static inline void* gptr(const T5Model* M, void* grad_base, int pidx) {
+    return (char*)grad_base + M->t->params[pidx].offset * M->gs;
 }
 // weights of a non-GEMM op (norm weight, bias table, embedding lookup), dtype M->NX
 static inline const void* nwptr(const T5Model* M, void* unit_base, int pidx) {
@@ -588,7 +593,7 @@ static void attn_forward(T5Model* M, void* wb, AttnIdx w, AttnActs* a, const flo
 // dres (B*Tq, D) fp32: on entry d x_out, on exit d x_in (+= through the norm).
 // d_kv (B*Tk, D) fp32 += gradient of kv_src (cross-attention), NULL for self-attention.
 // dbias (H,Tq,Tk) fp32 += position-bias gradient, or NULL.
-static void attn_backward(T5Model* M, void* wb, float* gb, AttnIdx w, const AttnActs* a, const float* x_in,
+static void attn_backward(T5Model* M, void* wb, void* gb, AttnIdx w, const AttnActs* a, const float* x_in,
                           const void* kv_src, float* d_kv, int Tq, int Tk, float* dbias, uint64_t off_probs,
                           uint64_t off_out, float* dres, cudaStream_t s) {
     const DType X = M->X;
@@ -598,7 +603,7 @@ static void attn_backward(T5Model* M, void* wb, float* gb, AttnIdx w, const Attn
     const void* pd = attn_separate_pv(M) ? a->probs_drop : a->probs;  // the X operand of P V
     const int64_t sQ = (int64_t)Tq * Dk, sK = (int64_t)Tk * Dk, sS = (int64_t)Tq * Tk;
     residual_dropout_backward(M->dbranch, X, dres, (size_t)Nq * D, p, M->seed, off_out, s);
-    linear_backward(M->dctx, X, false, gptr(M, gb, w.o), DT_F32, M->dbranch, a->ctx, wptr(M, wb, w.o), X, Nq, D, HD, s);
+    linear_backward(M->dctx, X, false, gptr(M, gb, w.o), M->GD, false, M->dbranch, a->ctx, wptr(M, wb, w.o), X, Nq, D, HD, s);
     split_heads(M->dOh, M->dctx, X, B, Tq, H, Dk, s);
     // dP (B,H,Tq,Tk) PX = dO V^T ; dV (B,H,Tk,Dk) = dropout(P)^T dO
     bmm(M->dP, M->PX, M->dOh, false, a->v, true, X, B * H, Tq, Tk, Dk, sQ, sK, sS, s);
@@ -613,18 +618,18 @@ static void attn_backward(T5Model* M, void* wb, float* gb, AttnIdx w, const Attn
     merge_heads(M->dqm, M->dqh, X, B, Tq, H, Dk, s);
     merge_heads(M->dkm, M->dkh, X, B, Tk, H, Dk, s);
     merge_heads(M->dvm, M->dvh, X, B, Tk, H, Dk, s);
-    linear_backward(M->dln, X, false, gptr(M, gb, w.q), DT_F32, M->dqm, a->ln, wptr(M, wb, w.q), X, Nq, HD, D, s);
+    linear_backward(M->dln, X, false, gptr(M, gb, w.q), M->GD, false, M->dqm, a->ln, wptr(M, wb, w.q), X, Nq, HD, D, s);
     if (kv_src) {
         // the encoder output's gradient is summed in fp32 over every decoder block
-        linear_backward(d_kv, DT_F32, true, gptr(M, gb, w.k), DT_F32, M->dkm, kv_src, wptr(M, wb, w.k), X, Nk, HD,
+        linear_backward(d_kv, DT_F32, true, gptr(M, gb, w.k), M->GD, false, M->dkm, kv_src, wptr(M, wb, w.k), X, Nk, HD,
                         D, s);
-        linear_backward(d_kv, DT_F32, true, gptr(M, gb, w.v), DT_F32, M->dvm, kv_src, wptr(M, wb, w.v), X, Nk, HD,
+        linear_backward(d_kv, DT_F32, true, gptr(M, gb, w.v), M->GD, false, M->dvm, kv_src, wptr(M, wb, w.v), X, Nk, HD,
                         D, s);
     } else {
-        linear_backward(M->dln, X, true, gptr(M, gb, w.k), DT_F32, M->dkm, a->ln, wptr(M, wb, w.k), X, Nq, HD, D, s);
-        linear_backward(M->dln, X, true, gptr(M, gb, w.v), DT_F32, M->dvm, a->ln, wptr(M, wb, w.v), X, Nq, HD, D, s);
+        linear_backward(M->dln, X, true, gptr(M, gb, w.k), M->GD, false, M->dkm, a->ln, wptr(M, wb, w.k), X, Nq, HD, D, s);
+        linear_backward(M->dln, X, true, gptr(M, gb, w.v), M->GD, false, M->dvm, a->ln, wptr(M, wb, w.v), X, Nq, HD, D, s);
     }
-    rmsnorm_backward(dres, gptr(M, gb, w.ln), M->dln, X, x_in, nwptr(M, wb, w.ln), M->NX, a->rstd, Nq, D, M->rms_scratch, s);
+    rmsnorm_backward(dres, gptr(M, gb, w.ln), M->GD, false, M->dln, X, x_in, nwptr(M, wb, w.ln), M->NX, a->rstd, Nq, D, M->rms_scratch, s);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -665,7 +670,7 @@ static void ff_forward(T5Model* M, void* wb, const BlockParamIdx* pi, FFActs* f,
     residual_dropout_add(x_out, M->lin, X, (size_t)N * D, p, M->seed, off_out, s);
 }
 
-static void ff_backward(T5Model* M, void* wb, float* gb, const BlockParamIdx* pi, const FFActs* f, const float* x_in,
+static void ff_backward(T5Model* M, void* wb, void* gb, const BlockParamIdx* pi, const FFActs* f, const float* x_in,
                         int N, uint64_t off_act, uint64_t off_out, float* dres, cudaStream_t s) {
     const DType X = M->X;
     const int D = M->D, F = M->F;
@@ -674,21 +679,21 @@ static void ff_backward(T5Model* M, void* wb, float* gb, const BlockParamIdx* pi
     const void* act = M->gated ? f->g : f->a;
     const void* act_d = p > 0 ? f->drop : act;
     residual_dropout_backward(M->dbranch, X, dres, (size_t)N * D, p, M->seed, off_out, s);
-    linear_backward(M->dff, X, false, gptr(M, gb, pi->wo), DT_F32, M->dbranch, act_d, wptr(M, wb, pi->wo), X, N, D,
+    linear_backward(M->dff, X, false, gptr(M, gb, pi->wo), M->GD, false, M->dbranch, act_d, wptr(M, wb, pi->wo), X, N, D,
                     F, s);
     if (p > 0 && M->gated) dropout_backward(M->dff, M->dff, X, NF, p, M->seed, off_act, s);
     if (M->gated) {
         gated_gelu_backward(M->dfa, M->dfb, M->dff, f->a, f->b, X, NF, s);
-        linear_backward(M->dln, X, false, gptr(M, gb, pi->wi0), DT_F32, M->dfa, f->ln, wptr(M, wb, pi->wi0), X, N, F,
+        linear_backward(M->dln, X, false, gptr(M, gb, pi->wi0), M->GD, false, M->dfa, f->ln, wptr(M, wb, pi->wi0), X, N, F,
                         D, s);
-        linear_backward(M->dln, X, true, gptr(M, gb, pi->wi1), DT_F32, M->dfb, f->ln, wptr(M, wb, pi->wi1), X, N, F,
+        linear_backward(M->dln, X, true, gptr(M, gb, pi->wi1), M->GD, false, M->dfb, f->ln, wptr(M, wb, pi->wi1), X, N, F,
                         D, s);
     } else {
         relu_dropout_backward(M->dff, M->dff, f->a, X, NF, p, M->seed, off_act, s);  // both in one pass
-        linear_backward(M->dln, X, false, gptr(M, gb, pi->wi), DT_F32, M->dff, f->ln, wptr(M, wb, pi->wi), X, N, F, D,
+        linear_backward(M->dln, X, false, gptr(M, gb, pi->wi), M->GD, false, M->dff, f->ln, wptr(M, wb, pi->wi), X, N, F, D,
                         s);
     }
-    rmsnorm_backward(dres, gptr(M, gb, pi->ffln), M->dln, X, x_in, nwptr(M, wb, pi->ffln), M->NX, f->rstd, N, D,
+    rmsnorm_backward(dres, gptr(M, gb, pi->ffln), M->GD, false, M->dln, X, x_in, nwptr(M, wb, pi->ffln), M->NX, f->rstd, N, D,
                      M->rms_scratch, s);
 }
 
@@ -729,7 +734,7 @@ static void dec_block_forward(T5Model* M, int l, void* wb, bool write_out, cudaS
                site_offset(STACK_DECODER, l, SITE_FF_ACT), site_offset(STACK_DECODER, l, SITE_FF_OUT), write_out, s);
 }
 
-static void enc_block_backward(T5Model* M, int l, void* wb, float* gb, cudaStream_t s) {
+static void enc_block_backward(T5Model* M, int l, void* wb, void* gb, cudaStream_t s) {
     const BlockParamIdx* pi = &M->enc_idx[l];
     BlockActs* A = enc_acts(M, l);
     ff_backward(M, wb, gb, pi, &A->ff, A->sa.x_out, M->B * M->Ts, site_offset(STACK_ENCODER, l, SITE_FF_ACT),
@@ -738,11 +743,11 @@ static void enc_block_backward(T5Model* M, int l, void* wb, float* gb, cudaStrea
                   site_offset(STACK_ENCODER, l, SITE_SA_PROBS), site_offset(STACK_ENCODER, l, SITE_SA_OUT),
                   M->dres_enc, s);
     if (l == 0)  // every block's bias gradient has been summed into dbias_enc by now
-        position_bias_backward(gptr(M, gb, pi->relbias), M->dbias_enc, M->buckets_enc, M->relo_enc, M->NB, M->H,
+        position_bias_backward(gptr(M, gb, pi->relbias), M->GD, false, M->dbias_enc, M->buckets_enc, M->relo_enc, M->NB, M->H,
                                M->Ts, M->Ts, 0, s);
 }
 
-static void dec_block_backward(T5Model* M, int l, void* wb, float* gb, cudaStream_t s) {
+static void dec_block_backward(T5Model* M, int l, void* wb, void* gb, cudaStream_t s) {
     const BlockParamIdx* pi = &M->dec_idx[l];
     BlockActs* A = dec_acts(M, l);
     ff_backward(M, wb, gb, pi, &A->ff, A->ca.x_out, M->B * M->Tt, site_offset(STACK_DECODER, l, SITE_FF_ACT),
@@ -754,7 +759,7 @@ static void dec_block_backward(T5Model* M, int l, void* wb, float* gb, cudaStrea
                   site_offset(STACK_DECODER, l, SITE_SA_PROBS), site_offset(STACK_DECODER, l, SITE_SA_OUT),
                   M->dres_dec, s);
     if (l == 0)
-        position_bias_backward(gptr(M, gb, pi->relbias), M->dbias_dec, M->buckets_dec, M->relo_dec, M->NB, M->H,
+        position_bias_backward(gptr(M, gb, pi->relbias), M->GD, false, M->dbias_dec, M->buckets_dec, M->relo_dec, M->NB, M->H,
                                M->Tt, M->Tt, 0, s);
 }
 
@@ -846,7 +851,7 @@ static void backward_body(T5Model* M, cudaStream_t s) {
     const size_t Ns = (size_t)B * Ts, Nt = (size_t)B * Tt;
     const bool ckpt = M->opt.gradient_checkpointing;
     void* wb;
-    float* gb;
+    void* gb;
 
     CUDA_CHECK(cudaMemsetAsync(M->dres_dec, 0, Nt * D * sizeof(float), s));
     CUDA_CHECK(cudaMemsetAsync(M->dres_enc, 0, Ns * D * sizeof(float), s));
@@ -857,7 +862,7 @@ static void backward_body(T5Model* M, cudaStream_t s) {
     // lm_head: dlm_in (B*Tt, D) = dlogits W ; dW += dlogits^T lm_in
     wb = unit_fetch(M, M->u_lm, s);
     gb = zero_grad(Z, M->u_lm);
-    linear_backward(M->dln, X, false, gptr(M, gb, M->p_lm_head), DT_F32, M->dlogits, M->lm_in,
+    linear_backward(M->dln, X, false, gptr(M, gb, M->p_lm_head), M->GD, false, M->dlogits, M->lm_in,
                     wptr(M, wb, M->p_lm_head), X, (int)Nt, V, D, s);
     zero_release(Z, M->u_lm, s);
     if (!M->tied) unit_grad_ready(M, M->u_lm, s);
@@ -868,7 +873,7 @@ static void backward_body(T5Model* M, cudaStream_t s) {
                          s);
     wb = unit_fetch(M, M->u_final, s);
     gb = zero_grad(Z, M->u_final);
-    rmsnorm_backward(M->dres_dec, gptr(M, gb, M->p_dec_final), M->dlm32, DT_F32, M->resid_dec[M->Ld],
+    rmsnorm_backward(M->dres_dec, gptr(M, gb, M->p_dec_final), M->GD, false, M->dlm32, DT_F32, M->resid_dec[M->Ld],
                      nwptr(M, wb, M->p_dec_final), M->NX, M->rstd_decf, (int)Nt, D, M->rms_scratch, s);
     zero_release(Z, M->u_final, s);
 
@@ -885,7 +890,9 @@ static void backward_body(T5Model* M, cudaStream_t s) {
         dropout_backward(M->dres_dec, M->dres_dec, DT_F32, Nt * D, M->p, M->seed,
                          site_offset(STACK_DECODER, -1, SITE_EMBED), s);
     gb = zero_grad(Z, M->u_shared);
-    embedding_backward(gptr(M, gb, M->p_embed), M->dres_dec, M->dec_ids, (int)Nt, D, V, M->emb_scratch, s);
+    // the embedding's first contribution: the tied lm_head GEMM wrote it above; untied, it starts here from 0
+    if (!M->tied) CUDA_CHECK(cudaMemsetAsync(gptr(M, gb, M->p_embed), 0, (size_t)V * D * M->gs, s));
+    embedding_backward(gptr(M, gb, M->p_embed), M->GD, M->dres_dec, M->dec_ids, (int)Nt, D, V, M->emb_scratch, s);
 
     // encoder output: d_enc (fp32, summed over the decoder's cross-attentions) -> final norm -> blocks
     if (M->p > 0)
@@ -893,7 +900,7 @@ static void backward_body(T5Model* M, cudaStream_t s) {
                          s);
     wb = unit_fetch(M, M->u_final, s);
     gb = zero_grad(Z, M->u_final);
-    rmsnorm_backward(M->dres_enc, gptr(M, gb, M->p_enc_final), M->d_enc, DT_F32, M->resid_enc[M->L],
+    rmsnorm_backward(M->dres_enc, gptr(M, gb, M->p_enc_final), M->GD, false, M->d_enc, DT_F32, M->resid_enc[M->L],
                      nwptr(M, wb, M->p_enc_final), M->NX, M->rstd_encf, (int)Ns, D, M->rms_scratch, s);
     zero_release(Z, M->u_final, s);
     unit_grad_ready(M, M->u_final, s);
@@ -911,7 +918,7 @@ static void backward_body(T5Model* M, cudaStream_t s) {
         dropout_backward(M->dres_enc, M->dres_enc, DT_F32, Ns * D, M->p, M->seed,
                          site_offset(STACK_ENCODER, -1, SITE_EMBED), s);
     gb = zero_grad(Z, M->u_shared);
-    embedding_backward(gptr(M, gb, M->p_embed), M->dres_enc, M->input_ids, (int)Ns, D, V, M->emb_scratch, s);
+    embedding_backward(gptr(M, gb, M->p_embed), M->GD, M->dres_enc, M->input_ids, (int)Ns, D, V, M->emb_scratch, s);
     unit_grad_ready(M, M->u_shared, s);
 }
 

@@ -4,21 +4,24 @@
  *
  * The model owns activations, never parameters (DESIGN.md invariant 1): it asks the ZeroEngine for a
  * unit's working weights (zero_fetch) right before using them, hands them back (zero_release) right
- * after, accumulates into zero_grad(unit) and calls zero_grad_ready(unit) when that unit's gradient
- * is complete. Units and weight offsets come from the ParamTable (model/params.h).
+ * after, writes zero_grad(unit) and calls zero_grad_ready(unit) when that unit's gradient is
+ * complete. Every backward overwrites every parameter gradient (the first contribution to a parameter
+ * is a GEMM with beta = 0 or a kernel's `=`; only the shared embedding gets later `+=` contributions),
+ * so no clearing pass is needed; the trainer sums micro-batches in fp32 itself. Units and weight offsets come from the ParamTable (model/params.h).
  *
  * Precision (X = the run dtype, fp32 / fp16 / bf16): the residual stream between sublayers is fp32;
  * norm outputs, GEMM inputs, stored attention probabilities and FF activations are X; GEMMs
- * accumulate in fp32; parameter gradients are fp32 (the engine's buffers).
+ * accumulate in fp32; parameter gradients are in the engine's gradient dtype (X by default, as
+ * DeepSpeed's grad_accum_dtype; fp32 on request), each the fp32 result rounded once.
  *
  * Streams: everything runs in order on the one stream passed in; forward and backward never
  * synchronise with the host (the loss stays on the device until t5_model_loss copies it out).
  *
  * Usage per step:
  *   t5_model_set_batch(M, &batch, stream);                 // host ids -> device (shift-right here)
- *   zero_zero_grads(Z, stream);
+ *   zero_begin_grads(Z, stream);
  *   t5_model_forward(M, true, loss_scale, seed, stream);   // loss + dlogits
- *   t5_model_backward(M, stream);                          // += every unit's fp32 grad, grad_ready
+ *   t5_model_backward(M, stream);                          // = every unit's grad, grad_ready
  *   (or t5_model_forward_backward(M, loss_scale, seed, stream): the same two, as a CUDA graph with opt.cuda_graph)
  *   float loss = t5_model_loss(M, stream);                 // the one host sync, outside fwd/bwd
  */

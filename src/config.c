@@ -982,6 +982,17 @@ static int resolve_deepspeed(RunConfig* c, char* err, size_t n) {
     if (ds->amp.enabled && z->stage > 0)
         return t5_errf(err, n, T5_EXIT_USAGE, "deepspeed: amp.enabled cannot be combined with ZeRO (stage %lld)",
                     (long long)z->stage);
+    {
+        // gradient buffers: the model dtype (DeepSpeed ZeRO's default) or fp32, never a third dtype
+        const int g = ds->data_types.grad_accum_dtype;
+        const int run = ds->fp16.enabled ? COMM_DTYPE_FP16 : ds->bf16.enabled ? COMM_DTYPE_BF16 : COMM_DTYPE_FP32;
+        static const char* const gname[] = {"null", "fp16", "bf16", "fp32"};
+        if (g != COMM_DTYPE_DEFAULT && g != COMM_DTYPE_FP32 && g != run)
+            return t5_errf(err, n, T5_EXIT_USAGE,
+                           "deepspeed: data_types.grad_accum_dtype \"%s\" does not fit a %s run (use \"%s\", the "
+                           "default, or \"fp32\")",
+                           gname[g], gname[run], gname[run]);
+    }
 
     // ZeRO
     int ko = config_key_index("deepspeed.zero_optimization.overlap_comm");

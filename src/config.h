@@ -205,6 +205,11 @@ typedef struct {
 } DsActivationCheckpointing;
 
 typedef struct {
+    bool present;
+    int grad_accum_dtype;  // CommDataType values (null = the model dtype)
+} DsDataTypes;
+
+typedef struct {
     int64_t train_batch_size;                // "auto" -> micro * accumulation * world size
     int64_t train_micro_batch_size_per_gpu;  // "auto" -> per_device_train_batch_size
     int64_t gradient_accumulation_steps;     // "auto" -> gradient_accumulation_steps
@@ -219,6 +224,7 @@ typedef struct {
     bool zero_allow_untested_optimizer;      // false
     bool zero_force_ds_cpu_optimizer;        // true
     int communication_data_type;             // CommDataType (null = the model dtype)
+    DsDataTypes data_types;
     DsFp16 fp16;
     DsBf16 bf16;
     DsAmp amp;

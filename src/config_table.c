@@ -147,6 +147,9 @@ const ConfigKey CONFIG_KEYS[] = {
            "with offload, require DeepSpeed's CPU Adam"),
     K_ENUM("deepspeed.communication_data_type", ds.communication_data_type, "null", "null|fp16|bf16|fp32", NUL,
            "dtype of gradient communication (null: the model's)"),
+    K_SEC("deepspeed.data_types", ds.data_types.present, "dtypes of DeepSpeed's buffers"),
+    K_ENUM("deepspeed.data_types.grad_accum_dtype", ds.data_types.grad_accum_dtype, "null", "null|fp16|bf16|fp32", NUL,
+           "dtype of the gradient buffers (null: the model's, as DeepSpeed ZeRO); fp32 costs 2 more bytes per parameter"),
     // ---- deepspeed.fp16 (DynamicLossScaler, REFERENCE.md 4.6)
     K_SEC("deepspeed.fp16", ds.fp16.present, "fp16 mixed precision and the loss scaler"),
     K_BOOL("deepspeed.fp16.enabled", ds.fp16.enabled, "false", AUTO, "auto: --fp16"),

@@ -177,6 +177,14 @@ static void run_build_trainer_args(const RunConfig* c, TrainerArgs* a) {
 
     // ---- precision and loss scaler
     a->dtype = fp16 ? DT_F16 : bf16 ? DT_BF16 : DT_F32;
+    a->grad_dtype = a->dtype;
+    if (c->has_deepspeed && ds->data_types.grad_accum_dtype != COMM_DTYPE_DEFAULT) {
+        const int g = (int)ds->data_types.grad_accum_dtype;
+        const DType gd = g == COMM_DTYPE_FP32 ? DT_F32 : g == COMM_DTYPE_FP16 ? DT_F16 : DT_BF16;
+        if (gd != DT_F32 && gd != a->dtype)  // config_resolve rejects this with a message
+            t5_die(T5_EXIT_USAGE, "internal: grad_accum_dtype %s in a %s run", dtype_name(gd), dtype_name(a->dtype));
+        a->grad_dtype = gd;
+    }
     loss_scaler_config_default(&a->scaler);
     if (c->has_deepspeed) {
         // DeepSpeed's mapping, with its "no scaler key present -> class defaults (2^32, hysteresis 1)" quirk

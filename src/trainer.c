@@ -170,6 +170,8 @@ typedef struct {
     float* d_m;                  // (n) fp32 Adam first moment
     float* d_v;                  // (n) fp32 Adam second moment
     float* d_acc;                // (n) fp32 accumulation buffer (gas > 1), else NULL
+    void* opt_grad;              // (n) opt_grad_dtype: what the norm and AdamW read (d_acc, or the engine's grads)
+    DType opt_grad_dtype;
     AdamWPlan* adam_plan;
     GlobalNormPlan* norm_plan;
     float* d_norm2;              // (1)
@@ -248,7 +250,7 @@ static void model_setup(Trainer* t) {
         numel[u] = t->T.units[u].numel;
         names[u] = t->T.units[u].name;
     }
-    t->Z = zero_create(0, a->dtype, t->T.num_units, numel, names, err, sizeof err);
+    t->Z = zero_create_ex(0, a->dtype, a->grad_dtype, t->T.num_units, numel, names, err, sizeof err);
     free(numel);
     free(names);
     if (!t->Z) t5_die(T5_EXIT_FAILURE, "%s", err);
@@ -283,16 +285,19 @@ static void model_setup(Trainer* t) {
     CUDA_CHECK(cudaMemset(t->d_v, 0, t->n * sizeof(float)));
     AdamWTensor* at = calloc_check((size_t)t->T.num_params, sizeof(AdamWTensor));
     float* master = zero_flat_master(t->Z);
-    float* grad = zero_flat_grad(t->Z);
+    // what the optimizer reads: the engine's gradients, or with accumulation their fp32 sum
+    t->opt_grad = a->gradient_accumulation_steps > 1 ? (void*)t->d_acc : zero_flat_grad(t->Z);
+    t->opt_grad_dtype = a->gradient_accumulation_steps > 1 ? DT_F32 : zero_grad_dtype(t->Z);
+    const size_t gsz = dtype_size(t->opt_grad_dtype);
     for (int i = 0; i < t->T.num_params; i++) {
         const ParamDesc* p = &t->T.params[i];
         size_t off = zero_unit_offset(t->Z, p->unit) + p->offset;
         at[i].master = master + off;
         at[i].m = t->d_m + off;
         at[i].v = t->d_v + off;
-        at[i].grad = grad + off;
+        at[i].grad = (const char*)t->opt_grad + off * gsz;
         at[i].n = (int64_t)p->numel;
-        at[i].grad_dtype = DT_F32;
+        at[i].grad_dtype = t->opt_grad_dtype;
         at[i].work_dtype = a->dtype == DT_F32 ? DT_F16 : a->dtype;
         at[i].weight_decay = p->decay ? (float)a->weight_decay : 0.0f;
         if (a->dtype != DT_F32) {
@@ -304,7 +309,7 @@ static void model_setup(Trainer* t) {
     }
     t->adam_plan = adamw_plan_create(at, t->T.num_params);
     free(at);
-    GradBuffer gb = {.ptr = grad, .n = (int64_t)t->n, .dtype = DT_F32};
+    GradBuffer gb = {.ptr = t->opt_grad, .n = (int64_t)t->n, .dtype = t->opt_grad_dtype};
     t->norm_plan = global_norm_plan_create(&gb, 1);
     CUDA_CHECK(cudaMalloc((void**)&t->d_norm2, sizeof(float)));
     CUDA_CHECK(cudaMalloc((void**)&t->d_overflow, sizeof(int)));
@@ -539,30 +544,26 @@ static double train_step(Trainer* t, int64_t n_micro, double* norm_out, bool* sk
             json_array_append_new(dump_step, o);
         }
         set_model_batch(t, b);
-        zero_zero_grads(t->Z, t->s);
+        zero_begin_grads(t->Z, t->s);
         uint64_t seed = splitmix64(a->seed ^ splitmix64((uint64_t)t->rng.micro_counter));
         t5_model_forward(t->M, true, grad_scale, seed, t->s);
         t5_model_backward(t->M, t->s);
         CUDA_CHECK(cudaMemcpyAsync(t->h_loss + i, t5_model_loss_device(t->M), sizeof(float), cudaMemcpyDeviceToHost,
                                    t->s));
-        if (n_micro > 1) {
-            // torch semantics: grad = g_0, then grad += g_i (each g_i complete for its micro-batch)
-            if (i == 0)
-                CUDA_CHECK(cudaMemcpyAsync(t->d_acc, zero_flat_grad(t->Z), t->n * sizeof(float),
-                                           cudaMemcpyDeviceToDevice, t->s));
-            else
-                add_inplace(t->d_acc, zero_flat_grad(t->Z), DT_F32, t->n, t->s);
+        if (t->d_acc) {
+            // torch semantics in fp32: grad = g_0, then grad += g_i (each g_i complete for its micro-batch)
+            if (i == 0) cast(t->d_acc, DT_F32, zero_flat_grad(t->Z), zero_grad_dtype(t->Z), t->n, t->s);
+            else add_inplace(t->d_acc, zero_flat_grad(t->Z), zero_grad_dtype(t->Z), t->n, t->s);
         }
         t->rng.micro_counter++;
         t->st.tokens_seen += b->n_src_tokens + b->n_tgt_tokens;
         t->st.samples_seen += b->B;
     }
     if (dump_step) json_array_append_new(t->dump, dump_step);
-    if (n_micro > 1)
-        CUDA_CHECK(cudaMemcpyAsync(zero_flat_grad(t->Z), t->d_acc, t->n * sizeof(float), cudaMemcpyDeviceToDevice,
-                                   t->s));
+    if (n_micro > 1 && !t->d_acc)
+        t5_die(T5_EXIT_FAILURE, "internal: %lld micro-batches without an accumulation buffer", (long long)n_micro);
     if (a->inject_inf_step > 0 && t->st.global_step + 1 == a->inject_inf_step)
-        fill(zero_flat_grad(t->Z), DT_F32, 1, INFINITY, t->s);
+        fill(t->opt_grad, t->opt_grad_dtype, 1, INFINITY, t->s);
 
     global_norm_compute(t->norm_plan, t->d_norm2, t->d_overflow, t->s);
     global_norm_clip_scale(t->d_norm2, t->d_overflow, loss_scale, (float)a->clip, t->d_inv_scale, t->d_norm, t->s);

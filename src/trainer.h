@@ -61,6 +61,7 @@ typedef struct {
     GenerateOptions gen;         // max_length, num_beams, length_penalty, early_stopping
     // precision
     DType dtype;                 // fp32, fp16 (DeepSpeed loss scaler), bf16
+    DType grad_dtype;            // parameter gradients: dtype (DeepSpeed's default) or fp32
     LossScalerConfig scaler;     // fp16 only
     // optimization
     int64_t gradient_accumulation_steps;

@@ -18,6 +18,7 @@ typedef struct {
 struct ZeroEngine {
     int stage;
     DType dt;                 // working dtype X
+    DType gdt;                // gradient dtype G: X or fp32
     int num_units;
     size_t* numel;            // (num_units)
     size_t* offset;           // (num_units) element offset in the flat buffers
@@ -25,20 +26,31 @@ struct ZeroEngine {
     UnitState* state;         // (num_units)
     size_t flat_numel;
     float* master;            // (flat_numel) fp32
-    float* grad;              // (flat_numel) fp32
+    void* grad;               // (flat_numel) G
     void* working;            // (flat_numel) X; == master when X is fp32
     int grads_ready;
 };
 
 ZeroEngine* zero_create(int stage, DType dt, int num_units, const size_t* unit_numel, const char* const* unit_name,
                         char* err, size_t errlen) {
+    return zero_create_ex(stage, dt, dt, num_units, unit_numel, unit_name, err, errlen);
+}
+
+ZeroEngine* zero_create_ex(int stage, DType dt, DType gdt, int num_units, const size_t* unit_numel,
+                           const char* const* unit_name, char* err, size_t errlen) {
     if (stage != 0) {
         snprintf(err, errlen, "not implemented yet: ZeRO stage %d (only stage 0 exists)", stage);
+        return NULL;
+    }
+    if (gdt != dt && gdt != DT_F32) {
+        snprintf(err, errlen, "gradients in %s with %s weights are not supported (use %s or fp32)", dtype_name(gdt),
+                 dtype_name(dt), dtype_name(dt));
         return NULL;
     }
     ZeroEngine* Z = calloc_check(1, sizeof *Z);
     Z->stage = stage;
     Z->dt = dt;
+    Z->gdt = gdt;
     Z->num_units = num_units;
     Z->numel = calloc_check((size_t)num_units, sizeof(size_t));
     Z->offset = calloc_check((size_t)num_units, sizeof(size_t));
@@ -53,14 +65,16 @@ ZeroEngine* zero_create(int stage, DType dt, int num_units, const size_t* unit_n
         Z->name[u] = strdup_check(unit_name && unit_name[u] ? unit_name[u] : buf);
     }
     size_t n = Z->flat_numel ? Z->flat_numel : 8;
-    size_t bytes = n * 4 * 2 + (dt == DT_F32 ? 0 : n * dtype_size(dt));
-    if (cudaMalloc((void**)&Z->master, n * 4) != cudaSuccess || cudaMalloc((void**)&Z->grad, n * 4) != cudaSuccess ||
+    const size_t gsz = dtype_size(gdt);
+    size_t bytes = n * 4 + n * gsz + (dt == DT_F32 ? 0 : n * dtype_size(dt));
+    if (cudaMalloc((void**)&Z->master, n * 4) != cudaSuccess || cudaMalloc(&Z->grad, n * gsz) != cudaSuccess ||
         (dt != DT_F32 && cudaMalloc(&Z->working, n * dtype_size(dt)) != cudaSuccess)) {
         (void)cudaGetLastError();
         snprintf(err, errlen,
-                 "out of GPU memory allocating the parameters: %.2f GiB for %zu elements (fp32 master + fp32 "
+                 "out of GPU memory allocating the parameters: %.2f GiB for %zu elements (fp32 master + %s "
                  "grads%s%s)",
-                 (double)bytes / (1024.0 * 1024 * 1024), Z->flat_numel, dt == DT_F32 ? "" : " + ", dt == DT_F32 ? "" : dtype_name(dt));
+                 (double)bytes / (1024.0 * 1024 * 1024), Z->flat_numel, dtype_name(gdt), dt == DT_F32 ? "" : " + ",
+                 dt == DT_F32 ? "" : dtype_name(dt));
         cudaFree(Z->master);
         cudaFree(Z->grad);
         Z->master = Z->grad = NULL;
@@ -69,7 +83,7 @@ ZeroEngine* zero_create(int stage, DType dt, int num_units, const size_t* unit_n
     }
     if (dt == DT_F32) Z->working = Z->master;
     CUDA_CHECK(cudaMemset(Z->master, 0, n * 4));
-    CUDA_CHECK(cudaMemset(Z->grad, 0, n * 4));
+    CUDA_CHECK(cudaMemset(Z->grad, 0, n * gsz));
     if (dt != DT_F32) CUDA_CHECK(cudaMemset(Z->working, 0, n * dtype_size(dt)));
     return Z;
 }
@@ -93,6 +107,7 @@ static void zero_check_unit(const ZeroEngine* Z, int unit, const char* fn) {
 }
 
 DType zero_working_dtype(const ZeroEngine* Z) { return Z->dt; }
+DType zero_grad_dtype(const ZeroEngine* Z) { return Z->gdt; }
 int zero_num_units(const ZeroEngine* Z) { return Z->num_units; }
 size_t zero_unit_numel(const ZeroEngine* Z, int unit) {
     zero_check_unit(Z, unit, __func__);
@@ -133,14 +148,14 @@ void zero_release(ZeroEngine* Z, int unit, cudaStream_t stream) {
     Z->state[unit].fetched = false;
 }
 
-float* zero_grad(ZeroEngine* Z, int unit) {
+void* zero_grad(ZeroEngine* Z, int unit) {
     zero_check_unit(Z, unit, __func__);
     if (Z->state[unit].grad_ready) {
         char msg[160];
         snprintf(msg, sizeof msg, "gradient of %s asked for after grad_ready in the same step", Z->name[unit]);
         t5_check_failed("ZERO", "zero_grad", msg, __FILE__, __LINE__, __func__);
     }
-    return Z->grad + Z->offset[unit];
+    return (char*)Z->grad + Z->offset[unit] * dtype_size(Z->gdt);
 }
 
 void zero_grad_ready(ZeroEngine* Z, int unit, cudaStream_t stream) {
@@ -155,8 +170,8 @@ void zero_grad_ready(ZeroEngine* Z, int unit, cudaStream_t stream) {
     Z->grads_ready++;
 }
 
-void zero_zero_grads(ZeroEngine* Z, cudaStream_t stream) {
-    CUDA_CHECK(cudaMemsetAsync(Z->grad, 0, Z->flat_numel * sizeof(float), stream));
+void zero_begin_grads(ZeroEngine* Z, cudaStream_t stream) {
+    (void)stream;  // nothing to clear: the backward writes every gradient
     for (int u = 0; u < Z->num_units; u++) Z->state[u].grad_ready = false;
     Z->grads_ready = 0;
 }
@@ -185,4 +200,23 @@ size_t zero_unit_offset(const ZeroEngine* Z, int unit) {
 }
 size_t zero_flat_numel(const ZeroEngine* Z) { return Z->flat_numel; }
 float* zero_flat_master(ZeroEngine* Z) { return Z->master; }
-float* zero_flat_grad(ZeroEngine* Z) { return Z->grad; }
+void* zero_flat_grad(ZeroEngine* Z) { return Z->grad; }
+
+void zero_grads_to_host_f32(ZeroEngine* Z, float* out, cudaStream_t stream) {
+    if (Z->flat_numel == 0) return;
+    if (Z->gdt == DT_F32) {
+        CUDA_CHECK(cudaMemcpyAsync(out, Z->grad, Z->flat_numel * sizeof(float), cudaMemcpyDeviceToHost, stream));
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+        return;
+    }
+    const size_t chunk = T5_MIN(Z->flat_numel, (size_t)1 << 24);  // 64 MiB of fp32 at a time
+    float* tmp = NULL;
+    CUDA_CHECK(cudaMalloc((void**)&tmp, chunk * sizeof(float)));
+    for (size_t i = 0; i < Z->flat_numel; i += chunk) {
+        const size_t n = T5_MIN(chunk, Z->flat_numel - i);
+        cast(tmp, DT_F32, (const char*)Z->grad + i * dtype_size(Z->gdt), Z->gdt, n, stream);
+        CUDA_CHECK(cudaMemcpyAsync(out + i, tmp, n * sizeof(float), cudaMemcpyDeviceToHost, stream));
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+    }
+    CUDA_CHECK(cudaFree(tmp));
+}

@@ -439,6 +439,8 @@ typedef struct {
 
 #define BASE "--model t5-small --dataset wmt16-ro-en --output_dir %O "
 static const BadCase BAD[] = {
+    {"grad_accum_dtype_mismatch", NULL, "{\"bf16\": {\"enabled\": \"auto\"}, \"data_types\": {\"grad_accum_dtype\": \"fp16\"}}",
+     BASE "--bf16 --deepspeed %D", "data_types.grad_accum_dtype \"fp16\" does not fit a bf16 run"},
     {"malformed_json", "{\"learning_rate\": 1e-4,\n}", NULL, BASE "--config %C", "2:1: invalid JSON"},
     {"unknown_top_key", "{\"learning_rat\": 1e-4}", NULL, BASE "--config %C",
      "learning_rat: unknown key (did you mean learning_rate?)"},

@@ -2,7 +2,8 @@
  * test_gpu_matmul.c: the cuBLASLt wrapper of cuda/matmul.cu against an fp64 CPU GEMM.
  * Every transpose combination at odd sizes (M=7 N=33 K=40) and a tile-sized one, every input dtype,
  * D in the input dtype and in fp32; strided batches with a broadcast operand; beta = 1 accumulation;
- * the RELU epilogue; linear_forward/linear_backward (dw accumulates: called twice it doubles);
+ * the RELU epilogue; linear_forward/linear_backward (dw assigned over poison, then accumulated: doubles; also
+ * with 16-bit dw);
  * a misaligned operand is refused with a message naming it.
  */
 #include <unistd.h>
@@ -149,8 +150,8 @@ static void test_linear_forward_backward(void** state) {
         void* ddout = dev_upload(dt, dout, (size_t)M * N);
         void* dy = dev_alloc_poisoned((size_t)M * N * dtype_size(dt));
         void* dinp = dev_alloc_poisoned((size_t)M * K * 4);
-        float* zeros = host_floats((size_t)N * K);
-        void* dwgrad = dev_upload(DT_F32, zeros, (size_t)N * K);
+        void* dwgrad = dev_alloc_poisoned((size_t)N * K * 4);
+        void* dwgrad_x = dev_alloc_poisoned((size_t)N * K * dtype_size(dt));
 
         linear_forward(dy, dt, dx, dw_, dt, M, N, K, 0);
         float* got = host_floats((size_t)M * N);
@@ -163,23 +164,28 @@ static void test_linear_forward_backward(void** state) {
 
         // dinp in fp32: assigned, then accumulated (doubles)
         got = host_floats((size_t)M * K);
-        linear_backward(dinp, DT_F32, false, dwgrad, DT_F32, ddout, dx, dw_, dt, M, N, K, 0);
+        linear_backward(dinp, DT_F32, false, dwgrad, DT_F32, false, ddout, dx, dw_, dt, M, N, K, 0);
         dev_download(got, DT_F32, dinp, (size_t)M * K);
         memset(ref, 0, sizeof(double) * (size_t)M * K);
         ref_gemm(ref, dout, w, M, K, N, false, false, 1, 0);
         ok &= check_close("linear_backward dinp (=)", dt, got, ref, (size_t)M * K, matmul_tol(dt, DT_F32));
-        linear_backward(dinp, DT_F32, true, dwgrad, DT_F32, ddout, dx, dw_, dt, M, N, K, 0);
+        linear_backward(dinp, DT_F32, true, dwgrad, DT_F32, true, ddout, dx, dw_, dt, M, N, K, 0);
         dev_download(got, DT_F32, dinp, (size_t)M * K);
         for (size_t i = 0; i < (size_t)M * K; i++) ref[i] *= 2;
         ok &= check_close("linear_backward dinp (+=)", dt, got, ref, (size_t)M * K, matmul_tol(dt, DT_F32));
         free(got);
 
-        // dw after two calls = 2 dout^T x
+        // dw after (=) then (+=) = 2 dout^T x
         got = host_floats((size_t)N * K);
         dev_download(got, DT_F32, dwgrad, (size_t)N * K);
         memset(ref, 0, sizeof(double) * (size_t)N * K);
         ref_gemm(ref, dout, x, N, K, M, true, false, 2, 0);
-        ok &= check_close("linear_backward dw (+= twice)", dt, got, ref, (size_t)N * K, matmul_tol(dt, DT_F32));
+        ok &= check_close("linear_backward dw (= then +=)", dt, got, ref, (size_t)N * K, matmul_tol(dt, DT_F32));
+        // the same with dw in the input dtype (16-bit gradients, fp32 accumulation in the GEMM)
+        linear_backward(NULL, DT_F32, false, dwgrad_x, dt, false, ddout, dx, dw_, dt, M, N, K, 0);
+        linear_backward(NULL, DT_F32, false, dwgrad_x, dt, true, ddout, dx, dw_, dt, M, N, K, 0);
+        dev_download(got, dt, dwgrad_x, (size_t)N * K);
+        ok &= check_close("linear_backward dw in dt (= then +=)", dt, got, ref, (size_t)N * K, matmul_tol(dt, dt));
         free(got);
 
         CUDA_CHECK(cudaFree(dx));
@@ -188,10 +194,10 @@ static void test_linear_forward_backward(void** state) {
         CUDA_CHECK(cudaFree(dy));
         CUDA_CHECK(cudaFree(dinp));
         CUDA_CHECK(cudaFree(dwgrad));
+        CUDA_CHECK(cudaFree(dwgrad_x));
         free(x);
         free(w);
         free(dout);
-        free(zeros);
         free(ref);
     }
     assert_true(ok);

@@ -1,7 +1,8 @@
 /*
  * test_gpu_rmsnorm.c: cuda/rmsnorm.cu (T5LayerNorm) against an fp64 CPU reference: forward output and
  * saved rstd for every (weight, output) dtype pair the model uses, the 128-bit path (D % 8 == 0) and
- * the scalar one; backward dx (+=) and dw (+=, doubles when called twice); finite differences of the
+ * the scalar one; backward dx (+=) and dw (= over stale contents, then +=: twice the sum; dw in the output
+ * dtype, as the model's gradients are); finite differences of the
  * fp32 path for x and w; bit-identical dw across two runs (deterministic reduction).
  */
 #include "test_gpu_util.h"
@@ -21,13 +22,16 @@ static Tol rms_tol(DType dt) {
 
 typedef struct {
     int N, D;
-    DType dt_w, dt_out;
+    DType dt_w, dt_out, dt_dw;
+    bool acc_dw;  // the next rms_backward accumulates into dw
     float *x, *w, *dout, *dx0;  // host inputs (w, dout already rounded to their dtypes)
     void *d_x, *d_w, *d_out, *d_rstd, *d_dout, *d_dx, *d_dw, *d_scratch;
 } RmsCase;
 
-static void rms_setup(RmsCase* c, int N, int D, DType dt_w, DType dt_out, uint64_t seed) {
+static void rms_setup(RmsCase* c, int N, int D, DType dt_w, DType dt_out, DType dt_dw, uint64_t seed) {
     TRng rng = {seed};
+    c->dt_dw = dt_dw;
+    c->acc_dw = false;
     c->N = N;
     c->D = D;
     c->dt_w = dt_w;
@@ -49,9 +53,7 @@ static void rms_setup(RmsCase* c, int N, int D, DType dt_w, DType dt_out, uint64
     c->d_rstd = dev_alloc_poisoned((size_t)N * 4);
     c->d_dout = dev_upload(dt_out, c->dout, nd);
     c->d_dx = dev_upload(DT_F32, c->dx0, nd);
-    float* z = host_floats(D);
-    c->d_dw = dev_upload(DT_F32, z, D);
-    free(z);
+    c->d_dw = dev_alloc_poisoned((size_t)D * dtype_size(dt_dw));
     c->d_scratch = dev_alloc_poisoned(rmsnorm_backward_scratch_floats(N, D) * 4);
 }
 
@@ -65,7 +67,7 @@ static void rms_free(RmsCase* c) {
 }
 
 static void rms_backward(RmsCase* c) {
-    rmsnorm_backward((float*)c->d_dx, (float*)c->d_dw, c->d_dout, c->dt_out, (const float*)c->d_x, c->d_w, c->dt_w,
+    rmsnorm_backward((float*)c->d_dx, c->d_dw, c->dt_dw, c->acc_dw, c->d_dout, c->dt_out, (const float*)c->d_x, c->d_w, c->dt_w,
                      (const float*)c->d_rstd, c->N, c->D, (float*)c->d_scratch, 0);
 }
 
@@ -104,16 +106,17 @@ static void test_rmsnorm_forward_backward(void** state) {
         for (int p = 0; p < 4; p++) {
             RmsCase c;
             const int N = 37, D = Ds[di];
-            rms_setup(&c, N, D, pairs[p][0], pairs[p][1], 42 + p + 10 * di);
+            rms_setup(&c, N, D, pairs[p][0], pairs[p][1], pairs[p][1], 42 + p + 10 * di);
             const size_t nd = (size_t)N * D;
             rmsnorm_forward(c.d_out, c.dt_out, (float*)c.d_rstd, (const float*)c.d_x, c.d_w, c.dt_w, N, D, EPS, 0);
-            rms_backward(&c);
+            rms_backward(&c);  // dw = (over the poison)
+            c.acc_dw = true;
             rms_backward(&c);  // dx and dw accumulate
             float *out = host_floats(nd), *rstd = host_floats(N), *dx = host_floats(nd), *dw = host_floats(D);
             dev_download(out, c.dt_out, c.d_out, nd);
             dev_download(rstd, DT_F32, c.d_rstd, N);
             dev_download(dx, DT_F32, c.d_dx, nd);
-            dev_download(dw, DT_F32, c.d_dw, D);
+            dev_download(dw, c.dt_dw, c.d_dw, D);
             double *rout = host_doubles(nd), *rrstd = host_doubles(N), *rdx = host_doubles(nd), *rdw = host_doubles(D);
             rms_reference(&c, rstd, rout, rrstd, rdx, rdw, 2);
             char what[96];
@@ -123,8 +126,11 @@ static void test_rmsnorm_forward_backward(void** state) {
             // gradients are fp32 math from 16-bit inputs: fp32 accumulation error only
             snprintf(what, sizeof what, "rmsnorm dx (+= twice) D=%d w=%s", D, dtype_name(c.dt_w));
             ok &= check_close(what, c.dt_out, dx, rdx, nd, (Tol){1e-5, 1e-5});
-            snprintf(what, sizeof what, "rmsnorm dw (+= twice) D=%d w=%s", D, dtype_name(c.dt_w));
-            ok &= check_close(what, c.dt_out, dw, rdw, D, c.dt_w == DT_F32 ? (Tol){1e-4, 1e-5} : (Tol){2e-4, 1e-5});
+            snprintf(what, sizeof what, "rmsnorm dw (= then +=) D=%d w=%s dw=%s", D, dtype_name(c.dt_w),
+                     dtype_name(c.dt_dw));
+            // fp32 dw: accumulation error only; 16-bit dw: two roundings (one per call)
+            const Tol tdw = c.dt_dw != DT_F32 ? rms_tol(c.dt_dw) : c.dt_w == DT_F32 ? (Tol){1e-4, 1e-5} : (Tol){2e-4, 1e-5};
+            ok &= check_close(what, c.dt_dw, dw, rdw, D, tdw);
             free(out);
             free(rstd);
             free(dx);
@@ -157,7 +163,7 @@ static void test_rmsnorm_finite_differences(void** state) {
     RmsCase c;
     const int N = 16, D = 256;
     const size_t nd = (size_t)N * D;
-    rms_setup(&c, N, D, DT_F32, DT_F32, 9);
+    rms_setup(&c, N, D, DT_F32, DT_F32, DT_F32, 9);
     CUDA_CHECK(cudaMemset(c.d_dx, 0, nd * 4));
     rms_loss(&c, c.x, c.w);  // sets rstd
     rms_backward(&c);
@@ -195,7 +201,7 @@ static void test_rmsnorm_deterministic(void** state) {
     T5_REQUIRE_GPU();
     RmsCase c;
     const int N = 2048, D = 1024;  // many blocks contribute to every dw element
-    rms_setup(&c, N, D, DT_BF16, DT_BF16, 11);
+    rms_setup(&c, N, D, DT_BF16, DT_BF16, DT_F32, 11);
     rmsnorm_forward(c.d_out, c.dt_out, (float*)c.d_rstd, (const float*)c.d_x, c.d_w, c.dt_w, N, D, EPS, 0);
     float *a = host_floats(D), *b = host_floats(D);
     rms_backward(&c);

@@ -11,6 +11,7 @@
 #include "t5test.h"
 
 #include "../cuda/check.h"
+#include "../cuda/elementwise.cuh"
 #include "../model/params.h"
 #include "../model/t5.h"
 #include "../model/t5_config.h"
@@ -77,7 +78,9 @@ static void set_batch(Run* r, const T5Batch* b) {
 
 // one step: eager (forward + backward) or through t5_model_forward_backward; returns the loss, *grads malloc'd
 static float step(Run* r, bool fused, uint64_t seed, float** grads) {
-    zero_zero_grads(r->Z, r->s);
+    // NaN first: a graph replay must write every gradient as the eager backward does
+    fill(zero_flat_grad(r->Z), zero_grad_dtype(r->Z), zero_flat_numel(r->Z), NAN, r->s);
+    zero_begin_grads(r->Z, r->s);
     if (fused) {
         t5_model_forward_backward(r->M, 1.0f, seed, r->s);
     } else {
@@ -89,7 +92,7 @@ static float step(Run* r, bool fused, uint64_t seed, float** grads) {
     assert_int_equal(zero_num_grads_ready(r->Z), r->t.num_units);
     size_t n = zero_flat_numel(r->Z);
     *grads = malloc(n * sizeof(float));
-    CUDA_CHECK(cudaMemcpy(*grads, zero_flat_grad(r->Z), n * sizeof(float), cudaMemcpyDeviceToHost));
+    zero_grads_to_host_f32(r->Z, *grads, r->s);
     return loss;
 }
 

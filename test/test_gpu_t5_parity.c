@@ -18,6 +18,7 @@
 #include "t5test.h"
 
 #include "../cuda/check.h"
+#include "../cuda/elementwise.cuh"
 #include "../model/params.h"
 #include "../model/t5.h"
 #include "../model/t5_config.h"
@@ -73,7 +74,7 @@ typedef struct {
     cudaStream_t s;
 } Run;
 
-static void run_open(Run* r, const char* model, DType dt, bool ckpt, float dropout) {
+static void run_open_g(Run* r, const char* model, DType dt, DType gdt, bool ckpt, float dropout) {
     memset(r, 0, sizeof *r);
     char err[4096];
     char* dir = fixture_path(model);
@@ -89,7 +90,7 @@ static void run_open(Run* r, const char* model, DType dt, bool ckpt, float dropo
         numel[u] = r->t.units[u].numel;
         names[u] = r->t.units[u].name;
     }
-    r->Z = zero_create(0, dt, r->t.num_units, numel, names, err, sizeof err);
+    r->Z = zero_create_ex(0, dt, gdt, r->t.num_units, numel, names, err, sizeof err);
     if (!r->Z) fail_msg("%s", err);
     free(numel);
     free(names);
@@ -110,8 +111,15 @@ static void run_open(Run* r, const char* model, DType dt, bool ckpt, float dropo
     free(bp);
 }
 
+// gradients in the run dtype, as training keeps them
+static void run_open(Run* r, const char* model, DType dt, bool ckpt, float dropout) {
+    run_open_g(r, model, dt, dt, ckpt, dropout);
+}
+
 static float run_step(Run* r, uint64_t seed) {
-    zero_zero_grads(r->Z, r->s);
+    // NaN in every gradient first: the backward must write each one (no clearing pass exists)
+    fill(zero_flat_grad(r->Z), zero_grad_dtype(r->Z), zero_flat_numel(r->Z), NAN, r->s);
+    zero_begin_grads(r->Z, r->s);
     t5_model_forward(r->M, true, 1.0f, seed, r->s);
     t5_model_backward(r->M, r->s);
     float loss = t5_model_loss(r->M, r->s);
@@ -124,7 +132,7 @@ static float run_step(Run* r, uint64_t seed) {
 static float* run_grads(Run* r) {
     size_t n = zero_flat_numel(r->Z);
     float* g = malloc(n * sizeof(float));
-    CUDA_CHECK(cudaMemcpy(g, zero_flat_grad(r->Z), n * sizeof(float), cudaMemcpyDeviceToHost));
+    zero_grads_to_host_f32(r->Z, g, r->s);
     return g;
 }
 
@@ -184,11 +192,12 @@ static void tally(Tally* T, const char* name, double err, double tol, double ref
     }
 }
 
-static void check_parity(const char* model, DType dt) {
+static void check_parity(const char* model, DType dt, DType gdt) {
     const Tolerance* tol = tolerance_for(dt);
     const char* P = dtype_name(dt);
     Run r;
-    run_open(&r, model, dt, false, 0.0f);
+    run_open_g(&r, model, dt, gdt, false, 0.0f);
+    print_message("# %s %s, gradients in %s\n", model, P, dtype_name(gdt));
     float loss = run_step(&r, 1);
     float* g = run_grads(&r);
 
@@ -273,12 +282,15 @@ static void check_parity(const char* model, DType dt) {
     if (T.failures) fail_msg("%s %s: %d tensors over tolerance (worst %s)", model, P, T.failures, T.worst_name);
 }
 
-static void test_parity_v10_fp32(void** s) { (void)s; T5_REQUIRE_GPU(); require_fixtures(); check_parity("tiny_v10", DT_F32); }
-static void test_parity_v11_fp32(void** s) { (void)s; T5_REQUIRE_GPU(); require_fixtures(); check_parity("tiny_v11", DT_F32); }
-static void test_parity_v10_fp16(void** s) { (void)s; T5_REQUIRE_GPU(); require_fixtures(); check_parity("tiny_v10", DT_F16); }
-static void test_parity_v11_fp16(void** s) { (void)s; T5_REQUIRE_GPU(); require_fixtures(); check_parity("tiny_v11", DT_F16); }
-static void test_parity_v10_bf16(void** s) { (void)s; T5_REQUIRE_GPU(); require_fixtures(); check_parity("tiny_v10", DT_BF16); }
-static void test_parity_v11_bf16(void** s) { (void)s; T5_REQUIRE_GPU(); require_fixtures(); check_parity("tiny_v11", DT_BF16); }
+static void test_parity_v10_fp32(void** s) { (void)s; T5_REQUIRE_GPU(); require_fixtures(); check_parity("tiny_v10", DT_F32, DT_F32); }
+static void test_parity_v11_fp32(void** s) { (void)s; T5_REQUIRE_GPU(); require_fixtures(); check_parity("tiny_v11", DT_F32, DT_F32); }
+static void test_parity_v10_fp16(void** s) { (void)s; T5_REQUIRE_GPU(); require_fixtures(); check_parity("tiny_v10", DT_F16, DT_F16); }
+static void test_parity_v11_fp16(void** s) { (void)s; T5_REQUIRE_GPU(); require_fixtures(); check_parity("tiny_v11", DT_F16, DT_F16); }
+static void test_parity_v10_bf16(void** s) { (void)s; T5_REQUIRE_GPU(); require_fixtures(); check_parity("tiny_v10", DT_BF16, DT_BF16); }
+static void test_parity_v11_bf16(void** s) { (void)s; T5_REQUIRE_GPU(); require_fixtures(); check_parity("tiny_v11", DT_BF16, DT_BF16); }
+// data_types.grad_accum_dtype "fp32": 16-bit weights, fp32 gradient buffers
+static void test_parity_v10_fp16_g32(void** s) { (void)s; T5_REQUIRE_GPU(); require_fixtures(); check_parity("tiny_v10", DT_F16, DT_F32); }
+static void test_parity_v11_bf16_g32(void** s) { (void)s; T5_REQUIRE_GPU(); require_fixtures(); check_parity("tiny_v11", DT_BF16, DT_F32); }
 
 // ---------------------------------------------------------------------------------------------
 // determinism and checkpointing (dropout on)
@@ -405,6 +417,10 @@ static void test_dump_grads_cli(void** s) {
     rc = t5test_run(out, sizeof out, "%s dump-grads --model %s --batch %s --out %s --dtype fp8", t5test_bin(), mdir, bp, op);
     assert_int_equal(rc, 2);
     assert_contains(out, "fp8");
+    rc = t5test_run(out, sizeof out, "%s dump-grads --model %s --batch %s --out %s --dtype bf16 --grad-dtype fp16",
+                    t5test_bin(), mdir, bp, op);
+    assert_int_equal(rc, 2);
+    assert_contains(out, "--grad-dtype 'fp16'");
     free(bad);
     free(mdir);
     free(bp);
@@ -417,6 +433,7 @@ int main(void) {
         cmocka_unit_test(test_parity_v10_fp32), cmocka_unit_test(test_parity_v11_fp32),
         cmocka_unit_test(test_parity_v10_fp16), cmocka_unit_test(test_parity_v11_fp16),
         cmocka_unit_test(test_parity_v10_bf16), cmocka_unit_test(test_parity_v11_bf16),
+        cmocka_unit_test(test_parity_v10_fp16_g32), cmocka_unit_test(test_parity_v11_bf16_g32),
         cmocka_unit_test(test_determinism_fp32), cmocka_unit_test(test_determinism_bf16),
         cmocka_unit_test(test_ckpt_fp32),       cmocka_unit_test(test_ckpt_fp16),
         cmocka_unit_test(test_dump_grads_cli),

@@ -277,7 +277,7 @@ static void run_small(DType dt, bool ckpt, const char* preset, float* loss_out, 
     cudaStream_t s;
     CUDA_CHECK(cudaStreamCreate(&s));
     if (t5_model_set_batch(M, &batch, s, err, sizeof err)) fail_msg("%s", err);
-    zero_zero_grads(Z, s);
+    zero_begin_grads(Z, s);
     t5_model_forward(M, true, 1.0f, 77, s);
     t5_model_backward(M, s);
     *loss_out = t5_model_loss(M, s);
@@ -285,7 +285,7 @@ static void run_small(DType dt, bool ckpt, const char* preset, float* loss_out, 
     assert_int_equal(zero_num_grads_ready(Z), t.num_units);
     size_t n = zero_flat_numel(Z);
     float* g = malloc(n * 4);
-    CUDA_CHECK(cudaMemcpy(g, zero_flat_grad(Z), n * 4, cudaMemcpyDeviceToHost));
+    zero_grads_to_host_f32(Z, g, s);
     *grads_out = g;
     *n_out = n;
     print_message("# %s %s ckpt %d: loss %.6f, activations %.1f MiB\n", preset, dtype_name(dt), ckpt, *loss_out,

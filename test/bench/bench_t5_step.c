@@ -3,13 +3,13 @@
  *
  *   build-x/bench/bench_t5_step [--models t5-small,t5-base,t5-large,t5-3b] [--shapes 1x48x48,8x128x128]
  *       [--dtypes bf16,fp16] [--modes eager,graph] [--warmup 3] [--iters 20] [--dropout P] [--layers N]
- *       [--init fast|hf] [--csv FILE]
+ *       [--init fast|hf] [--grad-dtype same|fp32] [--csv FILE]
  *
  * What is timed (CUDA events around each step, after `warmup` untimed steps; the median of `iters`):
- *   zero_zero_grads (memset of the fp32 gradients) + t5_model_forward_backward (forward with loss and
- *   dlogits, backward into every fp32 parameter gradient), train mode (dropout = the config's 0.1 unless
- *   --dropout), stage-0 engine (fp32 master, X working weights, fp32 gradients), mixed precision exactly as the
- *   trainer runs it. No optimizer step (this model has none yet in the step). The batch is set once before
+ *   zero_begin_grads (bookkeeping only) + t5_model_forward_backward (forward with loss and dlogits, backward
+ *   writing every parameter gradient), train mode (dropout = the config's 0.1 unless --dropout), stage-0
+ *   engine (fp32 master, X working weights, X gradients, or fp32 gradients with --grad-dtype fp32, the
+ *   trainer's data_types.grad_accum_dtype "fp32"), mixed precision exactly as the trainer runs it. No optimizer step (this model has none yet in the step). The batch is set once before
  *   timing (random ids in [2, V), no padding, labels = random ids), as a real step finds it already on the GPU.
  *   modes: eager = kernels launched one by one; graph = T5ModelOptions.cuda_graph (captured once, replayed).
  * Peak memory: device memory in use by the process beyond the CUDA context (cudaMemGetInfo, measured at
@@ -41,7 +41,7 @@
 #include "../../src/zero.h"
 
 typedef struct {
-    char models[512], shapes[256], dtypes[64], modes[64], init[16];
+    char models[512], shapes[256], dtypes[64], modes[64], init[16], grad_dtype[16];
     const char* csv;
     int warmup, iters, layers;
     float dropout;  // < 0: the config's
@@ -157,14 +157,14 @@ static void bench_one(const Args* a, const ParamTable* t, ZeroEngine* Z, DType d
     for (int i = 0; i <= n; i++) CUDA_CHECK(cudaEventCreate(&ev[i]));
     uint64_t seed = 1;
     for (int i = 0; i < a->warmup; i++) {
-        zero_zero_grads(Z, s);
+        zero_begin_grads(Z, s);
         t5_model_forward_backward(M, 1.0f, seed++, s);
     }
     CUDA_CHECK(cudaStreamSynchronize(s));
     // back-to-back steps, an event between consecutive ones: step i = ev[i] -> ev[i+1]
     CUDA_CHECK(cudaEventRecord(ev[0], s));
     for (int i = 0; i < n; i++) {
-        zero_zero_grads(Z, s);
+        zero_begin_grads(Z, s);
         t5_model_forward_backward(M, 1.0f, seed++, s);
         CUDA_CHECK(cudaEventRecord(ev[i + 1], s));
     }
@@ -208,7 +208,7 @@ static bool in_list(const char* list, const char* item) {
 
 int main(int argc, char** argv) {
     Args a = {.models = "t5-small,t5-base,t5-large,t5-3b", .shapes = "1x48x48,8x128x128", .dtypes = "bf16,fp16",
-              .modes = "eager,graph", .init = "fast", .warmup = 3, .iters = 20, .dropout = -1, .peak_tflops = 989.0};
+              .modes = "eager,graph", .init = "fast", .grad_dtype = "same", .warmup = 3, .iters = 20, .dropout = -1, .peak_tflops = 989.0};
     for (int i = 1; i < argc; i++) {
         const char* k = argv[i];
         const char* v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -219,6 +219,7 @@ int main(int argc, char** argv) {
         else if (!strcmp(k, "--dtypes")) snprintf(a.dtypes, sizeof a.dtypes, "%s", v);
         else if (!strcmp(k, "--modes")) snprintf(a.modes, sizeof a.modes, "%s", v);
         else if (!strcmp(k, "--init")) snprintf(a.init, sizeof a.init, "%s", v);
+        else if (!strcmp(k, "--grad-dtype")) snprintf(a.grad_dtype, sizeof a.grad_dtype, "%s", v);
         else if (!strcmp(k, "--warmup")) a.warmup = atoi(v);
         else if (!strcmp(k, "--iters")) a.iters = atoi(v);
         else if (!strcmp(k, "--layers")) a.layers = atoi(v);
@@ -229,6 +230,8 @@ int main(int argc, char** argv) {
     }
     if (a.iters < 1 || a.warmup < 0) t5_die(T5_EXIT_USAGE, "bench_t5_step: --iters >= 1 and --warmup >= 0");
     if (strcmp(a.init, "fast") && strcmp(a.init, "hf")) t5_die(T5_EXIT_USAGE, "bench_t5_step: --init fast|hf");
+    if (strcmp(a.grad_dtype, "same") && strcmp(a.grad_dtype, "fp32"))
+        t5_die(T5_EXIT_USAGE, "bench_t5_step: --grad-dtype same|fp32");
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) t5_die(T5_EXIT_FAILURE, "bench_t5_step needs a GPU");
     CUDA_CHECK(cudaFree(0));
@@ -267,7 +270,8 @@ int main(int argc, char** argv) {
         const DType dts[2] = {DT_BF16, DT_F16};
         for (int d = 0; d < 2; d++) {
             if (!in_list(a.dtypes, dtype_name(dts[d]))) continue;
-            ZeroEngine* Z = zero_create(0, dts[d], t.num_units, numel, names, err, sizeof err);
+            const DType gdt = strcmp(a.grad_dtype, "fp32") ? dts[d] : DT_F32;
+            ZeroEngine* Z = zero_create_ex(0, dts[d], gdt, t.num_units, numel, names, err, sizeof err);
             if (!Z) t5_die(T5_EXIT_FAILURE, "%s", err);
             if (!strcmp(a.init, "hf")) {
                 if (t5_weights_init_random(Z, &t, 42, s, err, sizeof err)) t5_die(T5_EXIT_FAILURE, "%s", err);
