@@ -179,6 +179,13 @@ static void test_attention_softmax_reference(void** state) {
         {3, 2, 1, 13, 6, true, true, true, 0.0f, 1, 0},
         {3, 3, 9, 70, 0, false, true, true, 0.1f, 1234, 777},
         {3, 2, 70, 70, 0, true, true, true, 0.5f, 99, 0},
+        // rows held in registers with 2 and 4 key groups per lane, rows past 512 keys (three-pass kernel), more
+        // batch entries than warps per block, and a backward whose B x Tk floats exceed shared memory
+        {2, 2, 3, 200, 0, true, true, true, 0.1f, 5, 0},
+        {2, 1, 4, 300, 0, false, true, true, 0.0f, 1, 0},
+        {2, 1, 3, 600, 0, true, true, true, 0.1f, 7, 3},
+        {35, 1, 2, 40, 0, false, true, true, 0.1f, 8, 0},
+        {35, 1, 2, 400, 0, false, true, true, 0.0f, 1, 0},
     };
     bool ok = true;
     for (size_t i = 0; i < T5_ARRAY_LEN(shapes); i++)
