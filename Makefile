@@ -110,6 +110,10 @@ endif
 ifeq ($(FAST_MATH),1)
   NVOPT += --use_fast_math
 endif
+# compressed fatbins (nvcc >= 12.8): every binary links the whole kernel library statically, and the device
+# machine takes at most 64 MiB of binaries per call; decompression happens once, at module load
+NVCC_COMPRESS ?= $(shell $(NVCC) --help 2>/dev/null | grep -q -- '--compress-mode' && echo --compress-mode=size)
+NVOPT += $(NVCC_COMPRESS)
 
 DEFS := -D_GNU_SOURCE -DT5_GPU_ARCH=\"$(GPU_ARCH)\"
 ifeq ($(HAVE_MPI),1)

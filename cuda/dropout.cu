@@ -6,6 +6,7 @@
  *   dropout_forward:           out (n) X = dropout(x (n) X)                 (=, in place allowed)
  *   dropout_backward:          dx (n) X = dropout(dout (n) X), same mask    (=, in place allowed)
  *   residual_dropout_add:      resid (n) fp32 += dropout(branch (n) X)      (+=: the residual stream)
+ *   residual_dropout_add_out:  out (n) fp32 = resid (n) fp32 + dropout(branch (n) X)   (=; out may be resid)
  *   residual_dropout_backward: dbranch (n) X = dropout(dresid (n) fp32)     (=)
  * The mask is never stored: the backward regenerates it from (seed, offset). The caller advances
  * `offset` by at least n between dropout sites that share a seed.
@@ -36,10 +37,10 @@ __global__ void dropout_forward_kernel1(Out* out, const In* in, size_t n, float 
     }
 }
 
-// resid += dropout(branch)
+// out = resid + dropout(branch) (out == resid: in place)
 template <typename T>
-__global__ void residual_dropout_add_kernel1(float* resid, const T* branch, size_t n, float p, float scale,
-                                             uint64_t seed, uint64_t offset, bool vec,
+__global__ void residual_dropout_add_kernel1(float* out, const float* resid, const T* branch, size_t n, float p,
+                                             float scale, uint64_t seed, uint64_t offset, bool vec,
                                              const uint64_t* seed_dev) {
     if (seed_dev) seed = *seed_dev;
     for (size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x; c < ew_chunks(n); c += (size_t)gridDim.x * blockDim.x) {
@@ -51,7 +52,7 @@ __global__ void residual_dropout_add_kernel1(float* resid, const T* branch, size
         dropout_factors<EW_CHUNK>(seed, offset + i0, p, scale, f);
 #pragma unroll
         for (int j = 0; j < EW_CHUNK; j++) r[j] += b[j] * f[j];
-        store_chunk(resid, i0, n, vec, r);
+        store_chunk(out, i0, n, vec, r);
     }
 }
 
@@ -97,10 +98,10 @@ static void dropout_from_f32_t(void* out, const void* in, size_t n, float p, uin
     dropout_launch<float, T>(out, in, n, p, seed, offset, stream);
 }
 template <typename T>
-static void residual_dropout_add_t(float* resid, const void* branch, size_t n, float p, uint64_t seed,
-                                   uint64_t offset, cudaStream_t stream) {
-    const bool vec = is_aligned16(resid) && is_aligned16(branch);
-    residual_dropout_add_kernel1<T><<<ew_grid(n), EW_BLOCK, 0, stream>>>(resid, (const T*)branch, n, p,
+static void residual_dropout_add_t(float* out, const float* resid, const void* branch, size_t n, float p,
+                                   uint64_t seed, uint64_t offset, cudaStream_t stream) {
+    const bool vec = is_aligned16(out) && is_aligned16(resid) && is_aligned16(branch);
+    residual_dropout_add_kernel1<T><<<ew_grid(n), EW_BLOCK, 0, stream>>>(out, resid, (const T*)branch, n, p,
                                                                         dropout_scale(p), seed, offset, vec,
                                                                         dropout_seed_dev);
 }
@@ -127,7 +128,15 @@ extern "C" void residual_dropout_add(float* resid, const void* branch, DType dt,
                                      uint64_t offset, cudaStream_t stream) {
     dropout_check_p(p, __func__);
     if (n == 0) return;
-    DTYPE_DISPATCH(dt, residual_dropout_add_t, resid, branch, n, p, seed, offset, stream);
+    DTYPE_DISPATCH(dt, residual_dropout_add_t, resid, resid, branch, n, p, seed, offset, stream);
+    CUDA_LAUNCH_CHECK();
+}
+
+extern "C" void residual_dropout_add_out(float* out, const float* resid, const void* branch, DType dt, size_t n,
+                                         float p, uint64_t seed, uint64_t offset, cudaStream_t stream) {
+    dropout_check_p(p, __func__);
+    if (n == 0) return;
+    DTYPE_DISPATCH(dt, residual_dropout_add_t, out, resid, branch, n, p, seed, offset, stream);
     CUDA_LAUNCH_CHECK();
 }
 

@@ -6,6 +6,7 @@
  *   dropout_forward:  out (n) X = dropout(x)         (in place allowed)
  *   dropout_backward: dx (n) X  = dropout(dout)      (same mask; in place allowed)
  *   residual_dropout_add: resid (n) fp32 += dropout(branch (n) X) — the T5 sublayer residual add;
+ *   residual_dropout_add_out: out (n) fp32 = resid (n) fp32 + dropout(branch (n) X) (the same values, out of place);
  *   its backward is dropout_backward of the fp32 residual gradient into a branch gradient in X:
  *   residual_dropout_backward: dbranch (n) X = dropout(dresid (n) fp32).
  * dropout_uniform is the host reference of the RNG (bit-identical to the device).
@@ -28,6 +29,8 @@ void dropout_backward(void* dx, const void* dout, DType dt, size_t n, float p, u
                       cudaStream_t stream);
 void residual_dropout_add(float* resid, const void* branch, DType dt, size_t n, float p, uint64_t seed,
                           uint64_t offset, cudaStream_t stream);
+void residual_dropout_add_out(float* out, const float* resid, const void* branch, DType dt, size_t n, float p,
+                              uint64_t seed, uint64_t offset, cudaStream_t stream);
 void residual_dropout_backward(void* dbranch, DType dt, const float* dresid, size_t n, float p, uint64_t seed,
                                uint64_t offset, cudaStream_t stream);
 

@@ -8,7 +8,8 @@
  *             dw (D)   fp32 += sum_n dout[n,d] * y[n,d]                                        (+=)
  *             (the rounding of y is passed straight through, as autograd does for a cast)
  * Layout: one warp per row, lanes own 8-element chunks (128-bit accesses when D % 8 == 0 and the
- * pointers are aligned). The dw reduction is deterministic: each block accumulates its rows in shared
+ * pointers are aligned). Rows of D <= 1024 stay in registers between the passes (kernel2: every input read
+ * once); longer rows re-read them (kernel1). Both compute the same values. The dw reduction is deterministic: each block accumulates its rows in shared
  * memory (one row of D floats per warp, rows assigned to warps by a fixed rule), sums its warps in
  * order into scratch (nblk, D), and a second kernel sums the nblk partials in a fixed order into dw.
  * nblk depends on N and D only (one row per warp up to 1024 blocks), so the bits do not depend on the GPU model.
@@ -43,6 +44,101 @@ __global__ void rmsnorm_forward_kernel1(TO* out, float* rstd, const float* x, co
 #pragma unroll
         for (int j = 0; j < EW_CHUNK; j++) v[j] = wv[j] * round_to<TW>(v[j] * r);
         store_chunk(outr, i0, D, vec, v);
+    }
+}
+
+// D <= 32 * 8 * RMS_NC: the lane's chunks of the row stay in registers between the two passes (x is read once).
+// Same values as kernel1 (same operations, same order).
+#define RMS_NC 4
+template <typename TW, typename TO>
+__global__ void rmsnorm_forward_kernel2(TO* out, float* rstd, const float* x, const TW* w, int N, int D, float eps,
+                                        bool vec) {
+    const int lane = threadIdx.x & 31;
+    const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (row >= N) return;
+    const float* xr = x + (size_t)row * D;
+    float v[RMS_NC][EW_CHUNK];
+    float ss = 0.0f;
+#pragma unroll
+    for (int c = 0; c < RMS_NC; c++) {
+        const int i0 = (lane + 32 * c) * EW_CHUNK;
+        if (i0 < D) {
+            load_chunk(xr, i0, D, vec, v[c]);
+#pragma unroll
+            for (int j = 0; j < EW_CHUNK; j++) ss += v[c][j] * v[c][j];
+        }
+    }
+    ss = warp_reduce_sum(ss);
+    const float r = rsqrtf(ss / (float)D + eps);
+    if (lane == 0) rstd[row] = r;
+    TO* outr = out + (size_t)row * D;
+#pragma unroll
+    for (int c = 0; c < RMS_NC; c++) {
+        const int i0 = (lane + 32 * c) * EW_CHUNK;
+        if (i0 < D) {
+            float wv[EW_CHUNK];
+            load_chunk(w, i0, D, vec, wv);
+#pragma unroll
+            for (int j = 0; j < EW_CHUNK; j++) v[c][j] = wv[j] * round_to<TW>(v[c][j] * r);
+            store_chunk(outr, i0, D, vec, v[c]);
+        }
+    }
+}
+
+// backward for D <= 32 * 8 * RMS_NC: x, dout and w of the row read once into registers. Same values as kernel1.
+template <typename TW, typename TO>
+__global__ void rmsnorm_backward_kernel2(float* dx, float* partial, const TO* dout, const float* x, const TW* w,
+                                         const float* rstd, int N, int D, bool vec) {
+    extern __shared__ float dw_sh[];  // (nwarps, D)
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    float* dw_w = dw_sh + (size_t)warp * D;
+    for (int i = lane; i < D; i += 32) dw_w[i] = 0.0f;
+    __syncwarp();
+    for (int row = blockIdx.x * nwarps + warp; row < N; row += gridDim.x * nwarps) {
+        const float* xr = x + (size_t)row * D;
+        const TO* gr = dout + (size_t)row * D;
+        const float r = rstd[row];
+        float v[RMS_NC][EW_CHUNK], gw[RMS_NC][EW_CHUNK];
+        float dot = 0.0f;
+#pragma unroll
+        for (int c = 0; c < RMS_NC; c++) {
+            const int i0 = (lane + 32 * c) * EW_CHUNK;
+            if (i0 < D) {
+                float g[EW_CHUNK], wv[EW_CHUNK];
+                load_chunk(xr, i0, D, vec, v[c]);
+                load_chunk(gr, i0, D, vec, g);
+                load_chunk(w, i0, D, vec, wv);
+#pragma unroll
+                for (int j = 0; j < EW_CHUNK; j++) {
+                    dot += g[j] * wv[j] * v[c][j];
+                    gw[c][j] = g[j];  // keep dout; dy = dout * w is formed below exactly as kernel1 does
+                }
+            }
+        }
+        dot = warp_reduce_sum(dot);
+        const float cc = r * r * dot / (float)D;
+        float* dxr = dx + (size_t)row * D;
+#pragma unroll
+        for (int c = 0; c < RMS_NC; c++) {
+            const int i0 = (lane + 32 * c) * EW_CHUNK;
+            if (i0 < D) {
+                float wv[EW_CHUNK], d[EW_CHUNK];
+                load_chunk(w, i0, D, vec, wv);
+                load_chunk(dxr, i0, D, vec, d);
+#pragma unroll
+                for (int j = 0; j < EW_CHUNK; j++) {
+                    d[j] += r * (gw[c][j] * wv[j] - v[c][j] * cc);
+                    if (i0 + j < D) dw_w[i0 + j] += gw[c][j] * round_to<TW>(v[c][j] * r);
+                }
+                store_chunk(dxr, i0, D, vec, d);
+            }
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < D; i += blockDim.x) {
+        float s = 0.0f;
+        for (int k = 0; k < nwarps; k++) s += dw_sh[(size_t)k * D + i];
+        partial[(size_t)blockIdx.x * D + i] = s;
     }
 }
 
@@ -135,8 +231,12 @@ static void rmsnorm_forward_tt(void* out, float* rstd, const float* x, const voi
                                cudaStream_t stream) {
     const bool vec = D % EW_CHUNK == 0 && is_aligned16(out) && is_aligned16(x) && is_aligned16(w);
     const int warps = 8;
-    rmsnorm_forward_kernel1<TW, TO><<<CEIL_DIV(N, warps), warps * 32, 0, stream>>>((TO*)out, rstd, x, (const TW*)w,
-                                                                                    N, D, eps, vec);
+    if (D <= 32 * EW_CHUNK * RMS_NC)
+        rmsnorm_forward_kernel2<TW, TO><<<CEIL_DIV(N, warps), warps * 32, 0, stream>>>((TO*)out, rstd, x,
+                                                                                        (const TW*)w, N, D, eps, vec);
+    else
+        rmsnorm_forward_kernel1<TW, TO><<<CEIL_DIV(N, warps), warps * 32, 0, stream>>>((TO*)out, rstd, x,
+                                                                                        (const TW*)w, N, D, eps, vec);
 }
 template <typename TO>
 static void rmsnorm_forward_t(void* out, float* rstd, const float* x, const void* w, DType dt_w, int N, int D,
@@ -161,8 +261,12 @@ static void rmsnorm_backward_tt(float* dx, void* dw, DType dt_dw, bool accumulat
         CUDA_CHECK(cudaFuncSetAttribute(rmsnorm_backward_kernel1<TW, TO>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)smem));
     }
-    rmsnorm_backward_kernel1<TW, TO><<<nblk, warps * 32, smem, stream>>>(dx, scratch, (const TO*)dout, x, (const TW*)w,
-                                                                        rstd, N, D, vec);
+    if (D <= 32 * EW_CHUNK * RMS_NC)
+        rmsnorm_backward_kernel2<TW, TO><<<nblk, warps * 32, smem, stream>>>(dx, scratch, (const TO*)dout, x,
+                                                                            (const TW*)w, rstd, N, D, vec);
+    else
+        rmsnorm_backward_kernel1<TW, TO><<<nblk, warps * 32, smem, stream>>>(dx, scratch, (const TO*)dout, x,
+                                                                            (const TW*)w, rstd, N, D, vec);
     CUDA_LAUNCH_CHECK();
     DTYPE_DISPATCH(dt_dw, rmsnorm_dw_reduce_t, dw, scratch, nblk, D, accumulate_dw, stream);
 }

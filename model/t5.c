@@ -666,8 +666,7 @@ static void ff_forward(T5Model* M, void* wb, const BlockParamIdx* pi, FFActs* f,
     // NOTE(numerics): HF keeps `wo` in fp32 (_keep_in_fp32_modules) when loading fp16 weights; under autocast
     // (our reference) wo runs in X like every other GEMM. A keep_wo_fp32 option can be added later.
     linear_forward(M->lin, X, act_d, wptr(M, wb, pi->wo), X, N, D, F, s);
-    CUDA_CHECK(cudaMemcpyAsync(x_out, x_in, (size_t)N * D * sizeof(float), cudaMemcpyDeviceToDevice, s));
-    residual_dropout_add(x_out, M->lin, X, (size_t)N * D, p, M->seed, off_out, s);
+    residual_dropout_add_out(x_out, x_in, M->lin, X, (size_t)N * D, p, M->seed, off_out, s);
 }
 
 static void ff_backward(T5Model* M, void* wb, void* gb, const BlockParamIdx* pi, const FFActs* f, const float* x_in,

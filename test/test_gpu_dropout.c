@@ -68,6 +68,13 @@ static bool drop_case(DType dt, size_t n, size_t off_elems, float p, uint64_t se
     dev_download(got, DT_F32, (float*)dr + off_elems, n);
     for (size_t i = 0; i < n; i++) ref[i] = r0[i] + (dropout_uniform(seed, offset + i) >= p ? x[i] * scale : 0.0);
     ok &= check_close("residual_dropout_add (+=)", DT_F32, got, ref, n, (Tol){1e-6, 1e-6});
+    // out of place: out = resid + dropout(x), resid (the in-place result above) unchanged
+    float* d_out2 = (float*)dev_alloc_poisoned((n + off_elems) * sizeof(float));
+    residual_dropout_add_out(d_out2 + off_elems, (float*)dr + off_elems, dx + off_elems * es, dt, n, p, seed, offset, 0);
+    dev_download(got, DT_F32, d_out2 + off_elems, n);
+    for (size_t i = 0; i < n; i++) ref[i] += dropout_uniform(seed, offset + i) >= p ? x[i] * scale : 0.0;
+    ok &= check_close("residual_dropout_add_out (=)", DT_F32, got, ref, n, (Tol){1e-6, 1e-6});
+    CUDA_CHECK(cudaFree(d_out2));
     residual_dropout_backward(dout + off_elems * es, dt, (float*)dgr + off_elems, n, p, seed, offset, 0);
     dev_download(got, dt, dout + off_elems * es, n);
     for (size_t i = 0; i < n; i++) ref[i] = dropout_uniform(seed, offset + i) >= p ? g[i] * scale : 0.0;
