@@ -12,7 +12,12 @@
  *   cuBLASLt "B" = our A: stored col-major (K,M) ld K when !trans_a (OP_N), or (M,K) ld M (OP_T);
  *   cuBLASLt "C"/"D" = our D: col-major (N,M) ld N.
  *   m = N, n = M, k = K for cuBLASLt.
- * Batched: strided batch with the element strides of the descriptor (0 broadcasts an operand).
+ * Leading dimensions: the row length of the stored row-major matrix (lda/ldb/ldd, 0 = packed) is the
+ * column-major ld cuBLASLt takes, whichever way the operand is transposed.
+ * Batched: strided batch with the element strides of the descriptor (0 broadcasts an operand), or
+ * (matmul_batched_ptr) cuBLASLt's pointer-array batch mode on every operand: device arrays of one pointer
+ * per matrix, read by the kernel at run time (e.g. the heads of a (B*T, H*Dk) tensor, which no single
+ * batch stride reaches).
  *
  * Descriptors, layouts and the heuristic's algorithm are created once per distinct shape key
  * (every GemmDesc field but alpha, with beta reduced to "zero or not", plus the operands' alignment)
@@ -40,6 +45,8 @@ typedef struct {
     int dt_ab, dt_d;
     int batch;
     int64_t stride_a, stride_b, stride_d;
+    int lda, ldb, ldd;  // effective leading dimensions (elements)
+    int ptr_array;      // 1: CUBLASLT_BATCH_MODE_POINTER_ARRAY on A, B, C, D
     int beta_nonzero;
     int epilogue;
     int align_a, align_b, align_d;  // bytes, power of two in [2, 256]
@@ -96,10 +103,16 @@ static void matmul_plan_destroy(MatmulPlan* p) {
     p->used = false;
 }
 
-static cublasLtMatrixLayout_t matmul_layout(DType dt, int rows, int cols, int ld, int batch, int64_t stride) {
+static cublasLtMatrixLayout_t matmul_layout(DType dt, int rows, int cols, int ld, int batch, int64_t stride,
+                                            bool ptr_array) {
     cublasLtMatrixLayout_t l;
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, matmul_cuda_type(dt), (uint64_t)rows, (uint64_t)cols, (int64_t)ld));
-    if (batch > 1) {
+    if (ptr_array) {
+        const uint32_t mode = CUBLASLT_BATCH_MODE_POINTER_ARRAY;
+        const int32_t bc = batch;
+        CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_MODE, &mode, sizeof mode));
+        CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof bc));
+    } else if (batch > 1) {
         int32_t bc = batch;
         CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof bc));
         CUBLAS_CHECK(
@@ -108,7 +121,8 @@ static cublasLtMatrixLayout_t matmul_layout(DType dt, int rows, int cols, int ld
     return l;
 }
 
-static void matmul_plan_create(MatmulPlan* p, const MatmulKey* k, uint64_t hash) {
+// false (nothing kept) when the heuristic has no algorithm
+static bool matmul_plan_create(MatmulPlan* p, const MatmulKey* k, uint64_t hash) {
     p->hash = hash;
     p->key = *k;
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -120,11 +134,12 @@ static void matmul_plan_create(MatmulPlan* p, const MatmulKey* k, uint64_t hash)
     const cublasLtEpilogue_t epi = k->epilogue == GEMM_EPI_RELU ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT;
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
     const DType dab = (DType)k->dt_ab, dd = (DType)k->dt_d;
-    p->la = k->trans_b ? matmul_layout(dab, k->K, k->N, k->K, k->batch, k->stride_b)
-                       : matmul_layout(dab, k->N, k->K, k->N, k->batch, k->stride_b);
-    p->lb = k->trans_a ? matmul_layout(dab, k->M, k->K, k->M, k->batch, k->stride_a)
-                       : matmul_layout(dab, k->K, k->M, k->K, k->batch, k->stride_a);
-    p->ld = matmul_layout(dd, k->N, k->M, k->N, k->batch, k->stride_d);
+    const bool pa = k->ptr_array != 0;
+    p->la = k->trans_b ? matmul_layout(dab, k->K, k->N, k->ldb, k->batch, k->stride_b, pa)
+                       : matmul_layout(dab, k->N, k->K, k->ldb, k->batch, k->stride_b, pa);
+    p->lb = k->trans_a ? matmul_layout(dab, k->M, k->K, k->lda, k->batch, k->stride_a, pa)
+                       : matmul_layout(dab, k->K, k->M, k->lda, k->batch, k->stride_a, pa);
+    p->ld = matmul_layout(dd, k->N, k->M, k->ldd, k->batch, k->stride_d, pa);
 
     cublasLtMatmulPreference_t pref;
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -139,18 +154,30 @@ static void matmul_plan_create(MatmulPlan* p, const MatmulKey* k, uint64_t hash)
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &red, sizeof red));
     cublasLtMatmulHeuristicResult_t res;
     int found = 0;
-    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(matmul_handle, p->op, p->la, p->lb, p->ld, p->ld, pref, 1, &res, &found));
+    // (a heuristic that refuses the layouts outright, e.g. a batch mode it does not know, is "no algorithm" too)
+    const cublasStatus_t st =
+        cublasLtMatmulAlgoGetHeuristic(matmul_handle, p->op, p->la, p->lb, p->ld, p->ld, pref, 1, &res, &found);
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
-    if (found == 0)
-        t5_die(T5_EXIT_FAILURE,
-               "matmul: cuBLASLt has no algorithm for M=%d N=%d K=%d trans_a=%d trans_b=%d A/B %s D %s batch=%d "
-               "(alignments A %d B %d D %d bytes)",
-               k->M, k->N, k->K, k->trans_a, k->trans_b, dtype_name(dab), dtype_name(dd), k->batch, k->align_a,
-               k->align_b, k->align_d);
+    if (st != CUBLAS_STATUS_SUCCESS) found = 0;
+    p->used = true;  // (so that matmul_plan_destroy frees the descriptors)
+    if (found == 0) {
+        matmul_plan_destroy(p);
+        return false;
+    }
     p->algo = res.algo;
-    p->used = true;
+    return true;
 }
 
+static void matmul_die_no_algo(const MatmulKey* k) {
+    t5_die(T5_EXIT_FAILURE,
+           "matmul: cuBLASLt has no algorithm for M=%d N=%d K=%d trans_a=%d trans_b=%d A/B %s D %s batch=%d%s "
+           "ld %d/%d/%d (alignments A %d B %d D %d bytes)",
+           k->M, k->N, k->K, k->trans_a, k->trans_b, dtype_name((DType)k->dt_ab), dtype_name((DType)k->dt_d),
+           k->batch, k->ptr_array ? " (pointer arrays)" : "", k->lda, k->ldb, k->ldd, k->align_a, k->align_b,
+           k->align_d);
+}
+
+// the cached plan of key k, created on first use; NULL when cuBLASLt has no algorithm for it
 static const MatmulPlan* matmul_plan_get(const MatmulKey* k) {
     const uint64_t h = matmul_hash(k);
     for (int i = 0; i < MATMUL_CACHE_SIZE; i++) {
@@ -158,9 +185,9 @@ static const MatmulPlan* matmul_plan_get(const MatmulKey* k) {
         if (p->used && p->hash == h && memcmp(&p->key, k, sizeof *k) == 0) return p;
     }
     MatmulPlan* p = &matmul_cache[matmul_cache_next];
-    matmul_cache_next = (matmul_cache_next + 1) % MATMUL_CACHE_SIZE;
     matmul_plan_destroy(p);  // safe while earlier launches run: cuBLASLt reads descriptors at enqueue time
-    matmul_plan_create(p, k, h);
+    if (!matmul_plan_create(p, k, h)) return NULL;
+    matmul_cache_next = (matmul_cache_next + 1) % MATMUL_CACHE_SIZE;
     return p;
 }
 
@@ -191,13 +218,62 @@ static void matmul_check_ptr(const void* p, const char* what, const GemmDesc* g)
                     "matmul: operand %s at %p is not 16-byte aligned (M=%d N=%d K=%d)", what, p, g->M, g->N, g->K);
 }
 
-extern "C" void matmul(const GemmDesc* g, void* d, const void* a, const void* b, cudaStream_t stream) {
-    if (g->M <= 0 || g->N <= 0 || g->batch <= 0) return;
+static void matmul_check_desc(const GemmDesc* g) {
     if (g->dt_d != g->dt_ab && g->dt_d != DT_F32)
         t5_die(T5_EXIT_FAILURE, "matmul: D dtype %s must equal the A/B dtype %s or be fp32", dtype_name(g->dt_d),
                dtype_name(g->dt_ab));
     if (g->epilogue == GEMM_EPI_RELU && g->beta != 0.0f)
         t5_die(T5_EXIT_FAILURE, "matmul: the RELU epilogue needs beta == 0 (got %g)", g->beta);
+    // the stored row lengths (see matmul.cuh); an explicit one must hold a row
+    const int la = g->trans_a ? g->M : g->K, lb = g->trans_b ? g->K : g->N;
+    if ((g->lda && g->lda < la) || (g->ldb && g->ldb < lb) || (g->ldd && g->ldd < g->N))
+        t5_die(T5_EXIT_FAILURE, "matmul: leading dimensions %d/%d/%d shorter than the rows (%d/%d/%d)", g->lda, g->ldb,
+               g->ldd, la, lb, g->N);
+}
+
+// the cache key of g (alignments filled in by the caller)
+static MatmulKey matmul_key_make(const GemmDesc* g, bool ptr_array) {
+    MatmulKey k;
+    memset(&k, 0, sizeof k);  // padding bytes take part in the hash and memcmp
+    k.M = g->M;
+    k.N = g->N;
+    k.K = g->K;
+    k.trans_a = g->trans_a;
+    k.trans_b = g->trans_b;
+    k.dt_ab = g->dt_ab;
+    k.dt_d = g->dt_d;
+    k.batch = g->batch;
+    if (g->batch > 1 && !ptr_array) {
+        k.stride_a = g->stride_a;
+        k.stride_b = g->stride_b;
+        k.stride_d = g->stride_d;
+    }
+    k.lda = g->lda ? g->lda : (g->trans_a ? g->M : g->K);
+    k.ldb = g->ldb ? g->ldb : (g->trans_b ? g->K : g->N);
+    k.ldd = g->ldd ? g->ldd : g->N;
+    k.ptr_array = ptr_array;
+    k.beta_nonzero = g->beta != 0.0f;
+    k.epilogue = g->epilogue;
+    return k;
+}
+
+// an explicit leading dimension lowers the alignment of every row after the first
+static int matmul_alignment_ld(int align, int ld_explicit, size_t es) {
+    if (ld_explicit)
+        while (align > 1 && ((uint64_t)ld_explicit * es) % (uint64_t)align != 0) align >>= 1;
+    return align;
+}
+
+// a caller's alignment promise, as a power of two in [1, 256]
+static int matmul_alignment_given(int align) {
+    int a = 256;
+    while (a > 1 && (align <= 0 || align % a != 0)) a >>= 1;
+    return a;
+}
+
+extern "C" void matmul(const GemmDesc* g, void* d, const void* a, const void* b, cudaStream_t stream) {
+    if (g->M <= 0 || g->N <= 0 || g->batch <= 0) return;
+    matmul_check_desc(g);
     if (g->K <= 0) {  // empty reduction: D = beta * D
         // (contiguous batches assumed here: stride_d == M*N or batch == 1)
         const size_t n = (size_t)g->M * g->N * g->batch;
@@ -210,31 +286,53 @@ extern "C" void matmul(const GemmDesc* g, void* d, const void* a, const void* b,
     matmul_check_ptr(d, "D", g);
     if (!matmul_handle) matmul_init();
 
-    MatmulKey k;
-    memset(&k, 0, sizeof k);  // padding bytes take part in the hash and memcmp
-    k.M = g->M;
-    k.N = g->N;
-    k.K = g->K;
-    k.trans_a = g->trans_a;
-    k.trans_b = g->trans_b;
-    k.dt_ab = g->dt_ab;
-    k.dt_d = g->dt_d;
-    k.batch = g->batch;
-    if (g->batch > 1) {
-        k.stride_a = g->stride_a;
-        k.stride_b = g->stride_b;
-        k.stride_d = g->stride_d;
-    }
-    k.beta_nonzero = g->beta != 0.0f;
-    k.epilogue = g->epilogue;
+    MatmulKey k = matmul_key_make(g, false);
     const size_t es = dtype_size(g->dt_ab), esd = dtype_size(g->dt_d);
-    k.align_a = matmul_alignment(a, k.stride_a, es, g->batch);
-    k.align_b = matmul_alignment(b, k.stride_b, es, g->batch);
-    k.align_d = matmul_alignment(d, k.stride_d, esd, g->batch);
+    k.align_a = matmul_alignment_ld(matmul_alignment(a, k.stride_a, es, g->batch), g->lda, es);
+    k.align_b = matmul_alignment_ld(matmul_alignment(b, k.stride_b, es, g->batch), g->ldb, es);
+    k.align_d = matmul_alignment_ld(matmul_alignment(d, k.stride_d, esd, g->batch), g->ldd, esd);
     const MatmulPlan* p = matmul_plan_get(&k);
+    if (!p) matmul_die_no_algo(&k);
     const float alpha = g->alpha, beta = g->beta;
     CUBLAS_CHECK(cublasLtMatmul(matmul_handle, p->op, &alpha, b, p->la, a, p->lb, &beta, d, p->ld, d, p->ld, &p->algo,
                                 matmul_workspace, MATMUL_WORKSPACE_BYTES, stream));
+    CUDA_LAUNCH_CHECK();
+}
+
+static MatmulKey matmul_key_ptr(const GemmDesc* g, int align_a, int align_b, int align_d) {
+    matmul_check_desc(g);
+    if (g->K <= 0)
+        t5_die(T5_EXIT_FAILURE, "matmul_batched_ptr: empty reduction (K=%d) is not supported", g->K);
+    MatmulKey k = matmul_key_make(g, true);
+    const size_t es = dtype_size(g->dt_ab), esd = dtype_size(g->dt_d);
+    k.align_a = matmul_alignment_ld(matmul_alignment_given(align_a), g->lda, es);
+    k.align_b = matmul_alignment_ld(matmul_alignment_given(align_b), g->ldb, es);
+    k.align_d = matmul_alignment_ld(matmul_alignment_given(align_d), g->ldd, esd);
+    return k;
+}
+
+extern "C" bool matmul_batched_ptr_supported(const GemmDesc* g, int align_a, int align_b, int align_d) {
+    if (g->M <= 0 || g->N <= 0 || g->batch <= 0) return true;
+    if (!matmul_handle) matmul_init();
+    const MatmulKey k = matmul_key_ptr(g, align_a, align_b, align_d);
+    return matmul_plan_get(&k) != NULL;
+}
+
+extern "C" void matmul_batched_ptr(const GemmDesc* g, void* const* d, const void* const* a, const void* const* b,
+                                   int align_a, int align_b, int align_d, cudaStream_t stream) {
+    if (g->M <= 0 || g->N <= 0 || g->batch <= 0) return;
+    matmul_check_ptr(a, "A (pointer array)", g);
+    matmul_check_ptr(b, "B (pointer array)", g);
+    matmul_check_ptr(d, "D (pointer array)", g);
+    if (!matmul_handle) matmul_init();
+    const MatmulKey k = matmul_key_ptr(g, align_a, align_b, align_d);
+    const MatmulPlan* p = matmul_plan_get(&k);
+    if (!p) matmul_die_no_algo(&k);
+    const float alpha = g->alpha, beta = g->beta;
+    // pointer-array mode: the operand "pointers" are the device arrays themselves
+    void* dv = (void*)d;
+    CUBLAS_CHECK(cublasLtMatmul(matmul_handle, p->op, &alpha, (const void*)b, p->la, (const void*)a, p->lb, &beta, dv,
+                                p->ld, dv, p->ld, &p->algo, matmul_workspace, MATMUL_WORKSPACE_BYTES, stream));
     CUDA_LAUNCH_CHECK();
 }
 

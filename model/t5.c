@@ -7,8 +7,11 @@
  * N = B*T rows of a (B, T, .) tensor. X = the run dtype.
  *
  * Data flow of one block (pre-norm; the residual stream x is fp32):
- *   self-attention:  ln = rmsnorm(x); q,k,v = ln W^T -> split heads; S = Q K^T (fp32);
- *                    P = softmax(S + bias + mask) (X); ctx = merge(dropout(P) V); x += dropout(ctx Wo^T)
+ *   self-attention:  ln = rmsnorm(x); q,k,v = ln W^T (B*T, H*Dk); S = Q K^T per head (fp32);
+ *                    P = softmax(S + bias + mask) (X); ctx = dropout(P) V; x += dropout(ctx Wo^T)
+ *                    The per-head GEMMs read and write the heads in place in the (B*T, H*Dk) tensors
+ *                    (cuBLASLt pointer-array batches, see "attention head pointers" below); without
+ *                    pointer-array support (or T5TRAIN_ATTN_PERMUTE=1) heads are copied to (B, H, T, Dk).
  *   cross-attention (decoder): the same with k,v from the encoder output, no position bias,
  *                    the encoder padding mask
  *   feed-forward:    ln = rmsnorm(x); a = act(ln Wi^T) (or gelu_new(ln Wi0^T) * ln Wi1^T);
@@ -61,18 +64,46 @@ static uint64_t site_offset(T5Stack stack, int layer, DropoutSite site) {
 // ---------------------------------------------------------------------------------------------
 // structures
 
+// which attention of a block: fixes (Tq, Tk) = (Ts, Ts), (Tt, Tt) or (Tt, Ts)
+typedef enum { ATTN_ENC_SELF = 0, ATTN_DEC_SELF = 1, ATTN_CROSS = 2, ATTN_KINDS = 3 } AttnKind;
+
+// slots of device pointer arrays (one pointer per (b, h), see attn_ptrs_build) of one attention's operands
+typedef struct {
+    int q, k, v, ctx;    // heads of the (B*T, HD) tensors
+    int probs, probs_drop;  // (B, H, Tq, Tk) matrices; probs_drop -1 when there is no such buffer
+} AttnSlots;
+
 typedef struct {
     void* ln;          // (B*Tq, D) X      normed sublayer input
     float* rstd;       // (B*Tq) fp32      1/rms of the input rows
-    void* q;           // (B, H, Tq, Dk) X
-    void* k;           // (B, H, Tk, Dk) X
-    void* v;           // (B, H, Tk, Dk) X
+    void* q;           // (B*Tq, HD) X     (B, H, Tq, Dk) when heads are permuted (!M->noperm)
+    void* k;           // (B*Tk, HD) X     (B, H, Tk, Dk) likewise
+    void* v;           // (B*Tk, HD) X     (B, H, Tk, Dk) likewise
     void* probs;       // (B, H, Tq, Tk) PX softmax output (before dropout); PX = fp32, or X with probs_in_x
     void* probs_drop;  // (B, H, Tq, Tk) X  round_X(dropout(probs)), the P of P V, written by the softmax kernel;
                        //                   NULL when PX == X and the model has no dropout (P V then reads probs)
-    void* ctx;         // (B*Tq, HD) X     merged P V (input of o)
+    void* ctx;         // (B*Tq, HD) X     P V, heads merged (input of o)
     float* x_out;      // (B*Tq, D) fp32   residual after this sublayer
+    AttnKind kind;
+    AttnSlots slot;    // pointer arrays of q, k, v, ctx, probs, probs_drop (noperm only)
 } AttnActs;
+
+// one device pointer array: pointer i = b*H + h (b < B of the current batch) is
+//   base + (b*T*HD + h*Dk)*es      (heads: head h of sequence b in a (B*T, HD) tensor, row stride HD)
+//   base + i*Tq*Tk*es              (!heads: contiguous (B, H, Tq, Tk))
+// with T / Tq / Tk the current Ts or Tt (tq, tk: 0 = Ts, 1 = Tt; heads use tq).
+typedef struct {
+    const char* base;
+    int es;
+    bool heads;
+    int tq, tk;
+} PtrSlot;
+
+// the shared scratch's pointer arrays, one set per AttnKind
+typedef struct {
+    int scores, dS, dP;    // (B, H, Tq, Tk) fp32 / X / PX
+    int dctx, dq, dk, dv;  // heads of (B*T, HD) X gradients: dctx, dq (Tq), dk, dv (Tk)
+} ScratchSlots;
 
 typedef struct {
     void* ln;     // (B*T, D) X
@@ -159,11 +190,25 @@ struct T5Model {
     float* scores;        // (B*H*max Tq*Tk) fp32
     void* dbranch;        // (maxN, D) X
     void* dctx;           // (maxN, HD) X
-    void* dOh;            // (B, H, Tq, Dk) X
+    void* dOh;            // (B, H, Tq, Dk) X   permuted path only (NULL when M->noperm)
     void* dP;             // (B, H, Tq, Tk) X
     void* dS;             // (B, H, Tq, Tk) X
-    void *dqh, *dkh, *dvh;  // (B, H, T, Dk) X
+    void *dqh, *dkh, *dvh;  // (B, H, T, Dk) X  permuted path only (NULL when M->noperm)
     void *dqm, *dkm, *dvm;  // (B*T, HD) X
+
+    // attention head pointers (M->noperm): the attention GEMMs run on the (B*T, HD) tensors in place
+    // through cuBLASLt pointer-array batches. Every operand of every attention call site has one slot:
+    // a device array of max_B*H pointers (ptr_dev + slot*ptr_stride), of which the first B*H are written by
+    // attn_ptrs_build in t5_model_set_batch whenever (B, Ts, Tt) changes (outside any step: the step and
+    // its CUDA graphs only read them).
+    bool noperm;
+    PtrSlot* pslots;      // (npslots) host
+    int npslots, cap_pslots;
+    ScratchSlots sslot[ATTN_KINDS];
+    size_t ptr_stride;    // pointers per slot: max_B*H rounded up to 32 (every array 256-byte aligned)
+    void** ptr_dev;       // (npslots, ptr_stride) device pointer arrays
+    void** ptr_host;      // (npslots, ptr_stride) host mirror
+    int ptr_B, ptr_Ts, ptr_Tt;  // shape the arrays hold (-1: none yet)
     void* dln;            // (maxN, D) X
     void *dff, *dfa, *dfb;  // (maxN, F) X
     float* dres_enc;      // (B*Ts, D) fp32 residual gradient
@@ -205,9 +250,29 @@ static void* arena_take(Arena* a, size_t bytes) {
     return a->base ? a->base + off : NULL;
 }
 
-static void layout_attn(Arena* a, AttnActs* x, size_t xs, size_t ps, int B, int H, int Tq, int Tk, int D, int HD,
-                        bool drop) {
+// T codes of the pointer slots: 0 = Ts, 1 = Tt
+static void attn_kind_codes(AttnKind kind, int* tq, int* tk) {
+    *tq = kind == ATTN_ENC_SELF ? 0 : 1;
+    *tk = kind == ATTN_DEC_SELF ? 1 : 0;
+}
+
+// registers one pointer array (both layout passes count them; the second has the real bases)
+static int pslot_add(T5Model* M, const void* base, size_t es, bool heads, int tq, int tk) {
+    if (!M->noperm) return -1;
+    if (M->npslots == M->cap_pslots) {
+        M->cap_pslots = M->cap_pslots ? 2 * M->cap_pslots : 256;
+        M->pslots = realloc_check(M->pslots, (size_t)M->cap_pslots * sizeof(PtrSlot));
+    }
+    M->pslots[M->npslots] = (PtrSlot){.base = base, .es = (int)es, .heads = heads, .tq = tq, .tk = tk};
+    return M->npslots++;
+}
+
+static void layout_attn(T5Model* M, Arena* a, AttnActs* x, AttnKind kind, size_t xs, size_t ps, int B, int H, int Tq,
+                        int Tk, int D, int HD, bool drop) {
     size_t Nq = (size_t)B * Tq, Nk = (size_t)B * Tk;
+    int tq, tk;
+    attn_kind_codes(kind, &tq, &tk);
+    x->kind = kind;
     x->ln = arena_take(a, Nq * D * xs);
     x->rstd = arena_take(a, Nq * 4);
     x->q = arena_take(a, Nq * HD * xs);
@@ -217,6 +282,12 @@ static void layout_attn(Arena* a, AttnActs* x, size_t xs, size_t ps, int B, int 
     x->probs_drop = drop || ps != xs ? arena_take(a, (size_t)B * H * Tq * Tk * xs) : NULL;
     x->ctx = arena_take(a, Nq * HD * xs);
     x->x_out = arena_take(a, Nq * D * 4);
+    x->slot.q = pslot_add(M, x->q, xs, true, tq, tq);
+    x->slot.k = pslot_add(M, x->k, xs, true, tk, tk);
+    x->slot.v = pslot_add(M, x->v, xs, true, tk, tk);
+    x->slot.ctx = pslot_add(M, x->ctx, xs, true, tq, tq);
+    x->slot.probs = pslot_add(M, x->probs, ps, false, tq, tk);
+    x->slot.probs_drop = drop || ps != xs ? pslot_add(M, x->probs_drop, xs, false, tq, tk) : -1;
 }
 
 static void layout_ff(Arena* a, FFActs* f, size_t xs, size_t N, int D, int F, bool gated, bool drop) {
@@ -246,13 +317,14 @@ static void model_layout(T5Model* M, Arena* a) {
     for (int l = 0; l <= M->L; l++) M->resid_enc[l] = arena_take(a, Ns * D * 4);
     for (int l = 0; l <= M->Ld; l++) M->resid_dec[l] = arena_take(a, Nt * D * 4);
     int ne = ckpt ? 1 : M->L, nd = ckpt ? 1 : M->Ld;
+    M->npslots = 0;
     for (int l = 0; l < ne; l++) {
-        layout_attn(a, &M->enc_acts[l].sa, xs, ps, B, H, Ts, Ts, D, HD, drop);
+        layout_attn(M, a, &M->enc_acts[l].sa, ATTN_ENC_SELF, xs, ps, B, H, Ts, Ts, D, HD, drop);
         layout_ff(a, &M->enc_acts[l].ff, xs, Ns, D, F, M->gated, drop);
     }
     for (int l = 0; l < nd; l++) {
-        layout_attn(a, &M->dec_acts[l].sa, xs, ps, B, H, Tt, Tt, D, HD, drop);
-        layout_attn(a, &M->dec_acts[l].ca, xs, ps, B, H, Tt, Ts, D, HD, drop);
+        layout_attn(M, a, &M->dec_acts[l].sa, ATTN_DEC_SELF, xs, ps, B, H, Tt, Tt, D, HD, drop);
+        layout_attn(M, a, &M->dec_acts[l].ca, ATTN_CROSS, xs, ps, B, H, Tt, Ts, D, HD, drop);
         layout_ff(a, &M->dec_acts[l].ff, xs, Nt, D, F, M->gated, drop);
     }
     M->bias_enc = arena_take(a, (size_t)H * Ts * Ts * 4);
@@ -276,15 +348,27 @@ static void model_layout(T5Model* M, Arena* a) {
     M->scores = arena_take(a, (size_t)B * H * TT * 4);
     M->dbranch = arena_take(a, Nmax * D * xs);
     M->dctx = arena_take(a, NHD * xs);
-    M->dOh = arena_take(a, NHD * xs);
+    M->dOh = M->noperm ? NULL : arena_take(a, NHD * xs);
     M->dP = arena_take(a, (size_t)B * H * TT * T5_MAX(ps, xs));
     M->dS = arena_take(a, (size_t)B * H * TT * T5_MAX(ps, xs));
-    M->dqh = arena_take(a, NHD * xs);
-    M->dkh = arena_take(a, NHD * xs);
-    M->dvh = arena_take(a, NHD * xs);
+    M->dqh = M->noperm ? NULL : arena_take(a, NHD * xs);
+    M->dkh = M->noperm ? NULL : arena_take(a, NHD * xs);
+    M->dvh = M->noperm ? NULL : arena_take(a, NHD * xs);
     M->dqm = arena_take(a, NHD * xs);
     M->dkm = arena_take(a, NHD * xs);
     M->dvm = arena_take(a, NHD * xs);
+    for (int kd = 0; kd < ATTN_KINDS; kd++) {
+        int tq, tk;
+        attn_kind_codes((AttnKind)kd, &tq, &tk);
+        ScratchSlots* ss = &M->sslot[kd];
+        ss->scores = pslot_add(M, M->scores, 4, false, tq, tk);
+        ss->dS = pslot_add(M, M->dS, xs, false, tq, tk);
+        ss->dP = pslot_add(M, M->dP, ps, false, tq, tk);
+        ss->dctx = pslot_add(M, M->dctx, xs, true, tq, tq);
+        ss->dq = pslot_add(M, M->dqm, xs, true, tq, tq);
+        ss->dk = pslot_add(M, M->dkm, xs, true, tk, tk);
+        ss->dv = pslot_add(M, M->dvm, xs, true, tk, tk);
+    }
     M->dln = arena_take(a, Nmax * D * xs);
     M->dff = arena_take(a, Nmax * F * xs);
     M->dfa = arena_take(a, Nmax * F * xs);
@@ -297,6 +381,106 @@ static void model_layout(T5Model* M, Arena* a) {
     M->rms_scratch = arena_take(a, rmsnorm_backward_scratch_floats((int)Nmax, D) * 4);
     M->emb_scratch = arena_take(a, embedding_backward_scratch_bytes((int)Nmax));
     M->ce_scratch = arena_take(a, cross_entropy_scratch_bytes((int)Nt));
+}
+
+// ---------------------------------------------------------------------------------------------
+// attention head pointers (see T5Model.noperm)
+
+// largest power of two <= 256 dividing every byte offset given (0 = no constraint)
+static int ptr_align(int64_t o1, int64_t o2) {
+    int a = 256;
+    while (a > 1 && ((o1 % a) != 0 || (o2 % a) != 0)) a >>= 1;
+    return a;
+}
+
+// operand of a pointer-array GEMM: the array, the row length of its matrices (0 = packed), their alignment
+typedef struct {
+    void* const* p;
+    int ld;
+    int align;
+} BatchOp;
+
+// heads of a (B*T, HD) tensor, es bytes per element
+static BatchOp heads_op(const T5Model* M, int slot, int T, size_t es) {
+    const int64_t sb = (int64_t)T * M->HD * (int64_t)es, sh = (int64_t)M->Dk * (int64_t)es;
+    return (BatchOp){.p = M->ptr_dev ? M->ptr_dev + (size_t)slot * M->ptr_stride : NULL,
+                     .ld = M->HD,
+                     .align = ptr_align(sb, sh)};
+}
+
+// (B, H, Tq, Tk) contiguous, es bytes per element
+static BatchOp mats_op(const T5Model* M, int slot, int Tq, int Tk, size_t es) {
+    return (BatchOp){.p = M->ptr_dev ? M->ptr_dev + (size_t)slot * M->ptr_stride : NULL,
+                     .ld = 0,
+                     .align = ptr_align((int64_t)Tq * Tk * (int64_t)es, 0)};
+}
+
+// batched row-major GEMM over the B*H heads of the current batch: d[i] (m,n) = op(a[i]) op(b[i]), X operands
+static void bmm_ptr(const T5Model* M, BatchOp d, DType dt_d, BatchOp a, bool ta, BatchOp b, bool tb, int m, int n,
+                    int k, cudaStream_t s) {
+    GemmDesc g = {.M = m, .N = n, .K = k, .trans_a = ta, .trans_b = tb, .dt_ab = M->X, .dt_d = dt_d,
+                  .batch = M->B * M->H, .lda = a.ld, .ldb = b.ld, .ldd = d.ld, .alpha = 1.0f, .beta = 0.0f,
+                  .epilogue = GEMM_EPI_NONE};
+    matmul_batched_ptr(&g, d.p, (const void* const*)a.p, (const void* const*)b.p, a.align, b.align, d.align, s);
+}
+
+// the six attention GEMMs of the pointer-array path have an algorithm at the largest shape (asked once, host only),
+// unless T5TRAIN_ATTN_PERMUTE=1 asks for the permuted path
+static bool attn_noperm_choose(T5Model* M) {
+    const char* e = getenv("T5TRAIN_ATTN_PERMUTE");
+    if (e && strcmp(e, "1") == 0) return false;
+    M->ptr_dev = NULL;  // (probe operands: arrays are not touched by the heuristic)
+    const int T = T5_MAX(M->opt.max_Ts, M->opt.max_Tt), Dk = M->Dk;
+    const size_t xs = M->xs, ps = dtype_size(M->PX);
+    const DType sdt = M->opt.scores_fp32 || M->X == DT_F32 ? DT_F32 : M->X;
+    const BatchOp hq = heads_op(M, 0, T, xs), pm = mats_op(M, 0, T, T, xs);
+    const BatchOp sm = mats_op(M, 0, T, T, dtype_size(sdt)), dpm = mats_op(M, 0, T, T, ps);
+    struct {
+        BatchOp d, a, b;
+        DType dt_d;
+        bool ta, tb;
+        int m, n, k;
+    } c[6] = {
+        {sm, hq, hq, sdt, false, true, T, T, Dk},   // S = Q K^T
+        {hq, pm, hq, M->X, false, false, T, Dk, T},  // ctx = P V
+        {dpm, hq, hq, M->PX, false, true, T, T, Dk},  // dP = dO V^T
+        {hq, pm, hq, M->X, true, false, T, Dk, T},   // dV = P^T dO
+        {hq, pm, hq, M->X, false, false, T, Dk, T},  // dQ = dS K
+        {hq, pm, hq, M->X, true, false, T, Dk, T},   // dK = dS^T Q
+    };
+    for (int i = 0; i < 6; i++) {
+        GemmDesc g = {.M = c[i].m, .N = c[i].n, .K = c[i].k, .trans_a = c[i].ta, .trans_b = c[i].tb, .dt_ab = M->X,
+                      .dt_d = c[i].dt_d, .batch = M->opt.max_B * M->H, .lda = c[i].a.ld, .ldb = c[i].b.ld,
+                      .ldd = c[i].d.ld, .alpha = 1.0f, .beta = 0.0f, .epilogue = GEMM_EPI_NONE};
+        if (!matmul_batched_ptr_supported(&g, c[i].a.align, c[i].b.align, c[i].d.align)) {
+            t5_warn("attention: cuBLASLt has no pointer-array GEMM for %s (M=%d N=%d K=%d); heads are permuted",
+                    dtype_name(M->X), g.M, g.N, g.K);
+            return false;
+        }
+    }
+    return true;
+}
+
+// writes the first B*H pointers of every slot for the current (B, Ts, Tt), when that shape changed.
+// Synchronous upload: only from t5_model_set_batch (after its stream synchronisation), never inside a step.
+static void attn_ptrs_build(T5Model* M) {
+    if (!M->noperm || (M->ptr_B == M->B && M->ptr_Ts == M->Ts && M->ptr_Tt == M->Tt)) return;
+    const int B = M->B, H = M->H, HD = M->HD, Dk = M->Dk;
+    const size_t BHmax = M->ptr_stride;
+    for (int j = 0; j < M->npslots; j++) {
+        const PtrSlot* ps = &M->pslots[j];
+        void** out = M->ptr_host + (size_t)j * BHmax;
+        const int Tq = ps->tq ? M->Tt : M->Ts, Tk = ps->tk ? M->Tt : M->Ts;
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < H; h++) {
+                const size_t off = ps->heads ? (size_t)b * Tq * HD + (size_t)h * Dk : (size_t)(b * H + h) * Tq * Tk;
+                out[b * H + h] = (void*)(ps->base + off * (size_t)ps->es);
+            }
+    }
+    CUDA_CHECK(cudaMemcpy(M->ptr_dev, M->ptr_host, (size_t)M->npslots * BHmax * sizeof(void*), cudaMemcpyHostToDevice));
+    M->ptr_B = M->B;
+    M->ptr_Ts = M->Ts;
+    M->ptr_Tt = M->Tt;
 }
 
 T5Model* t5_model_create(const ParamTable* t, ZeroEngine* Z, const T5ModelOptions* opt, char* err, size_t errlen) {
@@ -354,6 +538,9 @@ T5Model* t5_model_create(const ParamTable* t, ZeroEngine* Z, const T5ModelOption
     M->enc_acts = calloc_check((size_t)T5_MAX(ne, 1), sizeof(BlockActs));
     M->dec_acts = calloc_check((size_t)T5_MAX(nd, 1), sizeof(BlockActs));
 
+    M->noperm = attn_noperm_choose(M);
+    M->ptr_stride = CEIL_DIV((size_t)opt->max_B * M->H, (size_t)32) * 32;  // 256-byte aligned arrays
+    M->ptr_B = M->ptr_Ts = M->ptr_Tt = -1;
     Arena a = {0};
     model_layout(M, &a);
     M->arena_bytes = a.used;
@@ -371,6 +558,11 @@ T5Model* t5_model_create(const ParamTable* t, ZeroEngine* Z, const T5ModelOption
     }
     a = (Arena){.base = M->arena};
     model_layout(M, &a);
+    if (M->noperm) {
+        const size_t n = (size_t)M->npslots * M->ptr_stride;
+        M->ptr_host = calloc_check(n, sizeof(void*));
+        CUDA_CHECK(cudaMalloc((void**)&M->ptr_dev, n * sizeof(void*)));
+    }
 
     // bucket tables (host, HF's fp32 formula) -> device once
     int nb_e = relpos_table_len(opt->max_Ts), nb_d = relpos_table_len(opt->max_Tt);
@@ -392,6 +584,9 @@ void t5_model_destroy(T5Model* M) {
     }
     free(M->ready_log);
     if (M->arena) cudaFree(M->arena);
+    if (M->ptr_dev) cudaFree(M->ptr_dev);
+    free(M->ptr_host);
+    free(M->pslots);
     free(M->enc_idx);
     free(M->dec_idx);
     free(M->resid_enc);
@@ -488,6 +683,7 @@ int t5_model_set_batch(T5Model* M, const T5Batch* bt, cudaStream_t stream, char*
     if (bt->decoder_attention_mask)
         CUDA_CHECK(cudaMemcpy(M->dec_mask, bt->decoder_attention_mask, Nt * sizeof(int), cudaMemcpyHostToDevice));
     free(host);
+    attn_ptrs_build(M);
     return 0;
 }
 
@@ -554,18 +750,26 @@ static void attn_forward(T5Model* M, void* wb, AttnIdx w, AttnActs* a, const flo
     const float p = M->p;
     rmsnorm_forward(a->ln, X, a->rstd, x_in, nwptr(M, wb, w.ln), M->NX, Nq, D, M->eps, s);
     const void* kv_in = kv_src ? kv_src : a->ln;
-    linear_forward(M->lin, X, a->ln, wptr(M, wb, w.q), X, Nq, HD, D, s);
-    split_heads(a->q, M->lin, X, B, Tq, H, Dk, s);
-    linear_forward(M->lin, X, kv_in, wptr(M, wb, w.k), X, Nk, HD, D, s);
-    split_heads(a->k, M->lin, X, B, Tk, H, Dk, s);
-    linear_forward(M->lin, X, kv_in, wptr(M, wb, w.v), X, Nk, HD, D, s);
-    split_heads(a->v, M->lin, X, B, Tk, H, Dk, s);
+    const bool np = M->noperm;
+    const size_t xs = M->xs;
+    const ScratchSlots* ss = &M->sslot[a->kind];
+    // q, k, v (B*T, HD): in place (noperm), else through lin into (B, H, T, Dk)
+    linear_forward(np ? a->q : M->lin, X, a->ln, wptr(M, wb, w.q), X, Nq, HD, D, s);
+    if (!np) split_heads(a->q, M->lin, X, B, Tq, H, Dk, s);
+    linear_forward(np ? a->k : M->lin, X, kv_in, wptr(M, wb, w.k), X, Nk, HD, D, s);
+    if (!np) split_heads(a->k, M->lin, X, B, Tk, H, Dk, s);
+    linear_forward(np ? a->v : M->lin, X, kv_in, wptr(M, wb, w.v), X, Nk, HD, D, s);
+    if (!np) split_heads(a->v, M->lin, X, B, Tk, H, Dk, s);
     // S (B,H,Tq,Tk) fp32 = Q K^T, no 1/sqrt(Dk) (T5 folds it into q's init)
     const int64_t sQ = (int64_t)Tq * Dk, sK = (int64_t)Tk * Dk, sS = (int64_t)Tq * Tk;
     const void* sc;
     DType sdt;
     if (M->opt.scores_fp32 || X == DT_F32) {
-        bmm(M->scores, DT_F32, a->q, false, a->k, true, X, B * H, Tq, Tk, Dk, sQ, sK, sS, s);
+        if (np)
+            bmm_ptr(M, mats_op(M, ss->scores, Tq, Tk, 4), DT_F32, heads_op(M, a->slot.q, Tq, xs), false,
+                    heads_op(M, a->slot.k, Tk, xs), true, Tq, Tk, Dk, s);
+        else
+            bmm(M->scores, DT_F32, a->q, false, a->k, true, X, B * H, Tq, Tk, Dk, sQ, sK, sS, s);
         sc = M->scores;
         sdt = DT_F32;
     } else {
@@ -573,7 +777,11 @@ static void attn_forward(T5Model* M, void* wb, AttnIdx w, AttnActs* a, const flo
         // added in fp32 (transformers 5 adds them out of place, promoting to fp32) and the softmax runs in fp32.
         // Measured on the tiny fixtures: fp32 scores put fp16 gradients 1.9x over tolerance vs HF (scores_fp32).
         // The softmax kernel reads the X scores as fp32 itself (no cast pass).
-        bmm(M->dS, X, a->q, false, a->k, true, X, B * H, Tq, Tk, Dk, sQ, sK, sS, s);
+        if (np)
+            bmm_ptr(M, mats_op(M, ss->dS, Tq, Tk, xs), X, heads_op(M, a->slot.q, Tq, xs), false,
+                    heads_op(M, a->slot.k, Tk, xs), true, Tq, Tk, Dk, s);
+        else
+            bmm(M->dS, X, a->q, false, a->k, true, X, B * H, Tq, Tk, Dk, sQ, sK, sS, s);
         sc = M->dS;
         sdt = X;
     }
@@ -582,12 +790,16 @@ static void attn_forward(T5Model* M, void* wb, AttnIdx w, AttnActs* a, const flo
     const void* pd = sep ? a->probs_drop : a->probs;
     attention_softmax_forward_ex(a->probs, M->PX, sep ? a->probs_drop : NULL, X, sc, sdt, bias, key_mask, causal, 0, B,
                                  H, Tq, Tk, p, M->seed, off_probs, s);
-    // ctx heads (B,H,Tq,Dk) = dropout(P) V -> merged (B*Tq, HD)
-    bmm(M->lin, X, pd, false, a->v, false, X, B * H, Tq, Dk, Tk, sS, sK, sQ, s);
-    merge_heads(a->ctx, M->lin, X, B, Tq, H, Dk, s);
+    // ctx heads (B,H,Tq,Dk) = dropout(P) V -> merged (B*Tq, HD) (written in place when noperm)
+    if (np) {
+        bmm_ptr(M, heads_op(M, a->slot.ctx, Tq, xs), X, mats_op(M, sep ? a->slot.probs_drop : a->slot.probs, Tq, Tk, xs),
+                false, heads_op(M, a->slot.v, Tk, xs), false, Tq, Dk, Tk, s);
+    } else {
+        bmm(M->lin, X, pd, false, a->v, false, X, B * H, Tq, Dk, Tk, sS, sK, sQ, s);
+        merge_heads(a->ctx, M->lin, X, B, Tq, H, Dk, s);
+    }
     linear_forward(M->lin, X, a->ctx, wptr(M, wb, w.o), X, Nq, D, HD, s);
-    CUDA_CHECK(cudaMemcpyAsync(a->x_out, x_in, (size_t)Nq * D * sizeof(float), cudaMemcpyDeviceToDevice, s));
-    residual_dropout_add(a->x_out, M->lin, X, (size_t)Nq * D, p, M->seed, off_out, s);
+    residual_dropout_add_out(a->x_out, x_in, M->lin, X, (size_t)Nq * D, p, M->seed, off_out, s);
 }
 
 // dres (B*Tq, D) fp32: on entry d x_out, on exit d x_in (+= through the norm).
@@ -604,20 +816,38 @@ static void attn_backward(T5Model* M, void* wb, void* gb, AttnIdx w, const AttnA
     const int64_t sQ = (int64_t)Tq * Dk, sK = (int64_t)Tk * Dk, sS = (int64_t)Tq * Tk;
     residual_dropout_backward(M->dbranch, X, dres, (size_t)Nq * D, p, M->seed, off_out, s);
     linear_backward(M->dctx, X, false, gptr(M, gb, w.o), M->GD, false, M->dbranch, a->ctx, wptr(M, wb, w.o), X, Nq, D, HD, s);
-    split_heads(M->dOh, M->dctx, X, B, Tq, H, Dk, s);
-    // dP (B,H,Tq,Tk) PX = dO V^T ; dV (B,H,Tk,Dk) = dropout(P)^T dO
-    bmm(M->dP, M->PX, M->dOh, false, a->v, true, X, B * H, Tq, Tk, Dk, sQ, sK, sS, s);
-    bmm(M->dvh, X, pd, true, M->dOh, false, X, B * H, Tk, Dk, Tq, sS, sQ, sK, s);
+    const bool np = M->noperm;
+    const size_t xs = M->xs;
+    const ScratchSlots* ss = &M->sslot[a->kind];
+    const int pd_slot = attn_separate_pv(M) ? a->slot.probs_drop : a->slot.probs;
+    // dP (B,H,Tq,Tk) PX = dO V^T ; dV (B,H,Tk,Dk) = dropout(P)^T dO   (dO: the heads of dctx)
+    if (np) {
+        bmm_ptr(M, mats_op(M, ss->dP, Tq, Tk, dtype_size(M->PX)), M->PX, heads_op(M, ss->dctx, Tq, xs), false,
+                heads_op(M, a->slot.v, Tk, xs), true, Tq, Tk, Dk, s);
+        bmm_ptr(M, heads_op(M, ss->dv, Tk, xs), X, mats_op(M, pd_slot, Tq, Tk, xs), true, heads_op(M, ss->dctx, Tq, xs),
+                false, Tk, Dk, Tq, s);
+    } else {
+        split_heads(M->dOh, M->dctx, X, B, Tq, H, Dk, s);
+        bmm(M->dP, M->PX, M->dOh, false, a->v, true, X, B * H, Tq, Tk, Dk, sQ, sK, sS, s);
+        bmm(M->dvh, X, pd, true, M->dOh, false, X, B * H, Tk, Dk, Tq, sS, sQ, sK, s);
+    }
     // softmax backward with the stored PX probabilities; dS PX, then X for the GEMMs (HF: the fp32 softmax
     // gradient is cast to X by the backward of scores.float())
     attention_softmax_backward_ex(M->dS, X, dbias, M->dP, a->probs, M->PX, B, H, Tq, Tk, p, M->seed, off_probs, s);
     const void* dSx = M->dS;
-    // dQ (B,H,Tq,Dk) = dS K ; dK (B,H,Tk,Dk) = dS^T Q
-    bmm(M->dqh, X, dSx, false, a->k, false, X, B * H, Tq, Dk, Tk, sS, sK, sQ, s);
-    bmm(M->dkh, X, dSx, true, a->q, false, X, B * H, Tk, Dk, Tq, sS, sQ, sK, s);
-    merge_heads(M->dqm, M->dqh, X, B, Tq, H, Dk, s);
-    merge_heads(M->dkm, M->dkh, X, B, Tk, H, Dk, s);
-    merge_heads(M->dvm, M->dvh, X, B, Tk, H, Dk, s);
+    // dQ (B,H,Tq,Dk) = dS K ; dK (B,H,Tk,Dk) = dS^T Q -> (B*T, HD) dqm, dkm, dvm
+    if (np) {
+        bmm_ptr(M, heads_op(M, ss->dq, Tq, xs), X, mats_op(M, ss->dS, Tq, Tk, xs), false, heads_op(M, a->slot.k, Tk, xs),
+                false, Tq, Dk, Tk, s);
+        bmm_ptr(M, heads_op(M, ss->dk, Tk, xs), X, mats_op(M, ss->dS, Tq, Tk, xs), true, heads_op(M, a->slot.q, Tq, xs),
+                false, Tk, Dk, Tq, s);
+    } else {
+        bmm(M->dqh, X, dSx, false, a->k, false, X, B * H, Tq, Dk, Tk, sS, sK, sQ, s);
+        bmm(M->dkh, X, dSx, true, a->q, false, X, B * H, Tk, Dk, Tq, sS, sQ, sK, s);
+        merge_heads(M->dqm, M->dqh, X, B, Tq, H, Dk, s);
+        merge_heads(M->dkm, M->dkh, X, B, Tk, H, Dk, s);
+        merge_heads(M->dvm, M->dvh, X, B, Tk, H, Dk, s);
+    }
     linear_backward(M->dln, X, false, gptr(M, gb, w.q), M->GD, false, M->dqm, a->ln, wptr(M, wb, w.q), X, Nq, HD, D, s);
     if (kv_src) {
         // the encoder output's gradient is summed in fp32 over every decoder block

@@ -5,6 +5,9 @@
  * the RELU epilogue; linear_forward/linear_backward (dw assigned over poison, then accumulated: doubles; also
  * with 16-bit dw);
  * a misaligned operand is refused with a message naming it.
+ * matmul_batched_ptr (pointer-array batches with explicit leading dimensions): the attention GEMMs on the
+ * heads of (B*T, H*Dk) tensors (S = Q K^T into contiguous (B,H,Tq,Tk), P V and P^T Q written into heads,
+ * Tq != Tk, Dk 8 and 4 (8-byte aligned 16-bit heads)), every dtype, against the same fp64 reference.
  */
 #include <unistd.h>
 
@@ -260,12 +263,145 @@ static void test_matmul_misaligned(void** state) {
     assert_contains(out, "16-byte aligned");
 }
 
+// head h of sequence b of a (Bn*T, H*Dk) tensor, copied out to a packed (T, Dk)
+static void heads_extract(float* out, const float* full, int b, int h, int T, int H, int Dk) {
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < Dk; j++) out[(size_t)t * Dk + j] = full[((size_t)b * T + t) * H * Dk + (size_t)h * Dk + j];
+}
+
+// device array of Bn*H pointers: heads (b*T*H*Dk + h*Dk) or contiguous matrices (i*mat) of elements es bytes
+static void** ptrs_upload(void* base, size_t es, int Bn, int H, int T, int Dk, size_t mat) {
+    void** h = malloc((size_t)Bn * H * sizeof(void*));
+    for (int b = 0; b < Bn; b++)
+        for (int hh = 0; hh < H; hh++) {
+            const size_t off = mat ? (size_t)(b * H + hh) * mat : (size_t)b * T * H * Dk + (size_t)hh * Dk;
+            h[b * H + hh] = (char*)base + off * es;
+        }
+    void** d = NULL;
+    CUDA_CHECK(cudaMalloc((void**)&d, (size_t)Bn * H * sizeof(void*)));
+    CUDA_CHECK(cudaMemcpy(d, h, (size_t)Bn * H * sizeof(void*), cudaMemcpyHostToDevice));
+    free(h);
+    return d;
+}
+
+// power-of-two alignment (bytes, <= 256) of offsets o1, o2 (0 = none)
+static int test_align(size_t o1, size_t o2) {
+    int a = 256;
+    while (a > 1 && (o1 % (size_t)a || o2 % (size_t)a)) a >>= 1;
+    return a;
+}
+
+static bool run_heads_case(DType dt, int Bn, int H, int Tq, int Tk, int Dk, uint64_t seed) {
+    TRng rng = {seed};
+    const int HD = H * Dk, BH = Bn * H;
+    const size_t nq = (size_t)Bn * Tq * HD, nk = (size_t)Bn * Tk * HD, np = (size_t)BH * Tq * Tk;
+    const size_t es = dtype_size(dt);
+    float *Q = host_floats(nq), *Kt = host_floats(nk), *P = host_floats(np);
+    fill_uniform(Q, nq, &rng, -1, 1);
+    fill_uniform(Kt, nk, &rng, -1, 1);
+    fill_uniform(P, np, &rng, -1, 1);
+    host_round_all(dt, Q, nq);
+    host_round_all(dt, Kt, nk);
+    host_round_all(dt, P, np);
+    void *dQ = dev_upload(dt, Q, nq), *dK = dev_upload(dt, Kt, nk), *dP = dev_upload(dt, P, np);
+    void* dS32 = dev_alloc_poisoned(np * 4);
+    void* dSx = dev_alloc_poisoned(np * es);
+    void* dC = dev_alloc_poisoned(nq * es);   // (Bn*Tq, HD) = P V
+    void* dG = dev_alloc_poisoned(nk * es);   // (Bn*Tk, HD) = P^T Q
+    void** pQ = ptrs_upload(dQ, es, Bn, H, Tq, Dk, 0);
+    void** pK = ptrs_upload(dK, es, Bn, H, Tk, Dk, 0);
+    void** pC = ptrs_upload(dC, es, Bn, H, Tq, Dk, 0);
+    void** pG = ptrs_upload(dG, es, Bn, H, Tk, Dk, 0);
+    void** pP = ptrs_upload(dP, es, Bn, H, 0, 0, (size_t)Tq * Tk);
+    void** pS32 = ptrs_upload(dS32, 4, Bn, H, 0, 0, (size_t)Tq * Tk);
+    void** pSx = ptrs_upload(dSx, es, Bn, H, 0, 0, (size_t)Tq * Tk);
+    const int al_q = test_align((size_t)Tq * HD * es, (size_t)Dk * es), al_k = test_align((size_t)Tk * HD * es, (size_t)Dk * es);
+    const int al_p = test_align((size_t)Tq * Tk * es, 0), al_s32 = test_align((size_t)Tq * Tk * 4, 0);
+    bool ok = true;
+
+    // S (BH, Tq, Tk) = Q_i K_i^T, D fp32 and D dt
+    GemmDesc g = {.M = Tq, .N = Tk, .K = Dk, .trans_a = false, .trans_b = true, .dt_ab = dt, .dt_d = DT_F32,
+                  .batch = BH, .lda = HD, .ldb = HD, .ldd = 0, .alpha = 1.0f, .beta = 0.0f};
+    ok &= matmul_batched_ptr_supported(&g, al_q, al_k, al_s32);
+    matmul_batched_ptr(&g, pS32, (const void* const*)pQ, (const void* const*)pK, al_q, al_k, al_s32, 0);
+    g.dt_d = dt;
+    matmul_batched_ptr(&g, pSx, (const void* const*)pQ, (const void* const*)pK, al_q, al_k, al_p, 0);
+    // C heads (Tq, Dk) = P_i V_i (V = the K tensor), written into (Bn*Tq, HD)
+    GemmDesc gc = {.M = Tq, .N = Dk, .K = Tk, .trans_a = false, .trans_b = false, .dt_ab = dt, .dt_d = dt,
+                   .batch = BH, .lda = 0, .ldb = HD, .ldd = HD, .alpha = 1.0f, .beta = 0.0f};
+    matmul_batched_ptr(&gc, pC, (const void* const*)pP, (const void* const*)pK, al_p, al_k, al_q, 0);
+    // G heads (Tk, Dk) = P_i^T Q_i, written into (Bn*Tk, HD)
+    GemmDesc gg = {.M = Tk, .N = Dk, .K = Tq, .trans_a = true, .trans_b = false, .dt_ab = dt, .dt_d = dt,
+                   .batch = BH, .lda = 0, .ldb = HD, .ldd = HD, .alpha = 1.0f, .beta = 0.0f};
+    matmul_batched_ptr(&gg, pG, (const void* const*)pP, (const void* const*)pQ, al_p, al_q, al_k, 0);
+
+    float *S32 = host_floats(np), *Sx = host_floats(np), *C = host_floats(nq), *G = host_floats(nk);
+    dev_download(S32, DT_F32, dS32, np);
+    dev_download(Sx, dt, dSx, np);
+    dev_download(C, dt, dC, nq);
+    dev_download(G, dt, dG, nk);
+    double *rS = host_doubles(np), *rC = host_doubles(nq), *rG = host_doubles(nk);
+    float *q = host_floats((size_t)Tq * Dk), *k = host_floats((size_t)Tk * Dk);
+    double *c = host_doubles((size_t)Tq * Dk), *gk = host_doubles((size_t)Tk * Dk);
+    for (int b = 0; b < Bn; b++)
+        for (int h = 0; h < H; h++) {
+            const int i = b * H + h;
+            heads_extract(q, Q, b, h, Tq, H, Dk);
+            heads_extract(k, Kt, b, h, Tk, H, Dk);
+            double* s = rS + (size_t)i * Tq * Tk;
+            memset(s, 0, sizeof(double) * Tq * Tk);
+            ref_gemm(s, q, k, Tq, Tk, Dk, false, true, 1, 0);
+            memset(c, 0, sizeof(double) * Tq * Dk);
+            ref_gemm(c, P + (size_t)i * Tq * Tk, k, Tq, Dk, Tk, false, false, 1, 0);
+            memset(gk, 0, sizeof(double) * Tk * Dk);
+            ref_gemm(gk, P + (size_t)i * Tq * Tk, q, Tk, Dk, Tq, true, false, 1, 0);
+            for (int t = 0; t < Tq; t++)
+                for (int j = 0; j < Dk; j++) rC[((size_t)b * Tq + t) * HD + (size_t)h * Dk + j] = c[(size_t)t * Dk + j];
+            for (int t = 0; t < Tk; t++)
+                for (int j = 0; j < Dk; j++) rG[((size_t)b * Tk + t) * HD + (size_t)h * Dk + j] = gk[(size_t)t * Dk + j];
+        }
+    char what[128];
+    snprintf(what, sizeof what, "ptr-array Q K^T (B%d H%d Tq%d Tk%d Dk%d) D=f32", Bn, H, Tq, Tk, Dk);
+    ok &= check_close(what, dt, S32, rS, np, matmul_tol(dt, DT_F32));
+    snprintf(what, sizeof what, "ptr-array Q K^T (B%d H%d Tq%d Tk%d Dk%d) D=%s", Bn, H, Tq, Tk, Dk, dtype_name(dt));
+    ok &= check_close(what, dt, Sx, rS, np, matmul_tol(dt, dt));
+    snprintf(what, sizeof what, "ptr-array P V into heads (B%d H%d Tq%d Tk%d Dk%d)", Bn, H, Tq, Tk, Dk);
+    ok &= check_close(what, dt, C, rC, nq, matmul_tol(dt, dt));
+    snprintf(what, sizeof what, "ptr-array P^T Q into heads (B%d H%d Tq%d Tk%d Dk%d)", Bn, H, Tq, Tk, Dk);
+    ok &= check_close(what, dt, G, rG, nk, matmul_tol(dt, dt));
+
+    void* bufs[] = {dQ, dK, dP, dS32, dSx, dC, dG, pQ, pK, pC, pG, pP, pS32, pSx};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) CUDA_CHECK(cudaFree(bufs[i]));
+    float* hf[] = {Q, Kt, P, S32, Sx, C, G, q, k};
+    for (size_t i = 0; i < sizeof hf / sizeof hf[0]; i++) free(hf[i]);
+    free(rS);
+    free(rC);
+    free(rG);
+    free(c);
+    free(gk);
+    return ok;
+}
+
+static void test_matmul_batched_ptr_heads(void** state) {
+    (void)state;
+    T5_REQUIRE_GPU();
+    matmul_init();
+    bool ok = true;
+    for (int di = 0; di < 3; di++) {
+        const DType dt = ALL_DTYPES[di];
+        ok &= run_heads_case(dt, 2, 3, 5, 7, 8, 300 + di);    // cross-attention shape, odd T
+        ok &= run_heads_case(dt, 2, 3, 6, 6, 4, 310 + di);    // fixture heads: H 3, Dk 4 (8-byte heads, 24-byte rows)
+        ok &= run_heads_case(dt, 2, 4, 48, 40, 64, 320 + di);  // t5 heads (Dk 64)
+    }
+    assert_true(ok);
+}
+
 int main(void) {
     if (getenv("T5TEST_MATMUL_MISALIGNED")) matmul_misaligned_child();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul_transposes),       cmocka_unit_test(test_matmul_batched_beta),
         cmocka_unit_test(test_linear_forward_backward), cmocka_unit_test(test_matmul_deterministic),
-        cmocka_unit_test(test_matmul_misaligned),
+        cmocka_unit_test(test_matmul_misaligned),       cmocka_unit_test(test_matmul_batched_ptr_heads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
