@@ -26,9 +26,12 @@
  *
  * Speed (docs/generate.md "CUDA graphs"): the step's position t is read from device memory (d_pos), so the whole
  * device part of a step (decoder, lm_head, top-k and, for greedy, the search update) is one CUDA graph per key
- * (rows, Ts, Tk bucket, cache buffers, </s> ban), captured at the key's second sight and replayed after. Greedy
- * search runs on the device (decode_greedy_update) and the host reads the finished flags back asynchronously;
- * beam search keeps HF's bookkeeping on the host (one sync per step).
+ * (rows, Ts, Tk bucket, cache buffers, </s> ban), captured at the key's second sight and replayed after. The fused
+ * step (decoder_step_fused) has 11 kernels per block and no Tk bucket (one graph serves every t). Greedy search runs
+ * on the device (decode_greedy_update) and the host reads the finished flags back asynchronously; beam search (up to
+ * GEN_DEV_BEAM_MAX beams) picks the running beams on the device (decode_beam_select: tokens, scores and per-row cache
+ * histories d_hist instead of reordering the caches) and the host replays the same choice on the copied top-k to keep
+ * HF's finished hypotheses, up to GEN_BEAM_LAG steps behind; otherwise one host synchronisation per step.
  */
 #include "generate.h"
 
@@ -41,6 +44,8 @@
 #include "../cuda/attention_softmax.cuh"
 #include "../cuda/check.h"
 #include "../cuda/decode.cuh"
+#include "../cuda/decode_fused.cuh"
+#include "../cuda/decode_gemv.cuh"
 #include "../cuda/dropout.cuh"
 #include "../cuda/elementwise.cuh"
 #include "../cuda/embedding.cuh"
@@ -55,6 +60,9 @@
 #define GEN_NEG_INF_SCORE (-1.0e9f)  // HF's "very large negative" beam score
 #define GEN_MAX_GRAPHS 64  // captured decoder steps kept per generator (LRU)
 #define GEN_CHECK_LAG 4    // greedy: the host reads the finished flags at most this many steps late
+#define GEN_BEAM_LAG 4     // device beam search: steps launched ahead of the host's finished-hypotheses bookkeeping
+#define GEN_BEAM_RING (GEN_BEAM_LAG + 1)  // pinned top-k copies in flight
+#define GEN_DEV_BEAM_MAX 8  // device beam selection up to this many beams (decode_beam_select)
 
 void generate_options_default(GenerateOptions* o) {
     memset(o, 0, sizeof *o);
@@ -136,6 +144,9 @@ struct T5Generator {
     uint64_t fetch_sig;  // hash of the pointers unit_fetch returned since the last reset
     bool use_graphs;
     bool qkv_fused;  // every decoder block's q, k, v weights are adjacent: one (3 HD, D) projection
+    bool fused;      // fused decoder step (decode_fused.cuh): add+norm and one attention kernel per sublayer
+    bool dev_beam;   // beam search: running beams chosen on the device (decode_beam_select), histories in d_hist
+    bool use_gemv;   // fused step: projections at <= 8 rows by decode_gemv (bf16/fp16; opt-in, slower than cuBLASLt)
     GenGraph graphs[GEN_MAX_GRAPHS];
     uint64_t graph_clock;
 
@@ -169,6 +180,7 @@ struct T5Generator {
     int* d_slot;          // (R) int32 greedy: batch item of each row, -1 padding
     int* d_gidx;          // (R) int32 row gather indices
     int* d_iidx;          // (B) int32 slot gather indices
+    int* d_hist;          // (R, Tmax) int32 device beam search: cache row holding position j of row r
     float* d_score;       // (R) fp32 running beam scores
     float* bias_dec;      // (H, 1, Tmax) fp32
     float* d_x;           // (R, D) fp32
@@ -201,6 +213,10 @@ struct T5Generator {
     int* h_seq;     // (B, ML)
     int* h_fin;     // (B)
     int* h_slot;    // (R)
+    int* h_hist_id; // (R, Tmax) row r = r, r, ... (d_hist reset); device beam search only
+    float* h_ringv; // (GEN_BEAM_RING, R, K) top-k values of the steps in flight (device beam search)
+    int* h_ringi;   // (GEN_BEAM_RING, R, K)
+    cudaEvent_t ev_ring[GEN_BEAM_RING];
     cudaEvent_t ev[4];
     cudaEvent_t ev_chk;  // greedy: the finished flags' read-back
     GenerateStats stats;
@@ -277,6 +293,7 @@ static void gen_layout(T5Generator* G, const GenDims* d, GenArena* a, size_t* kv
     G->d_slot = take(a, R * 4);
     G->d_gidx = take(a, R * 4);
     G->d_iidx = take(a, (size_t)d->B * 4);
+    G->d_hist = take(a, R * d->Tmax * 4);
     G->d_score = take(a, R * 4);
     G->bias_dec = take(a, (size_t)H * d->Tmax * 4);
     G->d_x = take(a, R * D * 4);
@@ -457,6 +474,26 @@ T5Generator* t5_generator_create(const ParamTable* t, ZeroEngine* Z, int max_B, 
     for (int i = 0; i < opt->max_length; i++) G->h_posarr[i] = i;
     const char* ge = getenv("T5TRAIN_GEN_GRAPHS");
     G->use_graphs = !(ge && strcmp(ge, "0") == 0);
+    // fused decoder step unless T5TRAIN_GEN_FUSED=0 or the attention rows do not fit the fused kernel's shared memory
+    const char* fe = getenv("T5TRAIN_GEN_FUSED");
+    G->fused = !(fe && strcmp(fe, "0") == 0) && decode_attention_fits(1, G->Dk, G->Tmax) &&
+               decode_attention_fits(G->nb, G->Dk, max_Ts);
+    // decode_gemv only with T5TRAIN_GEN_GEMV=1: measured slower than cuBLASLt on the H200 (docs/generate.md)
+    const char* gv = getenv("T5TRAIN_GEN_GEMV");
+    G->use_gemv = gv && strcmp(gv, "1") == 0;
+    // beam search without a host synchronisation per step unless T5TRAIN_GEN_DEVICE_BEAM=0
+    const char* be = getenv("T5TRAIN_GEN_DEVICE_BEAM");
+    G->dev_beam = !(be && strcmp(be, "0") == 0) && G->fused && G->nb > 1 && G->nb <= GEN_DEV_BEAM_MAX &&
+                  decode_beam_select_fits(G->nb, G->Tmax);
+    if (G->dev_beam) {
+        CUDA_CHECK(cudaMallocHost((void**)&G->h_hist_id, R * G->Tmax * sizeof(int)));
+        for (size_t r = 0; r < R; r++)
+            for (int j = 0; j < G->Tmax; j++) G->h_hist_id[r * G->Tmax + j] = (int)r;
+        CUDA_CHECK(cudaMallocHost((void**)&G->h_ringv, GEN_BEAM_RING * R * K * sizeof(float)));
+        CUDA_CHECK(cudaMallocHost((void**)&G->h_ringi, GEN_BEAM_RING * R * K * sizeof(int)));
+        for (int i = 0; i < GEN_BEAM_RING; i++)
+            CUDA_CHECK(cudaEventCreateWithFlags(&G->ev_ring[i], cudaEventDisableTiming));
+    }
     for (int i = 0; i < 4; i++) CUDA_CHECK(cudaEventCreate(&G->ev[i]));
     CUDA_CHECK(cudaEventCreateWithFlags(&G->ev_chk, cudaEventDisableTiming));
     matmul_init();
@@ -476,6 +513,11 @@ void t5_generator_destroy(T5Generator* G) {
     if (G->h_seq) cudaFreeHost(G->h_seq);
     if (G->h_fin) cudaFreeHost(G->h_fin);
     if (G->h_slot) cudaFreeHost(G->h_slot);
+    if (G->h_hist_id) cudaFreeHost(G->h_hist_id);
+    if (G->h_ringv) cudaFreeHost(G->h_ringv);
+    if (G->h_ringi) cudaFreeHost(G->h_ringi);
+    for (int i = 0; i < GEN_BEAM_RING; i++)
+        if (G->ev_ring[i]) cudaEventDestroy(G->ev_ring[i]);
     for (int i = 0; i < GEN_MAX_GRAPHS; i++)
         if (G->graphs[i].captured) cudaGraphExecDestroy(G->graphs[i].exec);
     for (int i = 0; i < 4; i++)
@@ -628,6 +670,88 @@ static void encoder_forward(T5Generator* G, int B, int Ts, const int* mask, int 
 // one decoder step over R = I * nb rows at position t = *d_pos (t < Tk) -> logits (R, V) X. Nothing here depends
 // on t on the host, so the step can be captured once per (I, Ts, Tk, buffers) and replayed.
 
+// The fused step (G->fused): per block 11 kernels instead of ~20: the residual add of a sublayer and the next
+// sublayer's RMSNorm are one kernel (decode_add_rmsnorm; the feed-forward's add is done by the next block's first
+// norm, the last one by the final norm with the tied-embedding scale and the cast to X), and each attention is one
+// kernel (decode_attention: scores, bias / mask, softmax, P V; the self-attention one also appends the new key and
+// value to the cache). The keys attended are [0, t] read from d_pos, so the step does not depend on Tk at all.
+// out (M, N) X = [relu](in (M, K) X . w (N, K) X ^T): decode_gemv at <= 8 rows (memory-bound), else cuBLASLt
+static void step_proj(T5Generator* G, void* out, const void* in, const void* w, int M, int N, int K, bool relu,
+                      cudaStream_t s) {
+    if (G->use_gemv && decode_gemv_supported(G->X, M, N, K, out, in, w)) {
+        decode_gemv(out, in, w, G->X, M, N, K, relu, s);
+        return;
+    }
+    GemmDesc g = {.M = M, .N = N, .K = K, .trans_a = false, .trans_b = true, .dt_ab = G->X, .dt_d = G->X, .batch = 1,
+                  .alpha = 1.0f, .beta = 0.0f, .epilogue = relu ? GEMM_EPI_RELU : GEMM_EPI_NONE};
+    matmul(&g, out, in, w, s);
+}
+
+static void decoder_step_fused(T5Generator* G, int I, int Ts, int sgen, int cgen, const int* mask, cudaStream_t s) {
+    const DType X = G->X;
+    const int nb = G->nb, R = I * nb, D = G->D, H = G->H, Dk = G->Dk, HD = G->HD, Tmax = G->Tmax;
+    ZeroEngine* Z = G->Z;
+    unit_fetch(G, G->u_shared, s);
+    embedding_forward(G->d_x, G->d_tok, nwp(G, G->p_embed), DT_F32, R, D, s);
+    zero_release(Z, G->u_shared, s);
+    for (int l = 0; l < G->Ld; l++) {
+        const BlockParamIdx* pi = &G->dec_idx[l];
+        int u = params_unit_dec_block(G->t, l);
+        void* wb = unit_fetch(G, u, s);
+        // the new query row's position bias (H, Tmax) from block 0's table, shared by every block
+        if (l == 0)
+            decode_step_bias(G->bias_dec, nwp(G, pi->relbias), G->buckets_dec, G->relo_dec, H, Tmax, G->d_pos, s);
+        // ---- self-attention with the cache (the previous block's feed-forward output is added here)
+        decode_add_rmsnorm(G->d_ln, X, G->d_x, l > 0 ? G->d_lin : NULL, X, nwp(G, pi->ln), R, D, G->eps, 1.0f, s);
+        const void *q, *kn, *vn;
+        int qst;
+        if (G->qkv_fused) {
+            step_proj(G, G->d_qkv, G->d_ln, wp(G, wb, pi->q), R, 3 * HD, D, false, s);
+            q = G->d_qkv;
+            kn = (const char*)G->d_qkv + (size_t)HD * G->xs;
+            vn = (const char*)G->d_qkv + (size_t)2 * HD * G->xs;
+            qst = 3 * HD;
+        } else {
+            step_proj(G, G->d_q, G->d_ln, wp(G, wb, pi->q), R, HD, D, false, s);
+            step_proj(G, G->d_k, G->d_ln, wp(G, wb, pi->k), R, HD, D, false, s);
+            step_proj(G, G->d_v, G->d_ln, wp(G, wb, pi->v), R, HD, D, false, s);
+            q = G->d_q;
+            kn = G->d_k;
+            vn = G->d_v;
+            qst = HD;
+        }
+        decode_attention(G->d_ctx, q, qst, G->sk[sgen][l], G->sv[sgen][l], Tmax, G->d_pos, Tmax, Tmax, G->bias_dec,
+                         Tmax, NULL, kn, vn, qst, G->dev_beam ? G->d_hist : NULL, Tmax, R, 1, H, Dk, X, DA_IMPL_AUTO,
+                         s);
+        step_proj(G, G->d_lin, G->d_ctx, wp(G, wb, pi->o), R, D, HD, false, s);
+        // ---- cross-attention: the nb beams of an item share its encoder K/V
+        decode_add_rmsnorm(G->d_ln, X, G->d_x, G->d_lin, X, nwp(G, pi->cln), R, D, G->eps, 1.0f, s);
+        step_proj(G, G->d_q, G->d_ln, wp(G, wb, pi->cq), R, HD, D, false, s);
+        decode_attention(G->d_ctx, G->d_q, HD, G->ck[cgen][l], G->cv[cgen][l], Ts, NULL, Ts, Ts, NULL, 0, mask, NULL,
+                         NULL, 0, NULL, 0, I, nb, H, Dk, X, DA_IMPL_AUTO, s);
+        step_proj(G, G->d_lin, G->d_ctx, wp(G, wb, pi->co), R, D, HD, false, s);
+        // ---- feed-forward (its residual add is the next norm's)
+        decode_add_rmsnorm(G->d_ln, X, G->d_x, G->d_lin, X, nwp(G, pi->ffln), R, D, G->eps, 1.0f, s);
+        if (G->gated) {
+            step_proj(G, G->d_ffa, G->d_ln, wp(G, wb, pi->wi0), R, G->F, D, false, s);
+            step_proj(G, G->d_ffb, G->d_ln, wp(G, wb, pi->wi1), R, G->F, D, false, s);
+            gated_gelu_forward(G->d_ffa, G->d_ffa, G->d_ffb, X, (size_t)R * G->F, s);
+        } else {
+            step_proj(G, G->d_ffa, G->d_ln, wp(G, wb, pi->wi), R, G->F, D, true, s);  // ReLU epilogue, as t5.c
+        }
+        step_proj(G, G->d_lin, G->d_ffa, wp(G, wb, pi->wo), R, D, G->F, false, s);
+        zero_release(Z, u, s);
+    }
+    // last residual add + final norm (fp32) [* D^-0.5 when tied] rounded once to X: one kernel
+    unit_fetch(G, G->u_final, s);
+    decode_add_rmsnorm(G->d_lmx, X, G->d_x, G->d_lin, X, nwp(G, G->p_dec_final), R, D, G->eps,
+                       G->tied ? 1.0f / sqrtf((float)D) : 1.0f, s);
+    zero_release(Z, G->u_final, s);
+    void* wb = unit_fetch(G, G->u_lm, s);
+    step_proj(G, G->d_logits, G->d_lmx, wp(G, wb, G->p_lm_head), R, G->V, D, false, s);
+    zero_release(Z, G->u_lm, s);
+}
+
 static void decoder_step(T5Generator* G, int I, int Ts, int Tk, int sgen, int cgen, const int* mask, cudaStream_t s) {
     const DType X = G->X;
     const int nb = G->nb, R = I * nb, D = G->D, H = G->H, Dk = G->Dk, HD = G->HD, Tmax = G->Tmax;
@@ -702,11 +826,15 @@ static void decoder_step(T5Generator* G, int I, int Ts, int Tk, int sgen, int cg
 static void step_body(T5Generator* G, int I, int Ts, int Tk, int sgen, int cgen, int ban, cudaStream_t s) {
     const int R = I * G->nb;
     const bool beam = G->nb > 1;
-    decoder_step(G, I, Ts, Tk, sgen, cgen, G->e_mask[cgen], s);
+    if (G->fused) decoder_step_fused(G, I, Ts, sgen, cgen, G->e_mask[cgen], s);
+    else decoder_step(G, I, Ts, Tk, sgen, cgen, G->e_mask[cgen], s);
     decode_topk(G->d_topv, G->d_topi, G->d_logits, G->X, R, G->V, G->K, beam, beam ? G->d_score : NULL, ban, s);
     if (!beam)
         decode_greedy_update(G->d_tok, G->d_seq, G->d_fin, G->d_slot, G->d_topi, R, G->opt.max_length, G->eos_id,
                              G->pad_id, G->d_pos, s);
+    else if (G->dev_beam)
+        decode_beam_select(G->d_tok, G->d_score, G->d_hist, G->Tmax, G->d_topv, G->d_topi, I, G->nb, G->K, G->V,
+                           G->opt.max_length, G->eos_id, G->d_pos, s);
 }
 
 // the fetch/release sequence of decoder_step, for the pointer check before a replay
@@ -771,7 +899,9 @@ static void gen_step(T5Generator* G, int I, int Ts, int Tk, int sgen, int cgen, 
     G->stats.graph_steps++;
 }
 
+// the key bucket of step t (0 for the fused step, which reads the key count from d_pos: one graph for every t)
 static int step_tk(const T5Generator* G, int t) {
+    if (G->fused) return 0;
     return T5_MIN((int)CEIL_DIV((size_t)(t + 1), (size_t)GEN_TK_ROUND) * GEN_TK_ROUND, G->Tmax);
 }
 
@@ -824,6 +954,31 @@ static void gather_self_cache(T5Generator* G, int sgen, int R, size_t row_b, siz
     for (int l = 0; l < G->Ld; l++) {
         decode_gather_rows(G->sk[d][l], G->sk[sgen][l], G->d_gidx, R, G->H, row_b, seg_b, copy_b, s);
         decode_gather_rows(G->sv[d][l], G->sv[sgen][l], G->d_gidx, R, G->H, row_b, seg_b, copy_b, s);
+    }
+}
+
+// device beam search: self-attention caches of every block, gen 1 - sgen rows r <- gen sgen, position j < n_pos from
+// row d_hist[d_gidx[r], j]
+static void gather_self_cache_hist(T5Generator* G, int sgen, int R, int n_pos, cudaStream_t s) {
+    const int d = 1 - sgen;
+    const size_t pos_b = (size_t)G->Dk * G->xs;
+    const ptrdiff_t kv = (char*)G->sv[sgen][0] - (char*)G->sk[sgen][0];
+    const ptrdiff_t ls = G->Ld > 1 ? (char*)G->sk[sgen][1] - (char*)G->sk[sgen][0] : 0;
+    bool regular = (char*)G->sv[d][0] - (char*)G->sk[d][0] == kv;
+    for (int l = 0; l < G->Ld && regular; l++)
+        for (int g = 0; g < 2; g++)
+            regular = regular && (char*)G->sk[g][l] - (char*)G->sk[g][0] == (ptrdiff_t)l * ls &&
+                      (char*)G->sv[g][l] - (char*)G->sk[g][l] == kv;
+    if (regular) {
+        decode_gather_hist(G->sk[d][0], G->sk[sgen][0], G->d_gidx, G->d_hist, G->Tmax, R, G->H, G->Tmax, pos_b, n_pos,
+                           G->Ld, ls, 2, kv, s);
+        return;
+    }
+    for (int l = 0; l < G->Ld; l++) {
+        decode_gather_hist(G->sk[d][l], G->sk[sgen][l], G->d_gidx, G->d_hist, G->Tmax, R, G->H, G->Tmax, pos_b, n_pos,
+                           1, 0, 1, 0, s);
+        decode_gather_hist(G->sv[d][l], G->sv[sgen][l], G->d_gidx, G->d_hist, G->Tmax, R, G->H, G->Tmax, pos_b, n_pos,
+                           1, 0, 1, 0, s);
     }
 }
 
@@ -1066,28 +1221,74 @@ int t5_generate(T5Generator* G, const int32_t* input_ids, const int32_t* attenti
         q = r;
     }
     const int m_items = GEN_ROW_ROUND / g;
-    while (true) {
-        const int R = I * nb, t = cur_len - 1;
+    // device beam search (G->dev_beam): the device picks the next running beams itself (decode_beam_select: tokens,
+    // scores, cache-row histories instead of reordering the caches), so up to GEN_BEAM_LAG steps are launched ahead;
+    // the host replays the same selection on the top-k it copies back (run_seq) and keeps the finished hypotheses and
+    // the done flags a few steps behind. Steps launched after an item is done change nothing the host reads; before a
+    // compaction the host first processes every launched step (drain), so both sides agree on the layout.
+    const bool dev = G->dev_beam;
+    int launch_len = 1;     // dev: cur_len of the next step to launch
+    bool draining = false;  // dev: a compaction waits until every launched step is processed
+    if (dev) {
+        const int R = I * nb;
         for (int r = 0; r < R; r++) {
-            G->h_tok[r] = run_seq[(size_t)r * W + t];
+            G->h_tok[r] = G->start_id;
             G->h_score[r] = run_score[r];
         }
         CUDA_CHECK(cudaMemcpyAsync(G->d_tok, G->h_tok, (size_t)R * sizeof(int), cudaMemcpyHostToDevice, s));
-        if (beam)
-            CUDA_CHECK(cudaMemcpyAsync(G->d_score, G->h_score, (size_t)R * sizeof(float), cudaMemcpyHostToDevice, s));
-        CUDA_CHECK(cudaMemcpyAsync(G->d_pos, G->h_posarr + t, sizeof(int), cudaMemcpyHostToDevice, s));
+        CUDA_CHECK(cudaMemcpyAsync(G->d_score, G->h_score, (size_t)R * sizeof(float), cudaMemcpyHostToDevice, s));
+        CUDA_CHECK(cudaMemcpyAsync(G->d_hist, G->h_hist_id, (size_t)R * G->Tmax * sizeof(int), cudaMemcpyHostToDevice,
+                                   s));
         CUDA_CHECK(cudaEventRecord(G->ev[2], s));
-        const int ban = cur_len < G->opt.min_length ? G->eos_id : -1;
-        gen_step(G, I, Ts, step_tk(G, t), sgen, cgen, ban, s);
-        CUDA_CHECK(cudaEventRecord(G->ev[3], s));
-        CUDA_CHECK(cudaMemcpyAsync(G->h_topv, G->d_topv, (size_t)R * K * sizeof(float), cudaMemcpyDeviceToHost, s));
-        CUDA_CHECK(cudaMemcpyAsync(G->h_topi, G->d_topi, (size_t)R * K * sizeof(int), cudaMemcpyDeviceToHost, s));
-        CUDA_CHECK(cudaStreamSynchronize(s));
-        float ms = 0;
-        CUDA_CHECK(cudaEventElapsedTime(&ms, G->ev[2], G->ev[3]));
-        dec_ms += ms;
-        steps++;
-        rows += R;
+    }
+    while (true) {
+        const int R = I * nb, t = cur_len - 1;
+        const float* topv = G->h_topv;
+        const int* topi = G->h_topi;
+        if (dev) {
+            while (!draining && launch_len < ML && launch_len - cur_len < GEN_BEAM_LAG) {
+                const int tl = launch_len - 1, slot = tl % GEN_BEAM_RING;
+                CUDA_CHECK(cudaMemcpyAsync(G->d_pos, G->h_posarr + tl, sizeof(int), cudaMemcpyHostToDevice, s));
+                const int ban = launch_len < G->opt.min_length ? G->eos_id : -1;
+                gen_step(G, I, Ts, step_tk(G, tl), sgen, cgen, ban, s);
+                const size_t off = (size_t)slot * G->max_R * K;
+                CUDA_CHECK(cudaMemcpyAsync(G->h_ringv + off, G->d_topv, (size_t)R * K * sizeof(float),
+                                           cudaMemcpyDeviceToHost, s));
+                CUDA_CHECK(cudaMemcpyAsync(G->h_ringi + off, G->d_topi, (size_t)R * K * sizeof(int),
+                                           cudaMemcpyDeviceToHost, s));
+                CUDA_CHECK(cudaEventRecord(G->ev_ring[slot], s));
+                steps++;
+                rows += R;
+                launch_len++;
+            }
+            const int slot = t % GEN_BEAM_RING;
+            CUDA_CHECK(cudaEventSynchronize(G->ev_ring[slot]));
+            topv = G->h_ringv + (size_t)slot * G->max_R * K;
+            topi = G->h_ringi + (size_t)slot * G->max_R * K;
+        }
+        if (!dev) {
+            for (int r = 0; r < R; r++) {
+                G->h_tok[r] = run_seq[(size_t)r * W + t];
+                G->h_score[r] = run_score[r];
+            }
+            CUDA_CHECK(cudaMemcpyAsync(G->d_tok, G->h_tok, (size_t)R * sizeof(int), cudaMemcpyHostToDevice, s));
+            if (beam)
+                CUDA_CHECK(
+                    cudaMemcpyAsync(G->d_score, G->h_score, (size_t)R * sizeof(float), cudaMemcpyHostToDevice, s));
+            CUDA_CHECK(cudaMemcpyAsync(G->d_pos, G->h_posarr + t, sizeof(int), cudaMemcpyHostToDevice, s));
+            CUDA_CHECK(cudaEventRecord(G->ev[2], s));
+            const int ban = cur_len < G->opt.min_length ? G->eos_id : -1;
+            gen_step(G, I, Ts, step_tk(G, t), sgen, cgen, ban, s);
+            CUDA_CHECK(cudaEventRecord(G->ev[3], s));
+            CUDA_CHECK(cudaMemcpyAsync(G->h_topv, G->d_topv, (size_t)R * K * sizeof(float), cudaMemcpyDeviceToHost, s));
+            CUDA_CHECK(cudaMemcpyAsync(G->h_topi, G->d_topi, (size_t)R * K * sizeof(int), cudaMemcpyDeviceToHost, s));
+            CUDA_CHECK(cudaStreamSynchronize(s));
+            float ms = 0;
+            CUDA_CHECK(cudaEventElapsedTime(&ms, G->ev[2], G->ev[3]));
+            dec_ms += ms;
+            steps++;
+            rows += R;
+        }
 
         const bool at_max = cur_len + 1 >= ML;  // every continuation hits MaxLengthCriteria
         for (int sl = 0; sl < I; sl++) {
@@ -1098,7 +1299,7 @@ int t5_generate(T5Generator* G, const int32_t* input_ids, const int32_t* attenti
             processed[sl] = true;
             if (!beam) {
                 // greedy (HF _sample): argmax of the processed logits; finished rows get pad (out is pre-filled)
-                const int tok = G->h_topi[sl];
+                const int tok = topi[sl];
                 run_seq[(size_t)sl * W + cur_len] = tok;
                 out[(size_t)b * ML + cur_len] = tok;
                 G->stats.tokens++;
@@ -1111,8 +1312,8 @@ int t5_generate(T5Generator* G, const int32_t* input_ids, const int32_t* attenti
             for (int j = 0; j < nb; j++)
                 for (int k = 0; k < K; k++) {
                     const size_t r = (size_t)sl * nb + j;
-                    cands[nc].v = G->h_topv[r * K + k];
-                    cands[nc].key = j * V + G->h_topi[r * K + k];
+                    cands[nc].v = topv[r * K + k];
+                    cands[nc].key = j * V + topi[r * K + k];
                     nc++;
                 }
             qsort(cands, (size_t)nc, sizeof(Cand), cand_cmp);
@@ -1218,6 +1419,15 @@ int t5_generate(T5Generator* G, const int32_t* input_ids, const int32_t* attenti
         int newI = (int)CEIL_DIV((size_t)live, (size_t)m_items) * m_items;
         if (newI > I) newI = I;
         const bool compact = newI < I;
+        if (dev && compact && cur_len < launch_len) {
+            draining = true;  // process the steps launched in this layout first
+            continue;
+        }
+        draining = false;
+        if (dev && !compact) {
+            if (cur_len >= ML) break;
+            continue;  // the device reordered the beams itself
+        }
         if (compact) {
             int n = 0;
             for (int sl = 0; sl < I; sl++) {
@@ -1235,13 +1445,26 @@ int t5_generate(T5Generator* G, const int32_t* input_ids, const int32_t* attenti
         for (int ns = 0; ns < newI; ns++) {
             const int os = new_slot_src[ns];
             for (int j = 0; j < nb; j++) {
-                const int src = os * nb + src_beam[os * nb + j];
+                const int src = os * nb + (dev ? j : src_beam[os * nb + j]);
                 G->h_gidx[ns * nb + j] = src;
                 identity = identity && src == ns * nb + j;
             }
             G->h_iidx[ns] = os;
         }
-        if (!identity) {
+        if (dev) {
+            // rows of the live slots; cache positions [0, cur_len - 2] through the histories, which restart as
+            // identities; running tokens and scores follow their rows
+            CUDA_CHECK(cudaMemcpyAsync(G->d_gidx, G->h_gidx, (size_t)newI * nb * sizeof(int), cudaMemcpyHostToDevice,
+                                       s));
+            gather_self_cache_hist(G, sgen, newI * nb, cur_len - 1, s);
+            sgen = 1 - sgen;
+            CUDA_CHECK(cudaMemcpyAsync(G->d_hist, G->h_hist_id, (size_t)newI * nb * G->Tmax * sizeof(int),
+                                       cudaMemcpyHostToDevice, s));
+            decode_gather_rows(G->d_tok2, G->d_tok, G->d_gidx, newI * nb, 1, 4, 4, 4, s);
+            CUDA_CHECK(cudaMemcpyAsync(G->d_tok, G->d_tok2, (size_t)newI * nb * 4, cudaMemcpyDeviceToDevice, s));
+            decode_gather_rows(G->d_topv, G->d_score, G->d_gidx, newI * nb, 1, 4, 4, 4, s);
+            CUDA_CHECK(cudaMemcpyAsync(G->d_score, G->d_topv, (size_t)newI * nb * 4, cudaMemcpyDeviceToDevice, s));
+        } else if (!identity) {
             CUDA_CHECK(cudaMemcpyAsync(G->d_gidx, G->h_gidx, (size_t)newI * nb * sizeof(int), cudaMemcpyHostToDevice,
                                        s));
             const size_t row_b = (size_t)H * G->Tmax * Dk * xs, seg_b = (size_t)G->Tmax * Dk * xs;
@@ -1276,6 +1499,11 @@ int t5_generate(T5Generator* G, const int32_t* input_ids, const int32_t* attenti
         }
     }
 
+    if (dev) {
+        CUDA_CHECK(cudaEventRecord(G->ev[3], s));
+        CUDA_CHECK(cudaStreamSynchronize(s));
+        CUDA_CHECK(cudaEventElapsedTime(&dec_ms, G->ev[2], G->ev[3]));
+    }
     // ---- outputs
     int width;
     if (beam) {

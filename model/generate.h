@@ -16,8 +16,15 @@
  *           (`pad_token_id or eos_token_id`, i.e. `</s>` = 1 when pad is 0).
  * Finished rows (greedy) and finished batch items (beam) stop costing compute: the batch is compacted to
  * the live rows (rounded up to a multiple of 8 rows, so that few GEMM shapes occur).
- * Each decoder step is replayed from a CUDA graph captured per step shape (t5_generator_set_cuda_graphs);
- * greedy search runs on the device without a host synchronisation per step.
+ * Each decoder step is replayed from a CUDA graph captured per step shape (t5_generator_set_cuda_graphs); the step
+ * is fused (cuda/decode_fused.cuh: residual add + RMSNorm and each attention as one kernel); greedy search, and beam
+ * search up to 8 beams (running beams chosen on the
+ * device, finished hypotheses kept on the host a few steps behind), run without a host synchronisation per step.
+ * Environment switches (read at t5_generator_create; outputs are HF's either way, fp32 bit-identical paths apart):
+ * T5TRAIN_GEN_FUSED=0 (the unfused step), T5TRAIN_GEN_DEVICE_BEAM=0 (host beam bookkeeping with one synchronisation
+ * per step), T5TRAIN_GEN_GRAPHS=0 (no CUDA graphs), T5TRAIN_GEN_GEMV=1 (projections at <= 8 rows by
+ * cuda/decode_gemv.cuh instead of cuBLASLt: measured slower, off by default), T5TRAIN_GEN_ATTN_LARGE=block|wide
+ * (decode_attention's kernel for grids of >= 1024 (item, head) pairs; default warp).
  *
  * Errors (bad options, a batch larger than the generator was created for, not enough GPU memory) are
  * returned as -1/NULL with a one-line message; nothing here exits on bad input.

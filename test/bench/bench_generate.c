@@ -15,6 +15,9 @@
  * "GPU step ms" = the decoder's GPU time / steps. The weight-read floor of a step = the bytes of the weights one
  * decoder step reads (decoder blocks without the cross-attention k/v, computed once per batch, plus lm_head) in
  * bf16 / the HBM bandwidth measured here (a 2 GiB device-to-device copy: 2 x bytes / time).
+ * First, a table of the decode projections at small M (t5-3b's shapes, bf16): cuBLASLt (linear_forward) at M = 4, 16,
+ * 32, 128 and cuda/decode_gemv.cu at M = 4, 8, in us per call and weight bytes / time.
+ * The generator's environment switches (model/generate.h) apply, e.g. T5TRAIN_GEN_ATTN_LARGE=block, T5TRAIN_GEN_GEMV=1.
  */
 #include <math.h>
 #include <stdio.h>
@@ -23,6 +26,8 @@
 #include <time.h>
 
 #include "../../cuda/check.h"
+#include "../../cuda/decode_gemv.cuh"
+#include "../../cuda/matmul.cuh"
 #include "../../model/generate.h"
 #include "../../model/params.h"
 #include "../../model/t5_config.h"
@@ -143,6 +148,62 @@ int main(int argc, char** argv) {
         CUDA_CHECK(cudaEventDestroy(e1));
     }
     printf("HBM bandwidth (2 GiB device-to-device copy, best of 5): %.2f TB/s\n", bw * 1e-12);
+    // decode GEMMs at small M (t5-3b's feed-forward and attention projections, bf16): time against the weight bytes
+    // at the bandwidth above (is cuBLASLt at bandwidth for M = batch x beams rows?)
+    {
+        const int shapes[4][2] = {{16384, 1024}, {1024, 16384}, {12288, 1024}, {32128, 1024}};  // (N, K)
+        const int ms[4] = {4, 16, 32, 128};
+        void *w = NULL, *in = NULL, *out = NULL;
+        CUDA_CHECK(cudaMalloc(&w, (size_t)32128 * 1024 * 2));
+        CUDA_CHECK(cudaMalloc(&in, (size_t)128 * 16384 * 2));
+        CUDA_CHECK(cudaMalloc(&out, (size_t)128 * 32128 * 2));
+        CUDA_CHECK(cudaMemset(w, 0x3c, (size_t)32128 * 1024 * 2));
+        CUDA_CHECK(cudaMemset(in, 0x3c, (size_t)128 * 16384 * 2));
+        matmul_init();
+        cudaEvent_t e0, e1;
+        CUDA_CHECK(cudaEventCreate(&e0));
+        CUDA_CHECK(cudaEventCreate(&e1));
+        printf("decode GEMM (bf16, out = in W^T; cuBLASLt, then cuda/decode_gemv.cu): us per call (mean of 50 back to "
+               "back) and weight bytes / time\n");
+        printf("| N x K | M=4 us | GB/s | M=16 us | GB/s | M=32 us | GB/s | M=128 us | GB/s "
+               "| decode_gemv M=4 us | GB/s | decode_gemv M=8 us | GB/s | floor us |\n");
+        printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+        for (int si = 0; si < 4; si++) {
+            const int N = shapes[si][0], K = shapes[si][1];
+            const double wb = (double)N * K * 2;
+            printf("| %d x %d |", N, K);
+            for (int mi = 0; mi < 4; mi++) {
+                const int M = ms[mi];
+                linear_forward(out, DT_BF16, in, w, DT_BF16, M, N, K, 0);
+                CUDA_CHECK(cudaEventRecord(e0, 0));
+                for (int r = 0; r < 50; r++) linear_forward(out, DT_BF16, in, w, DT_BF16, M, N, K, 0);
+                CUDA_CHECK(cudaEventRecord(e1, 0));
+                CUDA_CHECK(cudaEventSynchronize(e1));
+                float ms_ = 0;
+                CUDA_CHECK(cudaEventElapsedTime(&ms_, e0, e1));
+                const double us = ms_ * 1e3 / 50;
+                printf(" %.2f | %.0f |", us, wb / (us * 1e-6) / 1e9);
+            }
+            for (int M = 4; M <= 8; M += 4) {
+                decode_gemv(out, in, w, DT_BF16, M, N, K, false, 0);
+                CUDA_CHECK(cudaEventRecord(e0, 0));
+                for (int r = 0; r < 50; r++) decode_gemv(out, in, w, DT_BF16, M, N, K, false, 0);
+                CUDA_CHECK(cudaEventRecord(e1, 0));
+                CUDA_CHECK(cudaEventSynchronize(e1));
+                float ms_ = 0;
+                CUDA_CHECK(cudaEventElapsedTime(&ms_, e0, e1));
+                const double us = ms_ * 1e3 / 50;
+                printf(" %.2f | %.0f |", us, wb / (us * 1e-6) / 1e9);
+            }
+            printf(" %.2f |\n", wb / bw * 1e6);
+        }
+        CUDA_CHECK(cudaFree(w));
+        CUDA_CHECK(cudaFree(in));
+        CUDA_CHECK(cudaFree(out));
+        CUDA_CHECK(cudaEventDestroy(e0));
+        CUDA_CHECK(cudaEventDestroy(e1));
+        fflush(stdout);
+    }
     printf("| model | batch | beams | ms/batch | generated tokens/s | encoder ms | step ms | GPU step ms | rows/step "
            "| graph steps | step weights MB | floor ms | step/floor |\n");
     printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");

@@ -1,0 +1,640 @@
+/*
+ * decode_fused.cu: fused decoder-step kernels of model/generate.c (contract in decode_fused.cuh).
+ *
+ * decode_add_rmsnorm: one warp per row, the loop structure of rmsnorm_forward_kernel1 (chunks of EW_CHUNK per lane,
+ * then a warp reduction), so the fp32 sum of squares, rstd and the output are bit-identical to
+ * residual_dropout_add + rmsnorm_forward (+ scale_inplace + cast); the residual row is written back on the way.
+ *
+ * decode_attention, three variants (decode_fused.cuh: DecodeAttnImpl; the launcher picks by grid size):
+ * WIDE: one block of DA_THREADS per (item, head), three phases over shared memory:
+ *   1. scores: DA_TPK adjacent threads per key (all nb query rows against it), each reading every DA_TPK-th 16-byte
+ *      packet of the key row (loads unrolled: the kernel is latency-bound, not bandwidth-bound), the partial dots
+ *      added by shuffles; q rows come from shared memory (broadcast);
+ *   2. softmax: one warp per query row over the scores in shared memory (fp32, as attention_softmax_forward);
+ *   3. P V: a thread owns a unit of 8 (bf16/fp16) or 4 (fp32) consecutive d of one query row (one 16-byte value load
+ *      per key) and the keys j = g mod G, G = DA_THREADS / units key groups; the groups' partial sums are added in
+ *      group order. Every sum has a fixed order: deterministic.
+ * BLOCK: the same kernel with DA_THREADS / 2 threads, one thread per key and one per (query row, d) in P V.
+ * WARP: one warp per (item, head) (decode_attention_warp_kernel1): lane l owns keys l, l + 32, ... in registers
+ *   (scores and softmax by shuffles) and Dk / 32 consecutive d in P V; no block barrier.
+ * decode_beam_select / decode_gather_hist: the device half of beam search (contract in the header).
+ */
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+
+#include "common.cuh"
+#include "decode_fused.cuh"
+
+#define DA_THREADS 256
+#define DA_TPK 4  // threads per key in the scores phase
+#define DA_MAX_SMEM (48 * 1024)
+#define DA_MAX_NB 64
+#define BS_MAX_NB 8  // decode_beam_select: beams per item (one thread selects: O(nb^3) compares)
+
+// ---- CUDA kernels
+
+template <typename TO>
+__global__ void decode_add_rmsnorm_kernel1(TO* out, float* x, const void* branch, bool branch_bf16, bool branch_f16,
+                                           const float* w, int N, int D, float eps, float post_scale, bool vec) {
+    const int lane = threadIdx.x & 31;
+    const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (row >= N) return;
+    float* xr = x + (size_t)row * D;
+    float ss = 0.0f;
+#pragma unroll 4
+    for (int i0 = lane * EW_CHUNK; i0 < D; i0 += 32 * EW_CHUNK) {
+        float v[EW_CHUNK];
+        load_chunk(xr, i0, D, vec, v);
+        if (branch) {
+            float b[EW_CHUNK];
+            if (branch_bf16) load_chunk((const __nv_bfloat16*)branch + (size_t)row * D, i0, D, vec, b);
+            else if (branch_f16) load_chunk((const __half*)branch + (size_t)row * D, i0, D, vec, b);
+            else load_chunk((const float*)branch + (size_t)row * D, i0, D, vec, b);
+#pragma unroll
+            for (int j = 0; j < EW_CHUNK; j++) v[j] += b[j];
+            store_chunk(xr, i0, D, vec, v);
+        }
+#pragma unroll
+        for (int j = 0; j < EW_CHUNK; j++) ss += v[j] * v[j];
+    }
+    ss = warp_reduce_sum(ss);
+    const float r = rsqrtf(ss / (float)D + eps);
+    TO* outr = out + (size_t)row * D;
+#pragma unroll 4
+    for (int i0 = lane * EW_CHUNK; i0 < D; i0 += 32 * EW_CHUNK) {
+        float v[EW_CHUNK], wv[EW_CHUNK];
+        load_chunk(xr, i0, D, vec, v);
+        load_chunk(w, i0, D, vec, wv);
+#pragma unroll
+        for (int j = 0; j < EW_CHUNK; j++) {
+            v[j] = wv[j] * (v[j] * r);
+            v[j] = v[j] * post_scale;
+        }
+        store_chunk(outr, i0, D, vec, v);
+    }
+}
+
+// partial dots of a key row with the fp32 query rows in shared memory, for the nb <= NBT rows at once: thread `sub`
+// of the DA_TPK threads of a key takes the 16-byte packets (VEC) or elements sub, sub + DA_TPK, ... (sequential sum)
+template <typename T, bool VEC, int NBT, int TPK>
+__device__ __forceinline__ void da_key_dots(const T* kr, const float* qs, int nb, int Dk, int sub, float (&s)[NBT]) {
+    if (VEC) {
+        constexpr int P = Vec<T>::size;
+#pragma unroll 4
+        for (int d0 = sub * P; d0 < Dk; d0 += TPK * P) {
+            const Vec<T> kv = load_vec(kr + d0);
+#pragma unroll
+            for (int b = 0; b < NBT; b++) {
+                if (b >= nb) break;
+                float acc = s[b];
+#pragma unroll
+                for (int e = 0; e < P; e++) acc += qs[b * Dk + d0 + e] * to_f32(kv.v[e]);
+                s[b] = acc;
+            }
+        }
+    } else {
+#pragma unroll 4
+        for (int d = sub; d < Dk; d += TPK) {
+            const float kv = to_f32(kr[d]);
+#pragma unroll
+            for (int b = 0; b < NBT; b++) {
+                if (b >= nb) break;
+                s[b] += qs[b * Dk + d] * kv;
+            }
+        }
+    }
+}
+
+template <typename T, bool VEC, int NBT, int TPK, bool VPV>
+__global__ void decode_attention_kernel1(T* ctx, const T* q, int q_stride, T* kc, T* vc, int T_stride, const int* pos,
+                                         int n_keys, int cap, const float* bias, int bias_stride, const int* mask,
+                                         const T* knew, const T* vnew, int new_stride, const int* hist,
+                                         int hist_stride, int nb, int H, int Dk) {
+    constexpr int VP = VEC && VPV ? Vec<T>::size : 1;  // elements of a P V unit
+    extern __shared__ float da_smem[];
+    const int i = blockIdx.x / H, h = blockIdx.x % H;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
+    const int n = pos ? *pos + 1 : n_keys;
+    float* qs = da_smem;                          // (nb, Dk)
+    float* ps = qs + (size_t)nb * Dk;             // (nb, cap) scores, then probabilities
+    float* part = ps + (size_t)nb * cap;          // (blockDim, VP) P V partial sums
+    int* hrow = (int*)(part + (size_t)blockDim.x * VP);  // (cap) cache row of each key (hist), else unused
+    const size_t kvo = ((size_t)i * H + h) * (size_t)T_stride * Dk;
+    const size_t hstep = (size_t)H * T_stride * Dk;  // one cache row
+    // key j of this item lives at kc + kvo + koff(j): its own row, or row hist[i, j] (beam search without reordering)
+#define DA_KOFF(j) \
+    ((hist ? ((ptrdiff_t)hrow[j] - (ptrdiff_t)i) * (ptrdiff_t)hstep : (ptrdiff_t)0) + (ptrdiff_t)(j) * Dk)
+    if (knew) {  // self-attention: the new key/value row at position t = n - 1 (nb == 1: row r = i)
+        const size_t dst = kvo + (size_t)(n - 1) * Dk, src = (size_t)i * new_stride + (size_t)h * Dk;
+        for (int d = tid; d < Dk; d += blockDim.x) {
+            kc[dst + d] = knew[src + d];
+            vc[dst + d] = vnew[src + d];
+        }
+    }
+    for (int e = tid; e < nb * Dk; e += blockDim.x) {
+        const int b = e / Dk, d = e % Dk;
+        qs[e] = to_f32(q[((size_t)i * nb + b) * q_stride + (size_t)h * Dk + d]);
+    }
+    if (hist)
+        for (int j = tid; j < n; j += blockDim.x) hrow[j] = hist[(size_t)i * hist_stride + j];
+    __syncthreads();  // q and hist in shared memory; the appended row visible to the block
+    // ---- 1. scores: TPK adjacent threads per key, partial dots added by shuffles (fixed order)
+    const int kpp = blockDim.x / TPK, sub = tid % TPK;
+    for (int j0 = 0; j0 < n; j0 += kpp) {
+        const int j = j0 + tid / TPK;
+        float s[NBT];
+#pragma unroll
+        for (int b = 0; b < NBT; b++) s[b] = 0.0f;
+        if (j < n) da_key_dots<T, VEC, NBT, TPK>(kc + kvo + DA_KOFF(j), qs, nb, Dk, sub, s);
+#pragma unroll
+        for (int b = 0; b < NBT; b++) {
+            if (b >= nb) break;
+#pragma unroll
+            for (int o = TPK / 2; o > 0; o >>= 1) s[b] += __shfl_xor_sync(0xffffffffu, s[b], o);
+        }
+        if (j < n && sub == 0) {
+            const bool masked = mask && mask[(size_t)i * n_keys + j] == 0;
+            const float bj = bias ? bias[(size_t)h * bias_stride + j] : 0.0f;
+#pragma unroll
+            for (int b = 0; b < NBT; b++) {
+                if (b >= nb) break;
+                // NOTE(numerics): Q K^T rounded to X (t5.c / HF autocast), the bias added in fp32
+                float v = round_to<T>(s[b]);
+                if (bias) v += bj;
+                ps[(size_t)b * cap + j] = masked ? -INFINITY : v;
+            }
+        }
+    }
+    __syncthreads();
+    // ---- 2. softmax, one warp per query row (masked keys hold -inf: exp gives 0, as attention_softmax_forward)
+    for (int b = warp; b < nb; b += nwarps) {
+        float* pr = ps + (size_t)b * cap;
+        float mx = -INFINITY;
+        for (int j = lane; j < n; j += 32) mx = fmaxf(mx, pr[j]);
+        mx = warp_reduce_max(mx);
+        const bool all_masked = mx == -INFINITY;
+        float sum = 0.0f;
+        if (!all_masked) {
+            for (int j = lane; j < n; j += 32) sum += expf(pr[j] - mx);
+            sum = warp_reduce_sum(sum);
+        }
+        const float inv = all_masked ? 0.0f : 1.0f / sum;
+        for (int j = lane; j < n; j += 32) {
+            const float p = all_masked ? 1.0f / (float)n : expf(pr[j] - mx) * inv;
+            pr[j] = round_to<T>(p);
+        }
+    }
+    __syncthreads();
+    // ---- 3. ctx = P V: unit u = VP consecutive d of one query row; G key groups j = g mod G when the units do not
+    // fill the block, their partial sums added in group order (fp32 accumulation, one rounding)
+    const int dku = Dk / VP, units = nb * dku;
+    const T* vb = vc + kvo;
+    const int G = units < (int)blockDim.x ? (int)blockDim.x / units : 1;
+    for (int u0 = 0; u0 < units; u0 += G > 1 ? units : (int)blockDim.x) {
+        const int g = G > 1 ? tid / units : 0, u = G > 1 ? tid % units : u0 + tid;
+        float acc[VP];
+#pragma unroll
+        for (int e = 0; e < VP; e++) acc[e] = 0.0f;
+        const bool active = g < G && u < units;
+        const int b = u / dku, d0 = (u % dku) * VP;
+        if (active) {
+            const float* pr = ps + (size_t)b * cap;
+#pragma unroll 4
+            for (int j = g; j < n; j += G) {
+                const float pj = pr[j];
+                if (VP > 1) {
+                    const Vec<T> vv = load_vec(vb + DA_KOFF(j) + d0);
+#pragma unroll
+                    for (int e = 0; e < VP; e++) acc[e] += pj * to_f32(vv.v[e]);
+                } else {
+                    acc[0] += pj * to_f32(vb[DA_KOFF(j) + d0]);
+                }
+            }
+        }
+        if (G > 1) {
+#pragma unroll
+            for (int e = 0; e < VP; e++) part[(size_t)tid * VP + e] = acc[e];
+            __syncthreads();
+            if (tid < units) {
+#pragma unroll
+                for (int e = 0; e < VP; e++) {
+                    float sum = 0.0f;
+                    for (int gg = 0; gg < G; gg++) sum += part[((size_t)gg * units + tid) * VP + e];
+                    acc[e] = sum;
+                }
+            }
+        }
+        if ((G > 1 && tid < units) || (G == 1 && active)) {
+            T* out = ctx + (((size_t)i * nb + b) * H + h) * Dk + d0;
+            if (VP > 1) {
+                Vec<T> ov;
+#pragma unroll
+                for (int e = 0; e < VP; e++) ov.v[e] = from_f32<T>(acc[e]);
+                store_vec(out, ov);
+            } else {
+                out[0] = from_f32<T>(acc[0]);
+            }
+        }
+    }
+#undef DA_KOFF
+}
+
+
+// ---- the warp variant: one warp per (item, head); lane c * 32 + l owns key j = 32 c + l in the scores and the
+// softmax (registers, shuffles), and d in [DPL lane, DPL lane + DPL) in P V (the key's probability and cache row come
+// by shuffle from the lane that owns the key). No block-wide barrier: 4 independent warps per block.
+#define DW_WARPS 4
+#define DW_MAXC 4  // keys per lane: at most 128 keys
+
+template <typename T, int NBT, int DPL>
+__global__ void decode_attention_warp_kernel1(T* ctx, const T* q, int q_stride, T* kc, T* vc, int T_stride,
+                                              const int* pos, int n_keys, const float* bias, int bias_stride,
+                                              const int* mask, const T* knew, const T* vnew, int new_stride,
+                                              const int* hist, int hist_stride, int nb, int IH, int H) {
+    constexpr int Dk = 32 * DPL, P = Vec<T>::size;
+    extern __shared__ float dw_smem[];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int ih = blockIdx.x * DW_WARPS + warp;
+    if (ih >= IH) return;  // whole warps only; nothing below synchronises more than one warp
+    const int i = ih / H, h = ih % H;
+    const int n = pos ? *pos + 1 : n_keys;
+    float* qs = dw_smem + (size_t)warp * NBT * Dk;  // (nb, Dk) this warp's query rows
+    if (knew) {  // self-attention: the new key/value row at position t = n - 1 of row i
+        const size_t dst = (((size_t)i * H + h) * T_stride + (n - 1)) * Dk;
+        const size_t src = (size_t)i * new_stride + (size_t)h * Dk;
+        for (int d = lane; d < Dk; d += 32) {
+            kc[dst + d] = knew[src + d];
+            vc[dst + d] = vnew[src + d];
+        }
+    }
+    for (int e = lane; e < nb * Dk; e += 32)
+        qs[e] = to_f32(q[((size_t)i * nb + e / Dk) * q_stride + (size_t)h * Dk + e % Dk]);
+    __syncwarp();  // q in shared memory, the appended row visible to the warp
+    float sc[DW_MAXC][NBT];
+    int hr[DW_MAXC];
+#pragma unroll
+    for (int c = 0; c < DW_MAXC; c++) {
+        const int j = lane + 32 * c;
+        hr[c] = hist && j < n ? hist[(size_t)i * hist_stride + j] : i;
+#pragma unroll
+        for (int b = 0; b < NBT; b++) sc[c][b] = -INFINITY;
+        if (j < n) {
+            const T* kr = kc + (((size_t)hr[c] * H + h) * T_stride + j) * Dk;
+            float acc[NBT];
+#pragma unroll
+            for (int b = 0; b < NBT; b++) acc[b] = 0.0f;
+#pragma unroll
+            for (int d0 = 0; d0 < Dk; d0 += P) {
+                const Vec<T> kv = load_vec(kr + d0);
+#pragma unroll
+                for (int b = 0; b < NBT; b++) {
+                    if (b >= nb) break;
+#pragma unroll
+                    for (int e = 0; e < P; e++) acc[b] += qs[b * Dk + d0 + e] * to_f32(kv.v[e]);
+                }
+            }
+            const bool masked = mask && mask[(size_t)i * n_keys + j] == 0;
+            const float bj = bias ? bias[(size_t)h * bias_stride + j] : 0.0f;
+#pragma unroll
+            for (int b = 0; b < NBT; b++) {
+                // NOTE(numerics): Q K^T rounded to X (t5.c / HF autocast), the bias added in fp32
+                float v = round_to<T>(acc[b]);
+                if (bias) v += bj;
+                sc[c][b] = masked ? -INFINITY : v;
+            }
+        }
+    }
+    // softmax per query row over the lanes (keys >= n hold -inf and get probability 0)
+#pragma unroll
+    for (int b = 0; b < NBT; b++) {
+        if (b >= nb) break;
+        float mx = -INFINITY;
+#pragma unroll
+        for (int c = 0; c < DW_MAXC; c++) mx = fmaxf(mx, sc[c][b]);
+        mx = warp_reduce_max(mx);
+        const bool all_masked = mx == -INFINITY;
+        float sum = 0.0f;
+        if (!all_masked) {
+#pragma unroll
+            for (int c = 0; c < DW_MAXC; c++) sum += lane + 32 * c < n ? expf(sc[c][b] - mx) : 0.0f;
+            sum = warp_reduce_sum(sum);
+        }
+        const float inv = all_masked ? 0.0f : 1.0f / sum;
+#pragma unroll
+        for (int c = 0; c < DW_MAXC; c++) {
+            const float p = lane + 32 * c >= n ? 0.0f : all_masked ? 1.0f / (float)n : expf(sc[c][b] - mx) * inv;
+            sc[c][b] = round_to<T>(p);
+        }
+    }
+    // P V
+    float acc[NBT][DPL];
+#pragma unroll
+    for (int b = 0; b < NBT; b++)
+#pragma unroll
+        for (int e = 0; e < DPL; e++) acc[b][e] = 0.0f;
+    const int d0 = lane * DPL;
+#pragma unroll
+    for (int c = 0; c < DW_MAXC; c++) {
+        if (32 * c >= n) break;
+#pragma unroll 8
+        for (int l = 0; l < 32; l++) {
+            const int j = 32 * c + l;
+            if (j >= n) break;
+            const int row = __shfl_sync(0xffffffffu, hr[c], l);
+            const T* vr = vc + (((size_t)row * H + h) * T_stride + j) * Dk + d0;
+            float v[DPL];
+#pragma unroll
+            for (int e = 0; e < DPL; e++) v[e] = to_f32(vr[e]);
+#pragma unroll
+            for (int b = 0; b < NBT; b++) {
+                if (b >= nb) break;
+                const float pb = __shfl_sync(0xffffffffu, sc[c][b], l);
+#pragma unroll
+                for (int e = 0; e < DPL; e++) acc[b][e] += pb * v[e];
+            }
+        }
+    }
+#pragma unroll
+    for (int b = 0; b < NBT; b++) {
+        if (b >= nb) break;
+        T* out = ctx + (((size_t)i * nb + b) * H + h) * Dk + d0;
+#pragma unroll
+        for (int e = 0; e < DPL; e++) out[e] = from_f32<T>(acc[b][e]);
+    }
+}
+
+// ---- launchers
+
+template <typename TO>
+static void decode_add_rmsnorm_t(void* out, float* x, const void* branch, DType dt_b, const float* w, int N, int D,
+                                 float eps, float post_scale, cudaStream_t stream) {
+    const bool vec = D % EW_CHUNK == 0 && is_aligned16(out) && is_aligned16(x) && is_aligned16(w) &&
+                     (!branch || is_aligned16(branch));
+    const int warps = 8;
+    decode_add_rmsnorm_kernel1<TO><<<CEIL_DIV(N, warps), warps * 32, 0, stream>>>(
+        (TO*)out, x, branch, dt_b == DT_BF16, dt_b == DT_F16, w, N, D, eps, post_scale, vec);
+}
+
+extern "C" void decode_add_rmsnorm(void* out, DType dt_out, float* x, const void* branch, DType dt_b, const float* w,
+                                   int N, int D, float eps, float post_scale, cudaStream_t stream) {
+    if (N <= 0 || D <= 0) return;
+    DTYPE_DISPATCH(dt_out, decode_add_rmsnorm_t, out, x, branch, dt_b, w, N, D, eps, post_scale, stream);
+    CUDA_LAUNCH_CHECK();
+}
+
+static size_t da_smem_bytes(int nb, int Dk, int cap) {
+    return ((size_t)nb * Dk + (size_t)nb * cap + (size_t)DA_THREADS * 8 + cap) * sizeof(float);
+}
+
+extern "C" bool decode_attention_fits(int nb, int Dk, int cap) {
+    return nb >= 1 && nb <= DA_MAX_NB && Dk >= 1 && cap >= 1 && da_smem_bytes(nb, Dk, cap) <= DA_MAX_SMEM;
+}
+
+template <typename T, bool VEC, int NBT, int TPK, bool VPV>
+static void decode_attention_launch(void* ctx, const void* q, int q_stride, void* kc, void* vc, int T_stride,
+                                    const int* pos, int n_keys, int cap, const float* bias, int bias_stride,
+                                    const int* mask, const void* knew, const void* vnew, int new_stride,
+                                    const int* hist, int hist_stride, int I, int nb, int H, int Dk, int threads,
+                                    size_t smem, cudaStream_t stream) {
+    decode_attention_kernel1<T, VEC, NBT, TPK, VPV><<<I * H, threads, smem, stream>>>(
+        (T*)ctx, (const T*)q, q_stride, (T*)kc, (T*)vc, T_stride, pos, n_keys, cap, bias, bias_stride, mask,
+        (const T*)knew, (const T*)vnew, new_stride, hist, hist_stride, nb, H, Dk);
+}
+
+template <typename T, int NBT, int DPL>
+static void decode_attention_warp_launch(void* ctx, const void* q, int q_stride, void* kc, void* vc, int T_stride,
+                                         const int* pos, int n_keys, const float* bias, int bias_stride,
+                                         const int* mask, const void* knew, const void* vnew, int new_stride,
+                                         const int* hist, int hist_stride, int I, int nb, int H, cudaStream_t stream) {
+    const int IH = I * H;
+    const size_t smem = (size_t)DW_WARPS * NBT * 32 * DPL * sizeof(float);
+    decode_attention_warp_kernel1<T, NBT, DPL><<<CEIL_DIV(IH, DW_WARPS), DW_WARPS * 32, smem, stream>>>(
+        (T*)ctx, (const T*)q, q_stride, (T*)kc, (T*)vc, T_stride, pos, n_keys, bias, bias_stride, mask,
+        (const T*)knew, (const T*)vnew, new_stride, hist, hist_stride, nb, IH, H);
+}
+
+// the implementation AUTO picks: WIDE below DA_LARGE_GRID (item, head) pairs, else WARP (T5TRAIN_GEN_ATTN_LARGE=block
+// or wide overrides). Measured on t5-3b (docs/generate.md): WIDE beat BLOCK at 128-512 pairs (batch 4); at 1024-4096
+// pairs (batch 32) WARP beat BLOCK in sum (beam 4: 3.98 vs 4.89 ms/step; greedy 3.34 vs 3.17 ms/step).
+#define DA_LARGE_GRID 1024
+static DecodeAttnImpl da_large_impl(void) {
+    static int cached = -1;
+    if (cached < 0) {
+        const char* e = getenv("T5TRAIN_GEN_ATTN_LARGE");
+        cached = e && strcmp(e, "block") == 0  ? DA_IMPL_BLOCK
+                 : e && strcmp(e, "wide") == 0 ? DA_IMPL_WIDE
+                                               : DA_IMPL_WARP;
+    }
+    return (DecodeAttnImpl)cached;
+}
+
+template <typename T>
+static void decode_attention_t(void* ctx, const void* q, int q_stride, void* kc, void* vc, int T_stride,
+                               const int* pos, int n_keys, int cap, const float* bias, int bias_stride,
+                               const int* mask, const void* knew, const void* vnew, int new_stride,
+                               const int* hist, int hist_stride, int I, int nb, int H, int Dk, DecodeAttnImpl impl,
+                               cudaStream_t stream) {
+    const size_t smem = da_smem_bytes(nb, Dk, cap);
+    const bool vec = (Dk * sizeof(T)) % 16 == 0 && is_aligned16(kc) && is_aligned16(vc) && is_aligned16(ctx);
+    if (impl == DA_IMPL_AUTO) impl = I * H < DA_LARGE_GRID ? DA_IMPL_WIDE : da_large_impl();
+    // the warp variant: Dk 64 or 128, at most 8 query rows and 128 keys, 16-byte aligned rows
+    if (impl == DA_IMPL_WARP && !(vec && (Dk == 64 || Dk == 128) && nb <= 8 && cap <= 32 * DW_MAXC))
+        impl = DA_IMPL_BLOCK;
+    if (impl == DA_IMPL_WARP) {
+#define DW_LAUNCH(NBT, DPL)                                                                                          \
+    decode_attention_warp_launch<T, NBT, DPL>(ctx, q, q_stride, kc, vc, T_stride, pos, n_keys, bias, bias_stride,  \
+                                              mask, knew, vnew, new_stride, hist, hist_stride, I, nb, H, stream)
+        if (Dk == 64) {
+            if (nb == 1) DW_LAUNCH(1, 2);
+            else if (nb <= 4) DW_LAUNCH(4, 2);
+            else DW_LAUNCH(8, 2);
+        } else {
+            if (nb == 1) DW_LAUNCH(1, 4);
+            else if (nb <= 4) DW_LAUNCH(4, 4);
+            else DW_LAUNCH(8, 4);
+        }
+#undef DW_LAUNCH
+        return;
+    }
+    // WIDE: 256 threads, 4 threads per key, 16-byte P V units; BLOCK: 128 threads, a thread per key and per (row, d)
+    const bool wide = impl == DA_IMPL_WIDE;
+    const int threads = wide ? DA_THREADS : DA_THREADS / 2;
+#define DA_LAUNCH(VEC, NBT)                                                                                          \
+    do {                                                                                                             \
+        if (wide)                                                                                                    \
+            decode_attention_launch<T, VEC, NBT, DA_TPK, true>(ctx, q, q_stride, kc, vc, T_stride, pos, n_keys, cap, \
+                                                               bias, bias_stride, mask, knew, vnew, new_stride,      \
+                                                               hist, hist_stride, I, nb, H, Dk, threads, smem,       \
+                                                               stream);                                              \
+        else                                                                                                         \
+            decode_attention_launch<T, VEC, NBT, 1, false>(ctx, q, q_stride, kc, vc, T_stride, pos, n_keys, cap,     \
+                                                           bias, bias_stride, mask, knew, vnew, new_stride, hist,    \
+                                                           hist_stride, I, nb, H, Dk, threads, smem, stream);        \
+    } while (0)
+    if (vec) {
+        if (nb == 1) DA_LAUNCH(true, 1);
+        else if (nb <= 4) DA_LAUNCH(true, 4);
+        else if (nb <= 8) DA_LAUNCH(true, 8);
+        else DA_LAUNCH(true, DA_MAX_NB);
+    } else {
+        if (nb == 1) DA_LAUNCH(false, 1);
+        else if (nb <= 4) DA_LAUNCH(false, 4);
+        else if (nb <= 8) DA_LAUNCH(false, 8);
+        else DA_LAUNCH(false, DA_MAX_NB);
+    }
+#undef DA_LAUNCH
+}
+
+extern "C" void decode_attention(void* ctx, const void* q, int q_stride, void* kc, void* vc, int T_stride,
+                                 const int* pos, int n_keys, int cap, const float* bias, int bias_stride,
+                                 const int* mask, const void* knew, const void* vnew, int new_stride,
+                                 const int* hist, int hist_stride, int I, int nb, int H, int Dk, DType dt,
+                                 DecodeAttnImpl impl, cudaStream_t stream) {
+    if (I <= 0 || H <= 0 || Dk <= 0) return;
+    if (!decode_attention_fits(nb, Dk, cap))
+        t5_die(T5_EXIT_FAILURE, "decode_attention: %d rows x (Dk %d + %d keys) do not fit in shared memory", nb, Dk,
+               cap);
+    if (hist && (nb != 1 || !pos)) t5_die(T5_EXIT_FAILURE, "decode_attention: hist needs nb == 1 and pos");
+    if (knew && (nb != 1 || !pos)) t5_die(T5_EXIT_FAILURE, "decode_attention: the append needs nb == 1 and pos");
+    if (!pos && n_keys > cap) t5_die(T5_EXIT_FAILURE, "decode_attention: %d keys > cap %d", n_keys, cap);
+    DTYPE_DISPATCH(dt, decode_attention_t, ctx, q, q_stride, kc, vc, T_stride, pos, n_keys, cap, bias, bias_stride,
+                   mask, knew, vnew, new_stride, hist, hist_stride, I, nb, H, Dk, impl, stream);
+    CUDA_LAUNCH_CHECK();
+}
+
+// ---- beam search on the device (model/generate.c, beam search without a host synchronisation per step)
+
+// one block per slot (batch item) of nb beams; thread 0 selects, the block permutes the histories
+__global__ void decode_beam_select_kernel1(int* tok, float* score, int* hist, int hist_stride, const float* topv,
+                                           const int* topi, int nb, int K, int V, int ML, int eos, const int* pos) {
+    extern __shared__ int bs_smem[];  // (nb, t + 1) old histories
+    __shared__ int s_src[BS_MAX_NB], s_tok[BS_MAX_NB];
+    __shared__ float s_val[BS_MAX_NB];
+    const int sl = blockIdx.x, t = *pos, tid = threadIdx.x;
+    const int nc = nb * K, K2 = 2 * nb;
+    if (tid == 0) {
+        const bool at_max = t + 2 >= ML;  // cur_len + 1 >= max_length: every continuation hits the length limit
+        const float* tv = topv + (size_t)sl * nc;
+        const int* ti = topi + (size_t)sl * nc;
+        // the 2 nb best of the nb * K candidates in (value desc, beam * V + token asc) order: selection rounds
+        float cv[2 * BS_MAX_NB];
+        int ckey[2 * BS_MAX_NB];
+        float pv = INFINITY;
+        long long pk = -1;
+        for (int k = 0; k < K2; k++) {
+            float bv = -INFINITY;
+            long long bk = LLONG_MAX;
+            for (int c = 0; c < nc; c++) {
+                const float v = tv[c];
+                const long long key = (long long)(c / K) * V + ti[c];
+                const bool after = v < pv || (v == pv && key > pk);
+                const bool better = v > bv || (v == bv && key < bk);
+                if (after && better) {
+                    bv = v;
+                    bk = key;
+                }
+            }
+            cv[k] = bv;
+            ckey[k] = (int)(bk == LLONG_MAX ? 0 : bk);
+            pv = bv;
+            pk = bk;
+        }
+        // next running beams: the nb best after -1e9 on the candidates that hit </s> or the length limit
+        float rv[2 * BS_MAX_NB];
+        for (int k = 0; k < K2; k++) {
+            const bool hit = ckey[k] % V == eos || at_max;
+            rv[k] = cv[k] + (hit ? -1.0e9f : 0.0f);
+        }
+        float qv = INFINITY;
+        int qk = -1;
+        for (int j = 0; j < nb; j++) {
+            float bv = -INFINITY;
+            int bk = INT_MAX;
+            for (int k = 0; k < K2; k++) {
+                const bool after = rv[k] < qv || (rv[k] == qv && k > qk);
+                const bool better = rv[k] > bv || (rv[k] == bv && k < bk);
+                if (after && better) {
+                    bv = rv[k];
+                    bk = k;
+                }
+            }
+            if (bk == INT_MAX) bk = 0;
+            s_src[j] = ckey[bk] / V;
+            s_tok[j] = ckey[bk] % V;
+            s_val[j] = bv;
+            qv = bv;
+            qk = bk;
+        }
+    }
+    const int n = t + 1;
+    for (int e = tid; e < nb * n; e += blockDim.x) {
+        const int b = e / n, j = e % n;
+        bs_smem[e] = hist[((size_t)sl * nb + b) * hist_stride + j];
+    }
+    __syncthreads();
+    for (int e = tid; e < nb * n; e += blockDim.x) {
+        const int b = e / n, j = e % n;
+        hist[((size_t)sl * nb + b) * hist_stride + j] = bs_smem[s_src[b] * n + j];
+    }
+    if (tid < nb) {
+        const size_t r = (size_t)sl * nb + tid;
+        if (n < hist_stride) hist[r * hist_stride + n] = (int)r;  // the next step appends to the row itself
+        tok[r] = s_tok[tid];
+        score[r] = s_val[tid];
+    }
+}
+
+// grid (H, R, planes): dst row r, head h, position j < n_pos <- src row hist[idx[r], j]
+template <typename W>
+__global__ void decode_gather_hist_kernel1(W* dst, const W* src, const int* idx, const int* hist, int hist_stride,
+                                           int H, int Tmax, int dk_w, int n_pos, int n_inner, ptrdiff_t outer_w,
+                                           ptrdiff_t inner_w) {
+    const int h = blockIdx.x, r = blockIdx.y, p = blockIdx.z;
+    const ptrdiff_t po = (ptrdiff_t)(p / n_inner) * outer_w + (ptrdiff_t)(p % n_inner) * inner_w;
+    const int* hr = hist + (size_t)idx[r] * hist_stride;
+    for (int e = threadIdx.x; e < n_pos * dk_w; e += blockDim.x) {
+        const int j = e / dk_w, w = e % dk_w;
+        const size_t sr = (size_t)hr[j];
+        dst[po + (((size_t)r * H + h) * Tmax + j) * dk_w + w] = src[po + ((sr * H + h) * Tmax + j) * dk_w + w];
+    }
+}
+
+extern "C" bool decode_beam_select_fits(int nb, int hist_stride) {
+    return nb >= 1 && nb <= BS_MAX_NB && (size_t)nb * hist_stride * sizeof(int) <= DA_MAX_SMEM;
+}
+
+extern "C" void decode_beam_select(int* tok, float* score, int* hist, int hist_stride, const float* topv,
+                                   const int* topi, int I, int nb, int K, int V, int ML, int eos, const int* pos,
+                                   cudaStream_t stream) {
+    if (I <= 0) return;
+    if (!decode_beam_select_fits(nb, hist_stride) || K < 2 * nb)
+        t5_die(T5_EXIT_FAILURE, "decode_beam_select: %d beams (K %d, %d positions) not supported", nb, K, hist_stride);
+    decode_beam_select_kernel1<<<I, 128, (size_t)nb * hist_stride * sizeof(int), stream>>>(
+        tok, score, hist, hist_stride, topv, topi, nb, K, V, ML, eos, pos);
+    CUDA_LAUNCH_CHECK();
+}
+
+extern "C" void decode_gather_hist(void* dst, const void* src, const int* idx, const int* hist, int hist_stride, int R,
+                                   int H, int Tmax, size_t pos_bytes, int n_pos, int n_outer, ptrdiff_t outer_bytes,
+                                   int n_inner, ptrdiff_t inner_bytes, cudaStream_t stream) {
+    if (R <= 0 || H <= 0 || n_pos <= 0 || n_outer <= 0 || n_inner <= 0) return;
+    if ((size_t)n_outer * n_inner > 65535 || R > 65535 || H > 65535)
+        t5_die(T5_EXIT_FAILURE, "decode_gather_hist: grid (%d, %d, %d) too large", H, R, n_outer * n_inner);
+    const uintptr_t all = (uintptr_t)dst | (uintptr_t)src | pos_bytes | (uintptr_t)outer_bytes | (uintptr_t)inner_bytes;
+    dim3 grid((unsigned)H, (unsigned)R, (unsigned)(n_outer * n_inner));
+    if ((all & 15u) == 0)
+        decode_gather_hist_kernel1<uint4><<<grid, 128, 0, stream>>>((uint4*)dst, (const uint4*)src, idx, hist,
+                                                                    hist_stride, H, Tmax, (int)(pos_bytes / 16), n_pos,
+                                                                    n_inner, outer_bytes / 16, inner_bytes / 16);
+    else if ((all & 3u) == 0)
+        decode_gather_hist_kernel1<uint32_t><<<grid, 128, 0, stream>>>((uint32_t*)dst, (const uint32_t*)src, idx, hist,
+                                                                       hist_stride, H, Tmax, (int)(pos_bytes / 4),
+                                                                       n_pos, n_inner, outer_bytes / 4,
+                                                                       inner_bytes / 4);
+    else
+        decode_gather_hist_kernel1<uint8_t><<<grid, 128, 0, stream>>>((uint8_t*)dst, (const uint8_t*)src, idx, hist,
+                                                                      hist_stride, H, Tmax, (int)pos_bytes, n_pos,
+                                                                      n_inner, outer_bytes, inner_bytes);
+    CUDA_LAUNCH_CHECK();
+}

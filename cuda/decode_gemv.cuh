@@ -1,0 +1,27 @@
+/*
+ * decode_gemv.cuh: the decoder step's projections at few rows (generation: M = batch x beams <= 8), memory-bound:
+ *   out (M, N) dt = act(in (M, K) dt . w (N, K) dt ^T), fp32 accumulation, one rounding to dt; act = ReLU on the
+ *   fp32 sum when relu (as the GEMM's ReLU epilogue), else none. Assigned (=). dt = bf16 or fp16.
+ * Same contract as linear_forward (cuda/matmul.cuh) for these shapes; only the order of the fp32 sum differs.
+ * Why: cuBLASLt reaches 51-94% of HBM bandwidth on t5-3b's decode GEMMs at M = 4 (docs/generate.md). This kernel
+ * does not beat it (measured 1.8-1.9 TB/s at M = 4, about half of cuBLASLt): model/generate.c uses it only with
+ * T5TRAIN_GEN_GEMV=1. Kept, with its test, as the measured baseline for a better small-M kernel.
+ * decode_gemv_supported: dt bf16/fp16, 1 <= M <= 8, K a multiple of 64, every pointer 16-byte aligned.
+ */
+#pragma once
+#include <cuda_runtime.h>
+#include <stdbool.h>
+
+#include "dtype.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+bool decode_gemv_supported(DType dt, int M, int N, int K, const void* out, const void* in, const void* w);
+void decode_gemv(void* out, const void* in, const void* w, DType dt, int M, int N, int K, bool relu,
+                 cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
