@@ -89,20 +89,22 @@ typedef struct {
 } AttnActs;
 
 // one device pointer array: pointer i = b*H + h (b < B of the current batch) is
-//   base + (b*T*HD + h*Dk)*es      (heads: head h of sequence b in a (B*T, HD) tensor, row stride HD)
+//   base + (b*T*ld + h*Dk)*es      (heads: head h of sequence b in a (B*T, ld) tensor, row stride ld: HD, or
+//                                   3*HD / 2*HD for the fused q|k|v and k|v projection outputs)
 //   base + i*Tq*Tk*es              (!heads: contiguous (B, H, Tq, Tk))
 // with T / Tq / Tk the current Ts or Tt (tq, tk: 0 = Ts, 1 = Tt; heads use tq).
 typedef struct {
     const char* base;
     int es;
     bool heads;
+    int ld;  // heads: row length of the tensor in elements
     int tq, tk;
 } PtrSlot;
 
 // the shared scratch's pointer arrays, one set per AttnKind
 typedef struct {
     int scores, dS, dP;    // (B, H, Tq, Tk) fp32 / X / PX
-    int dctx, dq, dk, dv;  // heads of (B*T, HD) X gradients: dctx, dq (Tq), dk, dv (Tk)
+    int dctx, dq, dk, dv;  // heads of the X gradients: dctx, dq (Tq), dk, dv (Tk) (of dqkv when fuse_qkv)
 } ScratchSlots;
 
 typedef struct {
@@ -194,7 +196,8 @@ struct T5Model {
     void* dP;             // (B, H, Tq, Tk) X
     void* dS;             // (B, H, Tq, Tk) X
     void *dqh, *dkh, *dvh;  // (B, H, T, Dk) X  permuted path only (NULL when M->noperm)
-    void *dqm, *dkm, *dvm;  // (B*T, HD) X
+    void *dqm, *dkm, *dvm;  // (B*T, HD) X  (dkm, dvm NULL when fuse_qkv)
+    void* dqkv;           // (maxN, 3*HD) X  fuse_qkv only: d(q|k|v) of a self-attention, d(k|v) of a cross-attention
 
     // attention head pointers (M->noperm): the attention GEMMs run on the (B*T, HD) tensors in place
     // through cuBLASLt pointer-array batches. Every operand of every attention call site has one slot:
@@ -205,6 +208,7 @@ struct T5Model {
     PtrSlot* pslots;      // (npslots) host
     int npslots, cap_pslots;
     ScratchSlots sslot[ATTN_KINDS];
+    bool fuse_qkv;        // noperm and q|k|v (and cross k|v) weights contiguous: one projection GEMM each
     size_t ptr_stride;    // pointers per slot: max_B*H rounded up to 32 (every array 256-byte aligned)
     void** ptr_dev;       // (npslots, ptr_stride) device pointer arrays
     void** ptr_host;      // (npslots, ptr_stride) host mirror
@@ -257,13 +261,13 @@ static void attn_kind_codes(AttnKind kind, int* tq, int* tk) {
 }
 
 // registers one pointer array (both layout passes count them; the second has the real bases)
-static int pslot_add(T5Model* M, const void* base, size_t es, bool heads, int tq, int tk) {
+static int pslot_add(T5Model* M, const void* base, size_t es, bool heads, int ld, int tq, int tk) {
     if (!M->noperm) return -1;
     if (M->npslots == M->cap_pslots) {
         M->cap_pslots = M->cap_pslots ? 2 * M->cap_pslots : 256;
         M->pslots = realloc_check(M->pslots, (size_t)M->cap_pslots * sizeof(PtrSlot));
     }
-    M->pslots[M->npslots] = (PtrSlot){.base = base, .es = (int)es, .heads = heads, .tq = tq, .tk = tk};
+    M->pslots[M->npslots] = (PtrSlot){.base = base, .es = (int)es, .heads = heads, .ld = ld, .tq = tq, .tk = tk};
     return M->npslots++;
 }
 
@@ -275,19 +279,33 @@ static void layout_attn(T5Model* M, Arena* a, AttnActs* x, AttnKind kind, size_t
     x->kind = kind;
     x->ln = arena_take(a, Nq * D * xs);
     x->rstd = arena_take(a, Nq * 4);
-    x->q = arena_take(a, Nq * HD * xs);
-    x->k = arena_take(a, Nk * HD * xs);
-    x->v = arena_take(a, Nk * HD * xs);
+    // fuse_qkv: self-attention q|k|v in one (Nq, 3HD) tensor, cross-attention k|v in one (Nk, 2HD) tensor
+    int ldq = HD, ldkv = HD;
+    if (M->fuse_qkv && kind != ATTN_CROSS) {
+        x->q = arena_take(a, Nq * 3 * HD * xs);
+        x->k = (char*)x->q + HD * xs;
+        x->v = (char*)x->q + 2 * HD * xs;
+        ldq = ldkv = 3 * HD;
+    } else if (M->fuse_qkv) {
+        x->q = arena_take(a, Nq * HD * xs);
+        x->k = arena_take(a, Nk * 2 * HD * xs);
+        x->v = (char*)x->k + HD * xs;
+        ldkv = 2 * HD;
+    } else {
+        x->q = arena_take(a, Nq * HD * xs);
+        x->k = arena_take(a, Nk * HD * xs);
+        x->v = arena_take(a, Nk * HD * xs);
+    }
     x->probs = arena_take(a, (size_t)B * H * Tq * Tk * ps);
     x->probs_drop = drop || ps != xs ? arena_take(a, (size_t)B * H * Tq * Tk * xs) : NULL;
     x->ctx = arena_take(a, Nq * HD * xs);
     x->x_out = arena_take(a, Nq * D * 4);
-    x->slot.q = pslot_add(M, x->q, xs, true, tq, tq);
-    x->slot.k = pslot_add(M, x->k, xs, true, tk, tk);
-    x->slot.v = pslot_add(M, x->v, xs, true, tk, tk);
-    x->slot.ctx = pslot_add(M, x->ctx, xs, true, tq, tq);
-    x->slot.probs = pslot_add(M, x->probs, ps, false, tq, tk);
-    x->slot.probs_drop = drop || ps != xs ? pslot_add(M, x->probs_drop, xs, false, tq, tk) : -1;
+    x->slot.q = pslot_add(M, x->q, xs, true, ldq, tq, tq);
+    x->slot.k = pslot_add(M, x->k, xs, true, ldkv, tk, tk);
+    x->slot.v = pslot_add(M, x->v, xs, true, ldkv, tk, tk);
+    x->slot.ctx = pslot_add(M, x->ctx, xs, true, HD, tq, tq);
+    x->slot.probs = pslot_add(M, x->probs, ps, false, 0, tq, tk);
+    x->slot.probs_drop = drop || ps != xs ? pslot_add(M, x->probs_drop, xs, false, 0, tq, tk) : -1;
 }
 
 static void layout_ff(Arena* a, FFActs* f, size_t xs, size_t N, int D, int F, bool gated, bool drop) {
@@ -355,19 +373,30 @@ static void model_layout(T5Model* M, Arena* a) {
     M->dkh = M->noperm ? NULL : arena_take(a, NHD * xs);
     M->dvh = M->noperm ? NULL : arena_take(a, NHD * xs);
     M->dqm = arena_take(a, NHD * xs);
-    M->dkm = arena_take(a, NHD * xs);
-    M->dvm = arena_take(a, NHD * xs);
+    M->dkm = M->fuse_qkv ? NULL : arena_take(a, NHD * xs);
+    M->dvm = M->fuse_qkv ? NULL : arena_take(a, NHD * xs);
+    M->dqkv = M->fuse_qkv ? arena_take(a, 3 * NHD * xs) : NULL;
     for (int kd = 0; kd < ATTN_KINDS; kd++) {
         int tq, tk;
         attn_kind_codes((AttnKind)kd, &tq, &tk);
         ScratchSlots* ss = &M->sslot[kd];
-        ss->scores = pslot_add(M, M->scores, 4, false, tq, tk);
-        ss->dS = pslot_add(M, M->dS, xs, false, tq, tk);
-        ss->dP = pslot_add(M, M->dP, ps, false, tq, tk);
-        ss->dctx = pslot_add(M, M->dctx, xs, true, tq, tq);
-        ss->dq = pslot_add(M, M->dqm, xs, true, tq, tq);
-        ss->dk = pslot_add(M, M->dkm, xs, true, tk, tk);
-        ss->dv = pslot_add(M, M->dvm, xs, true, tk, tk);
+        ss->scores = pslot_add(M, M->scores, 4, false, 0, tq, tk);
+        ss->dS = pslot_add(M, M->dS, xs, false, 0, tq, tk);
+        ss->dP = pslot_add(M, M->dP, ps, false, 0, tq, tk);
+        ss->dctx = pslot_add(M, M->dctx, xs, true, HD, tq, tq);
+        if (M->fuse_qkv && kd != ATTN_CROSS) {  // d(q|k|v) (N, 3HD): one dX and one dW GEMM for the three
+            ss->dq = pslot_add(M, M->dqkv, xs, true, 3 * HD, tq, tq);
+            ss->dk = pslot_add(M, (char*)M->dqkv + HD * xs, xs, true, 3 * HD, tk, tk);
+            ss->dv = pslot_add(M, (char*)M->dqkv + 2 * HD * xs, xs, true, 3 * HD, tk, tk);
+        } else if (M->fuse_qkv) {  // cross: dq (Nq, HD), d(k|v) (Nk, 2HD)
+            ss->dq = pslot_add(M, M->dqm, xs, true, HD, tq, tq);
+            ss->dk = pslot_add(M, M->dqkv, xs, true, 2 * HD, tk, tk);
+            ss->dv = pslot_add(M, (char*)M->dqkv + HD * xs, xs, true, 2 * HD, tk, tk);
+        } else {
+            ss->dq = pslot_add(M, M->dqm, xs, true, HD, tq, tq);
+            ss->dk = pslot_add(M, M->dkm, xs, true, HD, tk, tk);
+            ss->dv = pslot_add(M, M->dvm, xs, true, HD, tk, tk);
+        }
     }
     M->dln = arena_take(a, Nmax * D * xs);
     M->dff = arena_take(a, Nmax * F * xs);
@@ -387,9 +416,9 @@ static void model_layout(T5Model* M, Arena* a) {
 // attention head pointers (see T5Model.noperm)
 
 // largest power of two <= 256 dividing every byte offset given (0 = no constraint)
-static int ptr_align(int64_t o1, int64_t o2) {
+static int ptr_align(int64_t o1, int64_t o2, int64_t o3) {
     int a = 256;
-    while (a > 1 && ((o1 % a) != 0 || (o2 % a) != 0)) a >>= 1;
+    while (a > 1 && ((o1 % a) != 0 || (o2 % a) != 0 || (o3 % a) != 0)) a >>= 1;
     return a;
 }
 
@@ -400,19 +429,24 @@ typedef struct {
     int align;
 } BatchOp;
 
-// heads of a (B*T, HD) tensor, es bytes per element
-static BatchOp heads_op(const T5Model* M, int slot, int T, size_t es) {
-    const int64_t sb = (int64_t)T * M->HD * (int64_t)es, sh = (int64_t)M->Dk * (int64_t)es;
+// heads of a (B*T, ld) tensor, es bytes per element; ld and the base come from the slot (the creation-time
+// probe, before any slot exists, asks for ld = probe_ld at a base offset of probe_off bytes)
+static BatchOp heads_op_ld(const T5Model* M, int slot, int T, size_t es, int ld, int64_t base_off) {
+    const int64_t sb = (int64_t)T * ld * (int64_t)es, sh = (int64_t)M->Dk * (int64_t)es;
     return (BatchOp){.p = M->ptr_dev ? M->ptr_dev + (size_t)slot * M->ptr_stride : NULL,
-                     .ld = M->HD,
-                     .align = ptr_align(sb, sh)};
+                     .ld = ld,
+                     .align = ptr_align(sb, sh, base_off)};
+}
+static BatchOp heads_op(const T5Model* M, int slot, int T, size_t es) {
+    const PtrSlot* ps = &M->pslots[slot];
+    return heads_op_ld(M, slot, T, es, ps->ld, (int64_t)((uintptr_t)ps->base % 256));
 }
 
 // (B, H, Tq, Tk) contiguous, es bytes per element
 static BatchOp mats_op(const T5Model* M, int slot, int Tq, int Tk, size_t es) {
     return (BatchOp){.p = M->ptr_dev ? M->ptr_dev + (size_t)slot * M->ptr_stride : NULL,
                      .ld = 0,
-                     .align = ptr_align((int64_t)Tq * Tk * (int64_t)es, 0)};
+                     .align = ptr_align((int64_t)Tq * Tk * (int64_t)es, 0, 0)};
 }
 
 // batched row-major GEMM over the B*H heads of the current batch: d[i] (m,n) = op(a[i]) op(b[i]), X operands
@@ -424,16 +458,14 @@ static void bmm_ptr(const T5Model* M, BatchOp d, DType dt_d, BatchOp a, bool ta,
     matmul_batched_ptr(&g, d.p, (const void* const*)a.p, (const void* const*)b.p, a.align, b.align, d.align, s);
 }
 
-// the six attention GEMMs of the pointer-array path have an algorithm at the largest shape (asked once, host only),
-// unless T5TRAIN_ATTN_PERMUTE=1 asks for the permuted path
-static bool attn_noperm_choose(T5Model* M) {
-    const char* e = getenv("T5TRAIN_ATTN_PERMUTE");
-    if (e && strcmp(e, "1") == 0) return false;
-    M->ptr_dev = NULL;  // (probe operands: arrays are not touched by the heuristic)
+// true when the six attention GEMMs of the pointer-array path have an algorithm at the largest shape with heads of
+// row length ld at a base offset of base_off bytes (asked once, host only; the arrays are not touched)
+static bool attn_ptr_probe(T5Model* M, int ld, int64_t base_off, int* fail_mnk) {
+    M->ptr_dev = NULL;
     const int T = T5_MAX(M->opt.max_Ts, M->opt.max_Tt), Dk = M->Dk;
     const size_t xs = M->xs, ps = dtype_size(M->PX);
     const DType sdt = M->opt.scores_fp32 || M->X == DT_F32 ? DT_F32 : M->X;
-    const BatchOp hq = heads_op(M, 0, T, xs), pm = mats_op(M, 0, T, T, xs);
+    const BatchOp hq = heads_op_ld(M, 0, T, xs, ld, base_off), pm = mats_op(M, 0, T, T, xs);
     const BatchOp sm = mats_op(M, 0, T, T, dtype_size(sdt)), dpm = mats_op(M, 0, T, T, ps);
     struct {
         BatchOp d, a, b;
@@ -453,19 +485,50 @@ static bool attn_noperm_choose(T5Model* M) {
                       .dt_d = c[i].dt_d, .batch = M->opt.max_B * M->H, .lda = c[i].a.ld, .ldb = c[i].b.ld,
                       .ldd = c[i].d.ld, .alpha = 1.0f, .beta = 0.0f, .epilogue = GEMM_EPI_NONE};
         if (!matmul_batched_ptr_supported(&g, c[i].a.align, c[i].b.align, c[i].d.align)) {
-            t5_warn("attention: cuBLASLt has no pointer-array GEMM for %s (M=%d N=%d K=%d); heads are permuted",
-                    dtype_name(M->X), g.M, g.N, g.K);
+            fail_mnk[0] = g.M, fail_mnk[1] = g.N, fail_mnk[2] = g.K;
             return false;
         }
     }
     return true;
 }
 
+// pointer-array attention unless T5TRAIN_ATTN_PERMUTE=1 asks for the permuted path or cuBLASLt lacks it
+static bool attn_noperm_choose(T5Model* M) {
+    const char* e = getenv("T5TRAIN_ATTN_PERMUTE");
+    if (e && strcmp(e, "1") == 0) return false;
+    int mnk[3];
+    if (!attn_ptr_probe(M, M->HD, 0, mnk)) {
+        t5_warn("attention: cuBLASLt has no pointer-array GEMM for %s (M=%d N=%d K=%d); heads are permuted",
+                dtype_name(M->X), mnk[0], mnk[1], mnk[2]);
+        return false;
+    }
+    return true;
+}
+
+// fused projections (pointer-array path only): q|k|v of every self-attention and k|v of every cross-attention
+// are adjacent in the unit (HF order q, k, v), so one GEMM with the (3HD, D) / (2HD, D) weight block computes
+// them, and one dX and one dW GEMM take their backward; the heads are then read with row length 3HD / 2HD.
+// T5TRAIN_FUSE_QKV=0 turns it off (the separate GEMMs).
+static bool attn_fuse_choose(T5Model* M) {
+    const char* e = getenv("T5TRAIN_FUSE_QKV");
+    if (!M->noperm || (e && strcmp(e, "0") == 0)) return false;
+    const size_t W = (size_t)M->HD * M->D;
+    const ParamDesc* P = M->t->params;
+    for (int l = 0; l < M->L + M->Ld; l++) {
+        const BlockParamIdx* b = l < M->L ? &M->enc_idx[l] : &M->dec_idx[l - M->L];
+        if (P[b->k].offset != P[b->q].offset + W || P[b->v].offset != P[b->k].offset + W) return false;
+        if (b->ck >= 0 && P[b->cv].offset != P[b->ck].offset + W) return false;
+    }
+    int mnk[3];
+    return attn_ptr_probe(M, 3 * M->HD, (int64_t)(M->HD * M->xs), mnk) &&
+           attn_ptr_probe(M, 2 * M->HD, (int64_t)(M->HD * M->xs), mnk);
+}
+
 // writes the first B*H pointers of every slot for the current (B, Ts, Tt), when that shape changed.
 // Synchronous upload: only from t5_model_set_batch (after its stream synchronisation), never inside a step.
 static void attn_ptrs_build(T5Model* M) {
     if (!M->noperm || (M->ptr_B == M->B && M->ptr_Ts == M->Ts && M->ptr_Tt == M->Tt)) return;
-    const int B = M->B, H = M->H, HD = M->HD, Dk = M->Dk;
+    const int B = M->B, H = M->H, Dk = M->Dk;
     const size_t BHmax = M->ptr_stride;
     for (int j = 0; j < M->npslots; j++) {
         const PtrSlot* ps = &M->pslots[j];
@@ -473,7 +536,7 @@ static void attn_ptrs_build(T5Model* M) {
         const int Tq = ps->tq ? M->Tt : M->Ts, Tk = ps->tk ? M->Tt : M->Ts;
         for (int b = 0; b < B; b++)
             for (int h = 0; h < H; h++) {
-                const size_t off = ps->heads ? (size_t)b * Tq * HD + (size_t)h * Dk : (size_t)(b * H + h) * Tq * Tk;
+                const size_t off = ps->heads ? (size_t)b * Tq * ps->ld + (size_t)h * Dk : (size_t)(b * H + h) * Tq * Tk;
                 out[b * H + h] = (void*)(ps->base + off * (size_t)ps->es);
             }
     }
@@ -539,6 +602,7 @@ T5Model* t5_model_create(const ParamTable* t, ZeroEngine* Z, const T5ModelOption
     M->dec_acts = calloc_check((size_t)T5_MAX(nd, 1), sizeof(BlockActs));
 
     M->noperm = attn_noperm_choose(M);
+    M->fuse_qkv = attn_fuse_choose(M);
     M->ptr_stride = CEIL_DIV((size_t)opt->max_B * M->H, (size_t)32) * 32;  // 256-byte aligned arrays
     M->ptr_B = M->ptr_Ts = M->ptr_Tt = -1;
     Arena a = {0};
@@ -753,13 +817,21 @@ static void attn_forward(T5Model* M, void* wb, AttnIdx w, AttnActs* a, const flo
     const bool np = M->noperm;
     const size_t xs = M->xs;
     const ScratchSlots* ss = &M->sslot[a->kind];
-    // q, k, v (B*T, HD): in place (noperm), else through lin into (B, H, T, Dk)
-    linear_forward(np ? a->q : M->lin, X, a->ln, wptr(M, wb, w.q), X, Nq, HD, D, s);
-    if (!np) split_heads(a->q, M->lin, X, B, Tq, H, Dk, s);
-    linear_forward(np ? a->k : M->lin, X, kv_in, wptr(M, wb, w.k), X, Nk, HD, D, s);
-    if (!np) split_heads(a->k, M->lin, X, B, Tk, H, Dk, s);
-    linear_forward(np ? a->v : M->lin, X, kv_in, wptr(M, wb, w.v), X, Nk, HD, D, s);
-    if (!np) split_heads(a->v, M->lin, X, B, Tk, H, Dk, s);
+    // q, k, v: fused (q|k|v (Nq, 3HD), or q (Nq, HD) and k|v (Nk, 2HD) for cross-attention), or each (B*T, HD) in
+    // place (noperm), or through lin into (B, H, T, Dk)
+    if (M->fuse_qkv && !kv_src) {
+        linear_forward(a->q, X, a->ln, wptr(M, wb, w.q), X, Nq, 3 * HD, D, s);
+    } else if (M->fuse_qkv) {
+        linear_forward(a->q, X, a->ln, wptr(M, wb, w.q), X, Nq, HD, D, s);
+        linear_forward(a->k, X, kv_in, wptr(M, wb, w.k), X, Nk, 2 * HD, D, s);
+    } else {
+        linear_forward(np ? a->q : M->lin, X, a->ln, wptr(M, wb, w.q), X, Nq, HD, D, s);
+        if (!np) split_heads(a->q, M->lin, X, B, Tq, H, Dk, s);
+        linear_forward(np ? a->k : M->lin, X, kv_in, wptr(M, wb, w.k), X, Nk, HD, D, s);
+        if (!np) split_heads(a->k, M->lin, X, B, Tk, H, Dk, s);
+        linear_forward(np ? a->v : M->lin, X, kv_in, wptr(M, wb, w.v), X, Nk, HD, D, s);
+        if (!np) split_heads(a->v, M->lin, X, B, Tk, H, Dk, s);
+    }
     // S (B,H,Tq,Tk) fp32 = Q K^T, no 1/sqrt(Dk) (T5 folds it into q's init)
     const int64_t sQ = (int64_t)Tq * Dk, sK = (int64_t)Tk * Dk, sS = (int64_t)Tq * Tk;
     const void* sc;
@@ -848,16 +920,30 @@ static void attn_backward(T5Model* M, void* wb, void* gb, AttnIdx w, const AttnA
         merge_heads(M->dkm, M->dkh, X, B, Tk, H, Dk, s);
         merge_heads(M->dvm, M->dvh, X, B, Tk, H, Dk, s);
     }
-    linear_backward(M->dln, X, false, gptr(M, gb, w.q), M->GD, false, M->dqm, a->ln, wptr(M, wb, w.q), X, Nq, HD, D, s);
-    if (kv_src) {
-        // the encoder output's gradient is summed in fp32 over every decoder block
-        linear_backward(d_kv, DT_F32, true, gptr(M, gb, w.k), M->GD, false, M->dkm, kv_src, wptr(M, wb, w.k), X, Nk, HD,
+    if (M->fuse_qkv && !kv_src) {
+        // d ln = d(q|k|v) W_qkv in one fp32 accumulation; d W_qkv (3HD, D) = the q, k, v gradients, adjacent
+        linear_backward(M->dln, X, false, gptr(M, gb, w.q), M->GD, false, M->dqkv, a->ln, wptr(M, wb, w.q), X, Nq,
+                        3 * HD, D, s);
+    } else if (M->fuse_qkv) {
+        linear_backward(M->dln, X, false, gptr(M, gb, w.q), M->GD, false, M->dqm, a->ln, wptr(M, wb, w.q), X, Nq, HD,
                         D, s);
-        linear_backward(d_kv, DT_F32, true, gptr(M, gb, w.v), M->GD, false, M->dvm, kv_src, wptr(M, wb, w.v), X, Nk, HD,
-                        D, s);
+        linear_backward(d_kv, DT_F32, true, gptr(M, gb, w.k), M->GD, false, M->dqkv, kv_src, wptr(M, wb, w.k), X, Nk,
+                        2 * HD, D, s);
     } else {
-        linear_backward(M->dln, X, true, gptr(M, gb, w.k), M->GD, false, M->dkm, a->ln, wptr(M, wb, w.k), X, Nq, HD, D, s);
-        linear_backward(M->dln, X, true, gptr(M, gb, w.v), M->GD, false, M->dvm, a->ln, wptr(M, wb, w.v), X, Nq, HD, D, s);
+        linear_backward(M->dln, X, false, gptr(M, gb, w.q), M->GD, false, M->dqm, a->ln, wptr(M, wb, w.q), X, Nq, HD,
+                        D, s);
+        if (kv_src) {
+            // the encoder output's gradient is summed in fp32 over every decoder block
+            linear_backward(d_kv, DT_F32, true, gptr(M, gb, w.k), M->GD, false, M->dkm, kv_src, wptr(M, wb, w.k), X,
+                            Nk, HD, D, s);
+            linear_backward(d_kv, DT_F32, true, gptr(M, gb, w.v), M->GD, false, M->dvm, kv_src, wptr(M, wb, w.v), X,
+                            Nk, HD, D, s);
+        } else {
+            linear_backward(M->dln, X, true, gptr(M, gb, w.k), M->GD, false, M->dkm, a->ln, wptr(M, wb, w.k), X, Nq, HD,
+                            D, s);
+            linear_backward(M->dln, X, true, gptr(M, gb, w.v), M->GD, false, M->dvm, a->ln, wptr(M, wb, w.v), X, Nq, HD,
+                            D, s);
+        }
     }
     rmsnorm_backward(dres, gptr(M, gb, w.ln), M->GD, false, M->dln, X, x_in, nwptr(M, wb, w.ln), M->NX, a->rstd, Nq, D, M->rms_scratch, s);
 }
