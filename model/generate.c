@@ -459,6 +459,7 @@ T5Generator* t5_generator_create(const ParamTable* t, ZeroEngine* Z, int max_B, 
     G->relo_dec = relpos_bucket_table(h, G->Tmax, false, G->NB, G->max_dist);
     CUDA_CHECK(cudaMemcpy(G->buckets_dec, h, (size_t)nbd * sizeof(int), cudaMemcpyHostToDevice));
     free(h);
+    CUDA_CHECK(cudaDeviceSynchronize());  // legacy-stream uploads landed before any (non-blocking) stream uses them
 
     const size_t R = (size_t)G->max_R, K = (size_t)G->K;
     CUDA_CHECK(cudaMallocHost((void**)&G->h_topv, R * K * sizeof(float)));
@@ -1135,15 +1136,19 @@ int t5_generate(T5Generator* G, const int32_t* input_ids, const int32_t* attenti
     // ---- upload, encoder
     const size_t Ns = (size_t)B * Ts;
     CUDA_CHECK(cudaStreamSynchronize(s));
-    CUDA_CHECK(cudaMemcpy(G->e_ids, input_ids, Ns * sizeof(int), cudaMemcpyHostToDevice));
+    // in the stream's order and waited for (a legacy-stream cudaMemcpy from pageable memory may return before its
+    // DMA lands, unordered with a non-blocking stream)
+    CUDA_CHECK(cudaMemcpyAsync(G->e_ids, input_ids, Ns * sizeof(int), cudaMemcpyHostToDevice, s));
+    int* ones = NULL;
     if (attention_mask) {
-        CUDA_CHECK(cudaMemcpy(G->e_mask[0], attention_mask, Ns * sizeof(int), cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpyAsync(G->e_mask[0], attention_mask, Ns * sizeof(int), cudaMemcpyHostToDevice, s));
     } else {
-        int* ones = malloc_check(Ns * sizeof(int));
+        ones = malloc_check(Ns * sizeof(int));
         for (size_t i = 0; i < Ns; i++) ones[i] = 1;
-        CUDA_CHECK(cudaMemcpy(G->e_mask[0], ones, Ns * sizeof(int), cudaMemcpyHostToDevice));
-        free(ones);
+        CUDA_CHECK(cudaMemcpyAsync(G->e_mask[0], ones, Ns * sizeof(int), cudaMemcpyHostToDevice, s));
     }
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    free(ones);
     CUDA_CHECK(cudaEventRecord(G->ev[0], s));
     encoder_forward(G, B, Ts, G->e_mask[0], 0, s);
     CUDA_CHECK(cudaEventRecord(G->ev[1], s));

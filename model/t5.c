@@ -524,9 +524,9 @@ static bool attn_fuse_choose(T5Model* M) {
            attn_ptr_probe(M, 2 * M->HD, (int64_t)(M->HD * M->xs), mnk);
 }
 
-// writes the first B*H pointers of every slot for the current (B, Ts, Tt), when that shape changed.
-// Synchronous upload: only from t5_model_set_batch (after its stream synchronisation), never inside a step.
-static void attn_ptrs_build(T5Model* M) {
+// writes the first B*H pointers of every slot for the current (B, Ts, Tt), when that shape changed. Uploaded in
+// `stream`'s order: only from t5_model_set_batch (between its stream synchronisations), never inside a step.
+static void attn_ptrs_build(T5Model* M, cudaStream_t stream) {
     if (!M->noperm || (M->ptr_B == M->B && M->ptr_Ts == M->Ts && M->ptr_Tt == M->Tt)) return;
     const int B = M->B, H = M->H, Dk = M->Dk;
     const size_t BHmax = M->ptr_stride;
@@ -540,7 +540,8 @@ static void attn_ptrs_build(T5Model* M) {
                 out[b * H + h] = (void*)(ps->base + off * (size_t)ps->es);
             }
     }
-    CUDA_CHECK(cudaMemcpy(M->ptr_dev, M->ptr_host, (size_t)M->npslots * BHmax * sizeof(void*), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpyAsync(M->ptr_dev, M->ptr_host, (size_t)M->npslots * BHmax * sizeof(void*),
+                               cudaMemcpyHostToDevice, stream));
     M->ptr_B = M->B;
     M->ptr_Ts = M->Ts;
     M->ptr_Tt = M->Tt;
@@ -637,6 +638,8 @@ T5Model* t5_model_create(const ParamTable* t, ZeroEngine* Z, const T5ModelOption
     CUDA_CHECK(cudaMemcpy(M->buckets_dec, h, (size_t)nb_d * sizeof(int), cudaMemcpyHostToDevice));
     free(h);
     matmul_init();
+    // the legacy-stream uploads above must have landed before the caller's (possibly non-blocking) stream runs
+    CUDA_CHECK(cudaDeviceSynchronize());
     return M;
 }
 
@@ -738,16 +741,20 @@ int t5_model_set_batch(T5Model* M, const T5Batch* bt, cudaStream_t stream, char*
     M->Tt = Tt;
     M->has_labels = bt->labels != NULL;
     M->has_dec_mask = bt->decoder_attention_mask != NULL;
-    // synchronous copies: the host arrays are freed right after (outside forward/backward)
+    // copies in the stream's order, then waited for: the host arrays are freed right after (outside forward/backward).
+    // (A plain cudaMemcpy runs on the legacy stream and, from pageable memory, may return before its DMA lands: a
+    // kernel on a non-blocking stream could then read the old ids or head pointers.)
     CUDA_CHECK(cudaStreamSynchronize(stream));
-    CUDA_CHECK(cudaMemcpy(M->input_ids, bt->input_ids, Ns * sizeof(int), cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(M->attn_mask, mask, Ns * sizeof(int), cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(M->dec_ids, dec, Nt * sizeof(int), cudaMemcpyHostToDevice));
-    if (bt->labels) CUDA_CHECK(cudaMemcpy(M->labels, bt->labels, Nt * sizeof(int), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpyAsync(M->input_ids, bt->input_ids, Ns * sizeof(int), cudaMemcpyHostToDevice, stream));
+    CUDA_CHECK(cudaMemcpyAsync(M->attn_mask, mask, Ns * sizeof(int), cudaMemcpyHostToDevice, stream));
+    CUDA_CHECK(cudaMemcpyAsync(M->dec_ids, dec, Nt * sizeof(int), cudaMemcpyHostToDevice, stream));
+    if (bt->labels) CUDA_CHECK(cudaMemcpyAsync(M->labels, bt->labels, Nt * sizeof(int), cudaMemcpyHostToDevice, stream));
     if (bt->decoder_attention_mask)
-        CUDA_CHECK(cudaMemcpy(M->dec_mask, bt->decoder_attention_mask, Nt * sizeof(int), cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpyAsync(M->dec_mask, bt->decoder_attention_mask, Nt * sizeof(int), cudaMemcpyHostToDevice,
+                                   stream));
+    attn_ptrs_build(M, stream);
+    CUDA_CHECK(cudaStreamSynchronize(stream));
     free(host);
-    attn_ptrs_build(M);
     return 0;
 }
 
