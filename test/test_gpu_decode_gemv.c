@@ -1,13 +1,16 @@
 /*
  * test_gpu_decode_gemv.c: cuda/decode_gemv.cu (small-M projections of the decoder step) against an fp64 reference
- * on the stored bf16/fp16 inputs: M = 1, 4, 8 rows; K = 1024, 2048, 4096, 16384 (every split factor); N not a multiple
- * of the columns per block; the ReLU epilogue; and the shapes it refuses.
+ * on the stored bf16/fp16 inputs: M = 1..8 rows (every row template, padded rows); K = 8, 1000 and 2056 (not a multiple
+ * of the 256-element round), 1024 .. 16384 (one warp per K, and split-K over up to 64 warps with the fixed-order
+ * reduction); N not a multiple of the 16 columns per warp; the ReLU epilogue; bit-identical repeated calls (the
+ * split-K counters reset themselves); and the shapes it refuses.
  */
 #include "test_gpu_util.h"
 
 #include "../cuda/decode_gemv.cuh"
 
 static void gemv_case(DType dt, int M, int N, int K, bool relu) {
+    const size_t ob = (size_t)M * N * dtype_size(dt);
     TRng rng = {(uint64_t)(M * 131 + N * 7 + K)};
     const size_t ni = (size_t)M * K, nw = (size_t)N * K, no = (size_t)M * N;
     float *x = host_floats(ni), *w = host_floats(nw);
@@ -21,6 +24,15 @@ static void gemv_case(DType dt, int M, int N, int K, bool relu) {
     decode_gemv(od, xd, wd, dt, M, N, K, relu, 0);
     float* got = host_floats(no);
     dev_download(got, dt, od, no);
+    // a second call into a fresh poisoned buffer: bit-identical (fixed reduction order, counters reset)
+    void* od2 = dev_alloc_poisoned(ob);
+    decode_gemv(od2, xd, wd, dt, M, N, K, relu, 0);
+    unsigned char *b1 = malloc_check(ob), *b2 = malloc_check(ob);
+    CUDA_CHECK(cudaMemcpy(b1, od, ob, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(b2, od2, ob, cudaMemcpyDeviceToHost));
+    assert_memory_equal(b1, b2, ob);
+    free(b1), free(b2);
+    cudaFree(od2);
     double* ref = host_doubles(no);
     for (int m = 0; m < M; m++)
         for (int n = 0; n < N; n++) {
@@ -40,12 +52,19 @@ static void gemv_case(DType dt, int M, int N, int K, bool relu) {
 static void test_decode_gemv_matches_reference(void** state) {
     (void)state;
     T5_REQUIRE_GPU();
+    for (int M = 1; M <= 8; M++) gemv_case(DT_BF16, M, 75, 1000, M % 2 == 0);  // every M, K % 256 != 0
     gemv_case(DT_BF16, 1, 100, 1024, false);
     gemv_case(DT_BF16, 4, 100, 1024, true);
     gemv_case(DT_BF16, 8, 37, 2048, false);
+    gemv_case(DT_BF16, 6, 70, 2056, true);      // two chunks at least, the last one 8 elements past a chunk
     gemv_case(DT_BF16, 4, 64, 4096, false);
-    gemv_case(DT_BF16, 3, 29, 16384, true);
+    gemv_case(DT_BF16, 3, 29, 16384, true);     // split-K down to the smallest chunk
+    gemv_case(DT_BF16, 8, 1000, 1024, false);   // many column groups, split-K
+    gemv_case(DT_BF16, 4, 4100, 1024, true);    // more column groups: fewer splits
+    gemv_case(DT_BF16, 4, 17000, 1024, true);   // enough column groups for no split (one warp per K)
     gemv_case(DT_F16, 5, 50, 1024, false);
+    gemv_case(DT_F16, 8, 33, 4096, true);
+    gemv_case(DT_F16, 2, 40, 8, false);         // one packet of K
 }
 
 static void test_decode_gemv_refuses(void** state) {
@@ -54,9 +73,12 @@ static void test_decode_gemv_refuses(void** state) {
     void* d = dev_alloc_poisoned(1 << 20);
     assert_false(decode_gemv_supported(DT_F32, 4, 16, 1024, d, d, d));   // fp32: cuBLASLt (exact fixtures)
     assert_false(decode_gemv_supported(DT_BF16, 9, 16, 1024, d, d, d));  // more than 8 rows
-    assert_false(decode_gemv_supported(DT_BF16, 4, 16, 100, d, d, d));   // K not a multiple of 64
+    assert_false(decode_gemv_supported(DT_BF16, 4, 16, 100, d, d, d));   // K not a multiple of 8
+    assert_false(decode_gemv_supported(DT_BF16, 4, 16, 0, d, d, d));     // no K
     assert_false(decode_gemv_supported(DT_BF16, 4, 16, 1024, (char*)d + 2, d, d));  // unaligned
     assert_true(decode_gemv_supported(DT_BF16, 4, 16, 1024, d, d, d));
+    assert_true(decode_gemv_supported(DT_BF16, 8, 32128, 1024, d, d, d));  // t5 lm_head
+    assert_true(decode_gemv_supported(DT_BF16, 8, 1024, 16384, d, d, d));  // t5-3b feed-forward output
     cudaFree(d);
 }
 
