@@ -414,13 +414,14 @@ static void decode_attention_warp_launch(void* ctx, const void* q, int q_stride,
         (const T*)knew, (const T*)vnew, new_stride, hist, hist_stride, nb, IH, H);
 }
 
-// the implementation AUTO picks: WIDE below DA_LARGE_GRID (item, head) pairs, and for one query row per item up to
-// DA_WIDE_NB1_GRID pairs; else WARP (T5TRAIN_GEN_ATTN_LARGE=block or wide overrides the large-grid choice). Measured on
-// t5-3b (docs/generate.md): WIDE beat BLOCK at 128-512 pairs (batch 4); at batch 32 greedy (1024 pairs, one row each)
-// WIDE 2.77, BLOCK 3.17, WARP 3.34 ms/step; at batch 32 beam 4 (cross-attention 1024 pairs of 4 rows, self-attention
-// 4096 pairs of 1 row) WARP 3.98, WIDE 4.23, BLOCK 4.89 ms/step.
+// the implementation AUTO picks: WIDE up to DA_WIDE_MAX_GRID (item, head) pairs, else WARP (T5TRAIN_GEN_ATTN_LARGE=
+// block|wide|warp decides every grid of DA_LARGE_GRID pairs or more instead). Measured on t5-3b (docs/generate.md):
+// WIDE beat BLOCK at 128-512 pairs (batch 4); batch 32 greedy (1024 pairs, one row each): WIDE 2.77, BLOCK 3.17, WARP
+// 3.34 ms/step; batch 32 beam 4 (cross-attention 1024 pairs of 4 rows, self-attention 4096 pairs of 1 row): WARP for
+// both 3.98, WIDE for both 4.23, WIDE only for the 4096-pair self-attention 4.81 ms/step, so WIDE wins at 1024 pairs
+// and WARP at 4096.
 #define DA_LARGE_GRID 1024
-#define DA_WIDE_NB1_GRID 2048
+#define DA_WIDE_MAX_GRID 2048
 static DecodeAttnImpl da_large_impl(void) {
     static int cached = -1;
     if (cached < 0) {
@@ -441,10 +442,8 @@ static void decode_attention_t(void* ctx, const void* q, int q_stride, void* kc,
     const size_t smem = da_smem_bytes(nb, Dk, cap);
     const bool vec = (Dk * sizeof(T)) % 16 == 0 && is_aligned16(kc) && is_aligned16(vc) && is_aligned16(ctx);
     if (impl == DA_IMPL_AUTO) {
-        const bool wide_first = I * H < DA_LARGE_GRID || (nb == 1 && I * H <= DA_WIDE_NB1_GRID);
-        impl = wide_first && !getenv("T5TRAIN_GEN_ATTN_LARGE") ? DA_IMPL_WIDE
-               : I * H < DA_LARGE_GRID                          ? DA_IMPL_WIDE
-                                                                : da_large_impl();
+        const bool forced = getenv("T5TRAIN_GEN_ATTN_LARGE") != NULL;
+        impl = I * H < DA_LARGE_GRID || (!forced && I * H <= DA_WIDE_MAX_GRID) ? DA_IMPL_WIDE : da_large_impl();
     }
     // the warp variant: Dk 64 or 128, at most 8 query rows and 128 keys, 16-byte aligned rows
     if (impl == DA_IMPL_WARP && !(vec && (Dk == 64 || Dk == 128) && nb <= 8 && cap <= 32 * DW_MAXC))

@@ -56,9 +56,9 @@ void decode_add_rmsnorm(void* out, DType dt_out, float* x, const void* branch, D
 
 bool decode_attention_fits(int nb, int Dk, int cap);
 
-// kernel variants of decode_attention (same contract; sums in different fixed orders): AUTO = WIDE for grids below
-// 1024 (item, head) pairs and for one query row per item up to 2048 pairs, else WARP (or BLOCK / WIDE with the
-// environment variable T5TRAIN_GEN_ATTN_LARGE=block|wide|warp, which then decides every grid of 1024 pairs or more).
+// kernel variants of decode_attention (same contract; sums in different fixed orders): AUTO = WIDE for grids up to
+// 2048 (item, head) pairs, else WARP (or BLOCK / WIDE / WARP with the environment variable
+// T5TRAIN_GEN_ATTN_LARGE=block|wide|warp, which then decides every grid of 1024 pairs or more).
 // WIDE: 256 threads per (item, head), 4 threads per key; BLOCK: 128 threads, a thread per key and per (row, d);
 // WARP: a warp per (item, head) (Dk 64 or 128, nb <= 8, cap <= 128; else BLOCK).
 typedef enum { DA_IMPL_AUTO = 0, DA_IMPL_WIDE = 1, DA_IMPL_BLOCK = 2, DA_IMPL_WARP = 3 } DecodeAttnImpl;
