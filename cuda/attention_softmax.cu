@@ -22,8 +22,7 @@
  * Forward: one warp per (b,h,q) row; each lane takes 4 consecutive keys at a time: one 8/16-byte access per
  * tensor when Tk % 4 == 0 and the bases are 16-byte aligned, and one Philox call for their 4 dropout words.
  * Rows of up to 128 keys stay in registers (kernel3: one read of scores/bias/mask, one exp per key); longer
- * rows take three passes (kernel2: max, sum, write). (kernel3 is templated on 128-key groups per lane; only one
- * group is instantiated: each more costs ~1 MB of fatbin in every binary.)
+ * rows take three passes (kernel2: max, sum, write).
  * Backward: kernel3 (Tk <= 128, B*Tk floats of shared memory): one block per (h,q) with one warp per batch
  * entry b, the row in registers, and dbias summed over b in order from shared memory; kernel2 otherwise: one
  * warp per (h,q) row looping b in order. Both deterministic without atomics.
@@ -159,10 +158,10 @@ __global__ void attention_softmax_forward_kernel2(TP* probs, TD* probs_drop, con
     }
 }
 
-// Rows of at most 128*NG keys: each lane keeps its 4*NG keys in registers, so scores, bias and mask are read once
-// and exp is evaluated once per key (kernel2 makes three passes over the row). Same values as kernel2: the
-// same fp32 operations in the same order per element, the same warp reductions.
-template <typename TS, typename TP, typename TD, int NG>
+// Rows of at most 128 keys: lane l keeps keys 4l..4l+3 in registers, so scores, bias and mask are read once and exp
+// is evaluated once per key (kernel2 makes three passes over the row). Same values as kernel2: the same fp32
+// operations in the same order per element, the same warp reductions.
+template <typename TS, typename TP, typename TD>
 __global__ void attention_softmax_forward_kernel3(TP* probs, TD* probs_drop, const TS* scores, const float* bias,
                                                   const int* key_mask, bool causal, int q_offset, int B, int H,
                                                   int Tq, int Tk, float p, float scale, uint64_t seed,
@@ -180,60 +179,46 @@ __global__ void attention_softmax_forward_kernel3(TP* probs, TD* probs_drop, con
     const int* mrow = key_mask ? key_mask + (size_t)b * Tk : nullptr;
     const int kmax = causal ? q + q_offset : Tk - 1;
     const int kend = min(Tk, kmax + 1);
+    const int k0 = 4 * lane;
 
-    float v[NG][4];
-    bool ok[NG][4];
+    float v[4];
+    bool ok[4] = {false, false, false, false};
     float mx = -INFINITY;
+    if (k0 < kend) softmax_load_group(srow, brow, mrow, k0, Tk, kend, vec4, v, ok);
 #pragma unroll
-    for (int g = 0; g < NG; g++) {
-        const int k0 = 4 * lane + 128 * g;
-#pragma unroll
-        for (int j = 0; j < 4; j++) ok[g][j] = false;
-        if (k0 < kend) softmax_load_group(srow, brow, mrow, k0, Tk, kend, vec4, v[g], ok[g]);
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-            if (ok[g][j]) mx = fmaxf(mx, v[g][j]);
-    }
+    for (int j = 0; j < 4; j++)
+        if (ok[j]) mx = fmaxf(mx, v[j]);
     mx = warp_reduce_max(mx);
     const bool all_masked = mx == -INFINITY;
     float sum = 0.0f;
     if (!all_masked) {
 #pragma unroll
-        for (int g = 0; g < NG; g++)
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                v[g][j] = ok[g][j] ? expf(v[g][j] - mx) : 0.0f;
-                sum += v[g][j];
-            }
+        for (int j = 0; j < 4; j++) {
+            v[j] = ok[j] ? expf(v[j] - mx) : 0.0f;
+            sum += v[j];
+        }
         sum = warp_reduce_sum(sum);
     }
+    if (k0 >= Tk) return;
     const float inv = all_masked ? 0.0f : 1.0f / sum;
-    TP* prow = probs + row * Tk;
-    TD* drow = probs_drop + row * Tk;
-    const uint64_t base = offset + row * Tk;
+    float pr[4], pd[4], f[4];
+    if (write_drop) dropout_factors<4>(seed, offset + row * Tk + k0, p, scale, f);
 #pragma unroll
-    for (int g = 0; g < NG; g++) {
-        const int k0 = 4 * lane + 128 * g;
-        if (k0 >= Tk) break;
-        float pr[4], pd[4], f[4];
-        if (write_drop) dropout_factors<4>(seed, base + k0, p, scale, f);
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            if (all_masked) pr[j] = 1.0f / (float)Tk;
-            else pr[j] = ok[g][j] ? v[g][j] * inv : 0.0f;
-            pr[j] = round_to<TP>(pr[j]);
-            pd[j] = write_drop ? to_f32(pr[j]) * f[j] : 0.0f;
-        }
-        store4(prow, k0, Tk, vec4, pr);
-        if (write_drop) store4(drow, k0, Tk, vec4, pd);
+    for (int j = 0; j < 4; j++) {
+        if (all_masked) pr[j] = 1.0f / (float)Tk;
+        else pr[j] = ok[j] ? v[j] * inv : 0.0f;
+        pr[j] = round_to<TP>(pr[j]);
+        pd[j] = write_drop ? to_f32(pr[j]) * f[j] : 0.0f;
     }
+    store4(probs + row * Tk, k0, Tk, vec4, pr);
+    if (write_drop) store4(probs_drop + row * Tk, k0, Tk, vec4, pd);
 }
 
-// TP dprobs_drop and probs, TO dscores. Block = one (h,q) row with one warp per batch entry b (bwarps = min(B, 32)
-// warps; warp w takes b = w, w + bwarps, ...), keys of the row in registers (Tk <= 128*NG); each warp writes its
-// rows' dscores and its per-b softmax gradients to shared memory; dbias then sums them over b in order (fixed
-// order: deterministic, no atomics). dynamic smem: B * Tk floats.
-template <typename TP, typename TO, int NG>
+// TP dprobs_drop and probs, TO dscores. Block = one (h,q) row of at most 128 keys with one warp per batch entry b
+// (bwarps = min(B, 32) warps; warp w takes b = w, w + bwarps, ...), lane l holding keys 4l..4l+3 in registers; each
+// warp writes its rows' dscores and its per-b softmax gradients to shared memory; dbias then sums them over b in
+// order (fixed order: deterministic, no atomics). dynamic smem: B * Tk floats.
+template <typename TP, typename TO>
 __global__ void attention_softmax_backward_kernel3(TO* dscores, float* dbias, const TP* dprobs_drop, const TP* probs,
                                                    int B, int H, int Tq, int Tk, float p, float scale,
                                                    uint64_t seed, uint64_t offset, const uint64_t* seed_dev,
@@ -243,39 +228,32 @@ __global__ void attention_softmax_backward_kernel3(TO* dscores, float* dbias, co
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const size_t hq = blockIdx.x;  // h*Tq + q
     const size_t bstride = (size_t)H * Tq * Tk;
+    const int k0 = 4 * lane;
     for (int b = warp; b < B; b += nw) {
         const size_t r0 = (size_t)b * bstride + hq * Tk;
-        float gf[NG][4], pr[NG][4];
+        float gf[4], pr[4];
         float dot = 0.0f;
+        if (k0 < Tk) {
+            float f[4];
+            dropout_factors<4>(seed, offset + r0 + k0, p, scale, f);
+            load4(dprobs_drop + r0, k0, Tk, vec4, gf);
+            load4(probs + r0, k0, Tk, vec4, pr);
 #pragma unroll
-        for (int g = 0; g < NG; g++) {
-            const int k0 = 4 * lane + 128 * g;
-            if (k0 < Tk) {
-                float f[4];
-                dropout_factors<4>(seed, offset + r0 + k0, p, scale, f);
-                load4(dprobs_drop + r0, k0, Tk, vec4, gf[g]);
-                load4(probs + r0, k0, Tk, vec4, pr[g]);
-#pragma unroll
-                for (int j = 0; j < 4; j++) {
-                    gf[g][j] *= f[j];
-                    dot += gf[g][j] * pr[g][j];
-                }
+            for (int j = 0; j < 4; j++) {
+                gf[j] *= f[j];
+                dot += gf[j] * pr[j];
             }
         }
         dot = warp_reduce_sum(dot);
+        if (k0 < Tk) {
+            float ds[4];
 #pragma unroll
-        for (int g = 0; g < NG; g++) {
-            const int k0 = 4 * lane + 128 * g;
-            if (k0 < Tk) {
-                float ds[4];
+            for (int j = 0; j < 4; j++) ds[j] = pr[j] * (gf[j] - dot);
+            store4(dscores + r0, k0, Tk, vec4, ds);
+            if (dbias)
 #pragma unroll
-                for (int j = 0; j < 4; j++) ds[j] = pr[g][j] * (gf[g][j] - dot);
-                store4(dscores + r0, k0, Tk, vec4, ds);
-                if (dbias)
-#pragma unroll
-                    for (int j = 0; j < 4; j++)
-                        if (k0 + j < Tk) ds_sh[(size_t)b * Tk + k0 + j] = ds[j];
-            }
+                for (int j = 0; j < 4; j++)
+                    if (k0 + j < Tk) ds_sh[(size_t)b * Tk + k0 + j] = ds[j];
         }
     }
     if (!dbias) return;
@@ -358,10 +336,10 @@ typedef struct {
     uint64_t seed, offset;
 } SoftmaxFwdArgs;
 
-template <typename TS, typename TP, typename TD, int NG>
+template <typename TS, typename TP, typename TD>
 static void attention_softmax_forward_launch3(const SoftmaxFwdArgs* a, unsigned grid, int threads,
                                               cudaStream_t stream) {
-    attention_softmax_forward_kernel3<TS, TP, TD, NG><<<grid, threads, 0, stream>>>(
+    attention_softmax_forward_kernel3<TS, TP, TD><<<grid, threads, 0, stream>>>(
         (TP*)a->probs, (TD*)a->probs_drop, (const TS*)a->scores, a->bias, a->key_mask, a->causal, a->q_offset, a->B,
         a->H, a->Tq, a->Tk, a->p, attn_dropout_scale(a->p), a->seed, a->offset, dropout_device_seed(), a->write_drop,
         a->vec4);
@@ -373,7 +351,7 @@ static void attention_softmax_forward_launch(const SoftmaxFwdArgs* a, cudaStream
     const size_t rows = (size_t)a->B * a->H * a->Tq;
     const unsigned grid = (unsigned)CEIL_DIV(rows, (size_t)warps);
     // rows of up to 128 keys in registers (kernel3; the training shapes), longer rows in three passes (kernel2)
-    if (a->Tk <= 128) attention_softmax_forward_launch3<TS, TP, TD, 1>(a, grid, warps * 32, stream);
+    if (a->Tk <= 128) attention_softmax_forward_launch3<TS, TP, TD>(a, grid, warps * 32, stream);
     else
         attention_softmax_forward_kernel2<TS, TP, TD><<<grid, warps * 32, 0, stream>>>(
             (TP*)a->probs, (TD*)a->probs_drop, (const TS*)a->scores, a->bias, a->key_mask, a->causal, a->q_offset,
@@ -403,11 +381,11 @@ typedef struct {
     bool vec4;
 } SoftmaxBwdArgs;
 
-template <typename TP, typename TO, int NG>
+template <typename TP, typename TO>
 static void attention_softmax_backward_launch3(const SoftmaxBwdArgs* a, cudaStream_t stream) {
     const int warps = T5_MIN(a->B, 32);
     const size_t smem = a->dbias ? (size_t)a->B * a->Tk * sizeof(float) : 0;
-    attention_softmax_backward_kernel3<TP, TO, NG><<<(unsigned)((size_t)a->H * a->Tq), warps * 32, smem, stream>>>(
+    attention_softmax_backward_kernel3<TP, TO><<<(unsigned)((size_t)a->H * a->Tq), warps * 32, smem, stream>>>(
         (TO*)a->dscores, a->dbias, (const TP*)a->dprobs_drop, (const TP*)a->probs, a->B, a->H, a->Tq, a->Tk, a->p,
         attn_dropout_scale(a->p), a->seed, a->offset, dropout_device_seed(), a->vec4);
 }
@@ -417,7 +395,7 @@ static void attention_softmax_backward_launch(const SoftmaxBwdArgs* a, cudaStrea
     // one block per (h,q) with a warp per batch entry (kernel3) while the B rows of dscores fit in shared memory
     // beside the keys in registers; else one warp per (h,q) looping over b (kernel2)
     if ((size_t)a->B * a->Tk * sizeof(float) <= 48 * 1024 || !a->dbias) {
-        if (a->Tk <= 128) return attention_softmax_backward_launch3<TP, TO, 1>(a, stream);
+        if (a->Tk <= 128) return attention_softmax_backward_launch3<TP, TO>(a, stream);
     }
     const int warps = 4;
     const size_t smem = (size_t)warps * a->B * sizeof(float);

@@ -422,13 +422,15 @@ static void decode_attention_warp_launch(void* ctx, const void* q, int q_stride,
 // and WARP at 4096.
 #define DA_LARGE_GRID 1024
 #define DA_WIDE_MAX_GRID 2048
-static DecodeAttnImpl da_large_impl(void) {
+// the large-grid choice forced by T5TRAIN_GEN_ATTN_LARGE, or DA_IMPL_AUTO (read once)
+static DecodeAttnImpl da_large_forced(void) {
     static int cached = -1;
     if (cached < 0) {
         const char* e = getenv("T5TRAIN_GEN_ATTN_LARGE");
-        cached = e && strcmp(e, "block") == 0  ? DA_IMPL_BLOCK
-                 : e && strcmp(e, "wide") == 0 ? DA_IMPL_WIDE
-                                               : DA_IMPL_WARP;
+        cached = !e                         ? DA_IMPL_AUTO
+                 : strcmp(e, "block") == 0 ? DA_IMPL_BLOCK
+                 : strcmp(e, "wide") == 0  ? DA_IMPL_WIDE
+                                           : DA_IMPL_WARP;
     }
     return (DecodeAttnImpl)cached;
 }
@@ -442,8 +444,10 @@ static void decode_attention_t(void* ctx, const void* q, int q_stride, void* kc,
     const size_t smem = da_smem_bytes(nb, Dk, cap);
     const bool vec = (Dk * sizeof(T)) % 16 == 0 && is_aligned16(kc) && is_aligned16(vc) && is_aligned16(ctx);
     if (impl == DA_IMPL_AUTO) {
-        const bool forced = getenv("T5TRAIN_GEN_ATTN_LARGE") != NULL;
-        impl = I * H < DA_LARGE_GRID || (!forced && I * H <= DA_WIDE_MAX_GRID) ? DA_IMPL_WIDE : da_large_impl();
+        const DecodeAttnImpl forced = da_large_forced();
+        if (I * H < DA_LARGE_GRID) impl = DA_IMPL_WIDE;
+        else if (forced != DA_IMPL_AUTO) impl = forced;
+        else impl = I * H <= DA_WIDE_MAX_GRID ? DA_IMPL_WIDE : DA_IMPL_WARP;
     }
     // the warp variant: Dk 64 or 128, at most 8 query rows and 128 keys, 16-byte aligned rows
     if (impl == DA_IMPL_WARP && !(vec && (Dk == 64 || Dk == 128) && nb <= 8 && cap <= 32 * DW_MAXC))
