@@ -25,6 +25,7 @@
 
 #include "common.cuh"
 #include "decode_fused.cuh"
+#include "pdl.cuh"
 
 #define DA_THREADS 256
 #define DA_TPK 4  // threads per key in the scores phase
@@ -39,6 +40,8 @@ __global__ void decode_add_rmsnorm_kernel1(TO* out, float* x, const void* branch
                                            const float* w, int N, int D, float eps, float post_scale, bool vec) {
     const int lane = threadIdx.x & 31;
     const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    pdl_wait();
+    pdl_trigger();
     if (row >= N) return;
     float* xr = x + (size_t)row * D;
     float ss = 0.0f;
@@ -72,6 +75,65 @@ __global__ void decode_add_rmsnorm_kernel1(TO* out, float* x, const void* branch
             v[j] = v[j] * post_scale;
         }
         store_chunk(outr, i0, D, vec, v);
+    }
+}
+
+// kernel2: rows of D <= 32 * EW_CHUNK * NCH on the vector path, every chunk of a lane in registers: the norm weight
+// is loaded before the grid dependency wait (it is not written during the step), x and the branch in one round of
+// loads after it. The same chunks per lane in the same order as kernel1: bit-identical results.
+template <typename TO, int NCH>
+__global__ void decode_add_rmsnorm_kernel2(TO* out, float* x, const void* branch, bool branch_bf16, bool branch_f16,
+                                           const float* w, int N, int D, float eps, float post_scale) {
+    const int lane = threadIdx.x & 31;
+    const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    float wv[NCH][EW_CHUNK];
+#pragma unroll
+    for (int c = 0; c < NCH; c++) {
+        const int i0 = (c * 32 + lane) * EW_CHUNK;
+        if (i0 < D) load_chunk(w, i0, D, true, wv[c]);
+    }
+    pdl_wait();
+    pdl_trigger();
+    if (row >= N) return;
+    float* xr = x + (size_t)row * D;
+    float v[NCH][EW_CHUNK], b[NCH][EW_CHUNK];
+#pragma unroll
+    for (int c = 0; c < NCH; c++) {
+        const int i0 = (c * 32 + lane) * EW_CHUNK;
+        if (i0 >= D) break;
+        load_chunk(xr, i0, D, true, v[c]);
+        if (branch) {
+            if (branch_bf16) load_chunk((const __nv_bfloat16*)branch + (size_t)row * D, i0, D, true, b[c]);
+            else if (branch_f16) load_chunk((const __half*)branch + (size_t)row * D, i0, D, true, b[c]);
+            else load_chunk((const float*)branch + (size_t)row * D, i0, D, true, b[c]);
+        }
+    }
+    float ss = 0.0f;
+#pragma unroll
+    for (int c = 0; c < NCH; c++) {
+        const int i0 = (c * 32 + lane) * EW_CHUNK;
+        if (i0 >= D) break;
+        if (branch) {
+#pragma unroll
+            for (int j = 0; j < EW_CHUNK; j++) v[c][j] += b[c][j];
+            store_chunk(xr, i0, D, true, v[c]);
+        }
+#pragma unroll
+        for (int j = 0; j < EW_CHUNK; j++) ss += v[c][j] * v[c][j];
+    }
+    ss = warp_reduce_sum(ss);
+    const float r = rsqrtf(ss / (float)D + eps);
+    TO* outr = out + (size_t)row * D;
+#pragma unroll
+    for (int c = 0; c < NCH; c++) {
+        const int i0 = (c * 32 + lane) * EW_CHUNK;
+        if (i0 >= D) break;
+#pragma unroll
+        for (int j = 0; j < EW_CHUNK; j++) {
+            v[c][j] = wv[c][j] * (v[c][j] * r);
+            v[c][j] = v[c][j] * post_scale;
+        }
+        store_chunk(outr, i0, D, true, v[c]);
     }
 }
 
@@ -113,6 +175,8 @@ __global__ void decode_attention_kernel1(T* ctx, const T* q, int q_stride, T* kc
                                          int hist_stride, int nb, int H, int Dk) {
     constexpr int VP = VEC && VPV ? Vec<T>::size : 1;  // elements of a P V unit
     extern __shared__ float da_smem[];
+    pdl_wait();  // nothing before it (cuda/pdl.cuh)
+    pdl_trigger();
     const int i = blockIdx.x / H, h = blockIdx.x % H;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
     const int n = pos ? *pos + 1 : n_keys;
@@ -254,6 +318,8 @@ __global__ void decode_attention_warp_kernel1(T* ctx, const T* q, int q_stride, 
                                               const int* hist, int hist_stride, int nb, int IH, int H) {
     constexpr int Dk = 32 * DPL, P = Vec<T>::size;
     extern __shared__ float dw_smem[];
+    pdl_wait();  // nothing before it (cuda/pdl.cuh)
+    pdl_trigger();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int ih = blockIdx.x * DW_WARPS + warp;
     if (ih >= IH) return;  // whole warps only; nothing below synchronises more than one warp
@@ -364,6 +430,219 @@ __global__ void decode_attention_warp_kernel1(T* ctx, const T* q, int q_stride, 
     }
 }
 
+// ---- the split variant: WPP warps per (item, head) split its keys (WPP = 4: one pair per block of DS_WARPS warps;
+// WPP = 1: DS_WARPS independent pairs per block, no block barrier); DS_LPK lanes per key, lane `sub` of a key owns
+// the DL = PPL * P consecutive d at sub * DL (PPL 16-byte packets) in both the scores and P V. Key j of round r is
+// handled by warp (j % KPR) / 4 of the pair and lane group j % 4 of it: j = r * KPR + jw, KPR = 4 WPP keys.
+// Latency first: keys and values are loaded RPRE rounds at a time, all loads of a chunk in flight together; the first
+// chunk before the grid dependency wait (the caches are not written by the step's previous kernel; the new row of the
+// append is not among them), so one round of loads after the wait (q, mask, bias) remains when the keys fit it.
+// Scores go through shared memory to the softmax (pair max, then pair sum: two barriers), P V partial sums are added
+// over the lanes of a d range (shuffles) and then over the pair's warps (shared memory, warp order): a fixed order,
+// deterministic.
+#define DS_WARPS 4
+#define DS_LPK 8  // lanes per key
+
+template <typename T, int PPL>
+__device__ __forceinline__ void ds_load(Vec<T> (&v)[PPL], const T* p) {
+#pragma unroll
+    for (int k = 0; k < PPL; k++) v[k] = load_vec(p + k * Vec<T>::size);
+}
+
+// the score of a key (all NBT query rows) from its packets kv: dot over the lane's d range, then the DS_LPK lanes of
+// the key (butterfly: every lane of the key ends with the same sum)
+template <typename T, int NBT, int PPL>
+__device__ __forceinline__ void ds_dots(const Vec<T> (&kv)[PPL], const float* qs, int nb, int Dk, int d0,
+                                        float (&s)[NBT]) {
+    constexpr int P = Vec<T>::size;
+#pragma unroll
+    for (int b = 0; b < NBT; b++) {
+        s[b] = 0.0f;
+        if (b >= nb) continue;
+#pragma unroll
+        for (int k = 0; k < PPL; k++)
+#pragma unroll
+            for (int e = 0; e < P; e++) s[b] += qs[b * Dk + d0 + k * P + e] * to_f32(kv[k].v[e]);
+#pragma unroll
+        for (int o = DS_LPK / 2; o > 0; o >>= 1) s[b] += __shfl_xor_sync(0xffffffffu, s[b], o);
+    }
+}
+
+template <int WPP>
+__device__ __forceinline__ void ds_sync(void) {
+    if (WPP == 1) __syncwarp();
+    else __syncthreads();
+}
+
+template <typename T, int NBT, int PPL, int RPRE, int WPP>
+__global__ void __launch_bounds__(DS_WARPS * 32, 3)
+    decode_attention_split_kernel1(T* ctx, const T* q, int q_stride, T* kc, T* vc, int T_stride, const int* pos,
+                                   int n_keys, int cap, const float* bias, int bias_stride, const int* mask,
+                                   const T* knew, const T* vnew, int new_stride, const int* hist, int hist_stride,
+                                   int nb, int H, int IH) {
+    constexpr int P = Vec<T>::size, DL = PPL * P, Dk = DS_LPK * DL, KPR = 4 * WPP, NT = 32 * WPP;
+    extern __shared__ float ds_smem[];
+    __shared__ float s_red[DS_WARPS][NBT];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, sub = lane % DS_LPK;
+    const int wl = warp % WPP, w0 = warp - wl, tl = wl * 32 + lane;  // the pair's warp / first warp / thread
+    const int pair = blockIdx.x * (DS_WARPS / WPP) + warp / WPP;
+    const int i = pair / H, h = pair % H;
+    const int d0 = sub * DL, jw = 4 * wl + lane / DS_LPK;  // key of round r: r * KPR + jw
+    const size_t per_pair = (size_t)nb * Dk + (size_t)nb * cap + (size_t)WPP * nb * Dk;
+    float* qs = ds_smem + (size_t)(warp / WPP) * per_pair;  // (nb, Dk) query rows, fp32
+    float* ps = qs + (size_t)nb * Dk;                         // (nb, cap) scores
+    float* part = ps + (size_t)nb * cap;                      // (WPP, nb, Dk) P V partial sums
+    const bool live = pair < IH;                              // warp-uniform (WPP = 1 only can be false)
+    const int n = pos ? *pos + 1 : n_keys;
+    const int npre = knew ? n - 1 : n;  // keys already in the cache before this launch
+    const T* kb = kc + ((size_t)i * H + h) * (size_t)T_stride * Dk + d0;
+    const T* vb = vc + ((size_t)i * H + h) * (size_t)T_stride * Dk + d0;
+    const ptrdiff_t hstep = (ptrdiff_t)H * T_stride * Dk;  // one cache row
+    // key j of this item: its own row, or row hist[i, j] (beam search without reordering)
+#define DS_KOFF(j) \
+    ((hist ? ((ptrdiff_t)hist[(size_t)i * hist_stride + (j)] - (ptrdiff_t)i) * hstep : (ptrdiff_t)0) + (ptrdiff_t)(j) * Dk)
+    // the packets of RPRE rounds from round c0: keys < lim from the cache, the others zero
+    Vec<T> kp[RPRE][PPL], vp[RPRE][PPL];
+    auto load_chunk = [&](Vec<T>(&dst)[RPRE][PPL], const T* base, int c0, int lim) {
+#pragma unroll
+        for (int r = 0; r < RPRE; r++) {
+            const int j = (c0 + r) * KPR + jw;
+#pragma unroll
+            for (int k = 0; k < PPL; k++) dst[r][k] = Vec<T>{};
+            if (j < lim) ds_load<T, PPL>(dst[r], base + DS_KOFF(j));
+        }
+    };
+    if (live) {
+        load_chunk(kp, kb, 0, npre);
+        load_chunk(vp, vb, 0, npre);
+    }
+    pdl_wait();
+    pdl_trigger();
+    if (!live) return;  // WPP = 1: whole warps, no block barrier below
+    if (knew) {  // self-attention: the new key/value row at position t = n - 1 of row i
+        const size_t dst = (((size_t)i * H + h) * T_stride + (n - 1)) * Dk, src = (size_t)i * new_stride + (size_t)h * Dk;
+        for (int d = tl; d < Dk; d += NT) {
+            kc[dst + d] = knew[src + d];
+            vc[dst + d] = vnew[src + d];
+        }
+    }
+    for (int e = tl; e < nb * Dk; e += NT) qs[e] = to_f32(q[((size_t)i * nb + e / Dk) * q_stride + (size_t)h * Dk + e % Dk]);
+    ds_sync<WPP>();  // q in shared memory, the appended row visible to the pair
+    // ---- scores (rounded to X, + bias, masked keys -inf) into ps; the running max of this lane's keys
+    const int rounds = CEIL_DIV(n, KPR);
+    float mx[NBT];
+#pragma unroll
+    for (int b = 0; b < NBT; b++) mx[b] = -INFINITY;
+    for (int c0 = 0; c0 < rounds; c0 += RPRE) {  // pair-uniform
+        if (c0 > 0) load_chunk(kp, kb, c0, n);
+#pragma unroll
+        for (int r = 0; r < RPRE; r++) {
+            if (c0 + r >= rounds) break;  // pair-uniform
+            const int j = (c0 + r) * KPR + jw;
+            if (c0 == 0 && j >= npre && j < n) ds_load<T, PPL>(kp[r], kb + DS_KOFF(j));  // the appended row
+            float s[NBT];
+            ds_dots<T, NBT, PPL>(kp[r], qs, nb, Dk, d0, s);
+            if (j >= n) continue;
+            const bool masked = mask && mask[(size_t)i * n_keys + j] == 0;
+            const float bj = bias ? bias[(size_t)h * bias_stride + j] : 0.0f;
+#pragma unroll
+            for (int b = 0; b < NBT; b++) {
+                if (b >= nb) break;
+                // NOTE(numerics): Q K^T rounded to X (t5.c / HF autocast), the bias added in fp32
+                float v = round_to<T>(s[b]);
+                if (bias) v += bj;
+                v = masked ? -INFINITY : v;
+                if (sub == 0) ps[(size_t)b * cap + j] = v;
+                mx[b] = fmaxf(mx[b], v);
+            }
+        }
+    }
+    // ---- softmax over the pair's keys: max, then sum of exp (fp32, as attention_softmax_forward)
+    float M[NBT], inv[NBT];
+#pragma unroll
+    for (int b = 0; b < NBT; b++) {
+        const float m = warp_reduce_max(mx[b]);
+        if (lane == 0) s_red[warp][b] = m;
+    }
+    ds_sync<WPP>();
+#pragma unroll
+    for (int b = 0; b < NBT; b++) {
+        M[b] = s_red[w0][b];
+#pragma unroll
+        for (int w = 1; w < WPP; w++) M[b] = fmaxf(M[b], s_red[w0 + w][b]);
+    }
+    float sum[NBT];
+#pragma unroll
+    for (int b = 0; b < NBT; b++) {
+        sum[b] = 0.0f;
+        if (b >= nb || M[b] == -INFINITY || sub != 0) continue;  // each key counted once (lane 0 of its group)
+        for (int r = 0; r < rounds; r++) {
+            const int j = r * KPR + jw;
+            if (j < n) sum[b] += expf(ps[(size_t)b * cap + j] - M[b]);
+        }
+    }
+    ds_sync<WPP>();  // every warp has read the maxima
+#pragma unroll
+    for (int b = 0; b < NBT; b++) {
+        const float sw = warp_reduce_sum(sum[b]);
+        if (lane == 0) s_red[warp][b] = sw;
+    }
+    ds_sync<WPP>();
+#pragma unroll
+    for (int b = 0; b < NBT; b++) {
+        float t = 0.0f;
+#pragma unroll
+        for (int w = 0; w < WPP; w++) t += s_red[w0 + w][b];
+        inv[b] = M[b] == -INFINITY ? 0.0f : 1.0f / t;
+    }
+    // ---- P V over this lane's keys and d range (probabilities rounded to X)
+    float acc[NBT][DL];
+#pragma unroll
+    for (int b = 0; b < NBT; b++)
+#pragma unroll
+        for (int e = 0; e < DL; e++) acc[b][e] = 0.0f;
+    for (int c0 = 0; c0 < rounds; c0 += RPRE) {
+        if (c0 > 0) load_chunk(vp, vb, c0, n);
+#pragma unroll
+        for (int r = 0; r < RPRE; r++) {
+            const int j = (c0 + r) * KPR + jw;
+            if (j >= n) break;  // per lane: no shuffles until the reduction below
+            if (c0 == 0 && j >= npre) ds_load<T, PPL>(vp[r], vb + DS_KOFF(j));  // the appended row
+#pragma unroll
+            for (int b = 0; b < NBT; b++) {
+                if (b >= nb) break;
+                // a row with every key masked is uniform 1/n (as attention_softmax_forward)
+                const float p =
+                    round_to<T>(M[b] == -INFINITY ? 1.0f / (float)n : expf(ps[(size_t)b * cap + j] - M[b]) * inv[b]);
+#pragma unroll
+                for (int k = 0; k < PPL; k++)
+#pragma unroll
+                    for (int e = 0; e < P; e++) acc[b][k * P + e] += p * to_f32(vp[r][k].v[e]);
+            }
+        }
+    }
+#undef DS_KOFF
+    // lanes with the same d range (lane % DS_LPK), then the pair's warps in order
+#pragma unroll
+    for (int b = 0; b < NBT; b++) {
+        if (b >= nb) break;
+#pragma unroll
+        for (int e = 0; e < DL; e++) {
+#pragma unroll
+            for (int o = DS_LPK; o < 32; o <<= 1) acc[b][e] += __shfl_xor_sync(0xffffffffu, acc[b][e], o);
+            if (lane < DS_LPK) part[((size_t)wl * nb + b) * Dk + d0 + e] = acc[b][e];
+        }
+    }
+    ds_sync<WPP>();
+    for (int e = tl; e < nb * Dk; e += NT) {
+        float t = 0.0f;
+#pragma unroll
+        for (int w = 0; w < WPP; w++) t += part[(size_t)w * nb * Dk + e];
+        const int b = e / Dk, d = e % Dk;
+        ctx[(((size_t)i * nb + b) * H + h) * Dk + d] = from_f32<T>(t);
+    }
+}
+
 // ---- launchers
 
 template <typename TO>
@@ -372,8 +651,14 @@ static void decode_add_rmsnorm_t(void* out, float* x, const void* branch, DType 
     const bool vec = D % EW_CHUNK == 0 && is_aligned16(out) && is_aligned16(x) && is_aligned16(w) &&
                      (!branch || is_aligned16(branch));
     const int warps = 8;
-    decode_add_rmsnorm_kernel1<TO><<<CEIL_DIV(N, warps), warps * 32, 0, stream>>>(
-        (TO*)out, x, branch, dt_b == DT_BF16, dt_b == DT_F16, w, N, D, eps, post_scale, vec);
+    const dim3 grid((unsigned)CEIL_DIV(N, warps)), block(warps * 32);
+    const bool bb = dt_b == DT_BF16, bh = dt_b == DT_F16;
+    if (vec && D <= 32 * EW_CHUNK * 4)
+        pdl_launch(decode_add_rmsnorm_kernel2<TO, 4>, grid, block, 0, stream, (TO*)out, x, branch, bb, bh, w, N, D, eps,
+                   post_scale);
+    else
+        pdl_launch(decode_add_rmsnorm_kernel1<TO>, grid, block, 0, stream, (TO*)out, x, branch, bb, bh, w, N, D, eps,
+                   post_scale, vec);
 }
 
 extern "C" void decode_add_rmsnorm(void* out, DType dt_out, float* x, const void* branch, DType dt_b, const float* w,
@@ -397,9 +682,9 @@ static void decode_attention_launch(void* ctx, const void* q, int q_stride, void
                                     const int* mask, const void* knew, const void* vnew, int new_stride,
                                     const int* hist, int hist_stride, int I, int nb, int H, int Dk, int threads,
                                     size_t smem, cudaStream_t stream) {
-    decode_attention_kernel1<T, VEC, NBT, TPK, VPV><<<I * H, threads, smem, stream>>>(
-        (T*)ctx, (const T*)q, q_stride, (T*)kc, (T*)vc, T_stride, pos, n_keys, cap, bias, bias_stride, mask,
-        (const T*)knew, (const T*)vnew, new_stride, hist, hist_stride, nb, H, Dk);
+    pdl_launch(decode_attention_kernel1<T, VEC, NBT, TPK, VPV>, dim3((unsigned)(I * H)), dim3((unsigned)threads), smem,
+               stream, (T*)ctx, (const T*)q, q_stride, (T*)kc, (T*)vc, T_stride, pos, n_keys, cap, bias, bias_stride,
+               mask, (const T*)knew, (const T*)vnew, new_stride, hist, hist_stride, nb, H, Dk);
 }
 
 template <typename T, int NBT, int DPL>
@@ -409,12 +694,55 @@ static void decode_attention_warp_launch(void* ctx, const void* q, int q_stride,
                                          const int* hist, int hist_stride, int I, int nb, int H, cudaStream_t stream) {
     const int IH = I * H;
     const size_t smem = (size_t)DW_WARPS * NBT * 32 * DPL * sizeof(float);
-    decode_attention_warp_kernel1<T, NBT, DPL><<<CEIL_DIV(IH, DW_WARPS), DW_WARPS * 32, smem, stream>>>(
-        (T*)ctx, (const T*)q, q_stride, (T*)kc, (T*)vc, T_stride, pos, n_keys, bias, bias_stride, mask,
-        (const T*)knew, (const T*)vnew, new_stride, hist, hist_stride, nb, IH, H);
+    pdl_launch(decode_attention_warp_kernel1<T, NBT, DPL>, dim3((unsigned)CEIL_DIV(IH, DW_WARPS)), dim3(DW_WARPS * 32),
+               smem, stream, (T*)ctx, (const T*)q, q_stride, (T*)kc, (T*)vc, T_stride, pos, n_keys, bias, bias_stride,
+               mask, (const T*)knew, (const T*)vnew, new_stride, hist, hist_stride, nb, IH, H);
 }
 
-// the implementation AUTO picks: WIDE up to DA_WIDE_MAX_GRID (item, head) pairs, else WARP (T5TRAIN_GEN_ATTN_LARGE=
+// AUTO takes the split variant for one query row per item: 4 warps per pair for grids of one wave (3 of its blocks fit
+// an SM: up to ~170 registers per thread), else 1 warp per pair (DS_WARPS pairs per block)
+#define DS_AUTO_BLOCKS_PER_SM 3
+static int da_num_sms(void) {
+    static int sms = 0;
+    if (!sms) {
+        int dev = 0;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    }
+    return sms;
+}
+
+static size_t ds_smem_bytes(int nb, int Dk, int cap, int wpp) {
+    const int pairs = DS_WARPS / wpp;
+    return (size_t)pairs * ((size_t)nb * Dk + (size_t)nb * cap + (size_t)wpp * nb * Dk) * sizeof(float);
+}
+
+// the split variant's shapes: 16-byte aligned rows of 1, 2 or 4 packets per lane (bf16/fp16 Dk 64, 128, 256; fp32
+// Dk 32, 64, 128), at most 4 query rows, shared memory within DA_MAX_SMEM
+static bool ds_supported(bool vec, size_t xs, int nb, int Dk, int cap, int wpp) {
+    const size_t row = (size_t)Dk * xs;
+    return vec && (row == 128 || row == 256 || row == 512) && nb <= 4 && ds_smem_bytes(nb, Dk, cap, wpp) <= DA_MAX_SMEM;
+}
+
+template <typename T, int NBT, int PPL, int WPP>
+static void decode_attention_split_launch(void* ctx, const void* q, int q_stride, void* kc, void* vc, int T_stride,
+                                          const int* pos, int n_keys, int cap, const float* bias, int bias_stride,
+                                          const int* mask, const void* knew, const void* vnew, int new_stride,
+                                          const int* hist, int hist_stride, int I, int nb, int H, cudaStream_t stream) {
+    constexpr int RPRE = (NBT == 1 ? 8 : 4) / PPL;  // rounds of keys/values per chunk of loads: 32-64 registers
+    const int Dk = DS_LPK * PPL * Vec<T>::size, IH = I * H;
+    pdl_launch(decode_attention_split_kernel1<T, NBT, PPL, RPRE, WPP>,
+               dim3((unsigned)CEIL_DIV(IH, DS_WARPS / WPP)), dim3(DS_WARPS * 32), ds_smem_bytes(nb, Dk, cap, WPP),
+               stream, (T*)ctx, (const T*)q, q_stride, (T*)kc, (T*)vc, T_stride, pos, n_keys, cap, bias, bias_stride,
+               mask, (const T*)knew, (const T*)vnew, new_stride, hist, hist_stride, nb, H, IH);
+}
+
+// the implementation AUTO picks (t5-3b, H200, docs/generate.md run 8, ms per step with PDL): one query row per item
+// (self-attention, greedy cross-attention): SPLIT up to one wave of its blocks (3 per SM: 396 pairs; batch 4 greedy
+// 1.68 against WIDE 1.84), self-attention of DA_LARGE_GRID to DA_WIDE_MAX_GRID pairs SPLIT1 (batch 32 greedy 2.53
+// against WIDE 2.61; at 512 pairs, 128 blocks of 4 pairs, WIDE won: batch 4 beam 4 2.32 against 2.39; at 4096 pairs
+// WARP: batch 32 beam 4 3.35 against 3.63); else
+// WIDE up to DA_WIDE_MAX_GRID (item, head) pairs, else WARP (T5TRAIN_GEN_ATTN_LARGE=
 // block|wide|warp decides every grid of DA_LARGE_GRID pairs or more instead). Measured on t5-3b (docs/generate.md):
 // WIDE beat BLOCK at 128-512 pairs (batch 4); batch 32 greedy (1024 pairs, one row each): WIDE 2.77, BLOCK 3.17, WARP
 // 3.34 ms/step; batch 32 beam 4 (cross-attention 1024 pairs of 4 rows, self-attention 4096 pairs of 1 row): WARP for
@@ -422,17 +750,21 @@ static void decode_attention_warp_launch(void* ctx, const void* q, int q_stride,
 // and WARP at 4096.
 #define DA_LARGE_GRID 1024
 #define DA_WIDE_MAX_GRID 2048
-// the large-grid choice forced by T5TRAIN_GEN_ATTN_LARGE, or DA_IMPL_AUTO (read once)
-static DecodeAttnImpl da_large_forced(void) {
-    static int cached = -1;
-    if (cached < 0) {
-        const char* e = getenv("T5TRAIN_GEN_ATTN_LARGE");
-        cached = !e                         ? DA_IMPL_AUTO
-                 : strcmp(e, "block") == 0 ? DA_IMPL_BLOCK
-                 : strcmp(e, "wide") == 0  ? DA_IMPL_WIDE
-                                           : DA_IMPL_WARP;
+// the variant forced by an environment variable (slot 0: T5TRAIN_GEN_ATTN, every grid; slot 1:
+// T5TRAIN_GEN_ATTN_LARGE, grids of DA_LARGE_GRID pairs or more when the split variant does not apply), or
+// DA_IMPL_AUTO (read once)
+static DecodeAttnImpl da_forced(const char* name, int slot) {
+    static int cached[2] = {-1, -1};
+    if (cached[slot] < 0) {
+        const char* e = getenv(name);
+        cached[slot] = !e || !*e                 ? DA_IMPL_AUTO
+                       : strcmp(e, "block") == 0 ? DA_IMPL_BLOCK
+                       : strcmp(e, "wide") == 0  ? DA_IMPL_WIDE
+                       : strcmp(e, "split") == 0 ? DA_IMPL_SPLIT
+                       : strcmp(e, "split1") == 0 ? DA_IMPL_SPLIT1
+                                                 : DA_IMPL_WARP;
     }
-    return (DecodeAttnImpl)cached;
+    return (DecodeAttnImpl)cached[slot];
 }
 
 template <typename T>
@@ -444,10 +776,46 @@ static void decode_attention_t(void* ctx, const void* q, int q_stride, void* kc,
     const size_t smem = da_smem_bytes(nb, Dk, cap);
     const bool vec = (Dk * sizeof(T)) % 16 == 0 && is_aligned16(kc) && is_aligned16(vc) && is_aligned16(ctx);
     if (impl == DA_IMPL_AUTO) {
-        const DecodeAttnImpl forced = da_large_forced();
-        if (I * H < DA_LARGE_GRID) impl = DA_IMPL_WIDE;
+        const DecodeAttnImpl all = da_forced("T5TRAIN_GEN_ATTN", 0), forced = da_forced("T5TRAIN_GEN_ATTN_LARGE", 1);
+        const int pairs = I * H;
+        if (all != DA_IMPL_AUTO) impl = all;
+        else if (nb == 1 && pairs <= DS_AUTO_BLOCKS_PER_SM * da_num_sms() && ds_supported(vec, sizeof(T), 1, Dk, cap, 4))
+            impl = DA_IMPL_SPLIT;
+        else if (nb == 1 && knew && pairs >= DA_LARGE_GRID && pairs <= DA_WIDE_MAX_GRID &&
+                 ds_supported(vec, sizeof(T), 1, Dk, cap, 1))
+            impl = DA_IMPL_SPLIT1;
+        else if (I * H < DA_LARGE_GRID) impl = DA_IMPL_WIDE;
         else if (forced != DA_IMPL_AUTO) impl = forced;
         else impl = I * H <= DA_WIDE_MAX_GRID ? DA_IMPL_WIDE : DA_IMPL_WARP;
+    }
+    // split: 4 warps per pair while the grid is one wave, else 1 (SPLIT1: always 1)
+    int wpp = impl == DA_IMPL_SPLIT1 || I * H > DS_AUTO_BLOCKS_PER_SM * da_num_sms() ? 1 : 4;
+    if (impl == DA_IMPL_SPLIT1) impl = DA_IMPL_SPLIT;
+    if (impl == DA_IMPL_SPLIT && !ds_supported(vec, sizeof(T), nb, Dk, cap, wpp)) wpp = 4;
+    if (impl == DA_IMPL_SPLIT && !ds_supported(vec, sizeof(T), nb, Dk, cap, wpp)) impl = DA_IMPL_WIDE;
+    if (impl == DA_IMPL_SPLIT) {
+        const int ppl = Dk * (int)sizeof(T) / 128;
+#define DS_LAUNCH(NBT, PPL, WPP)                                                                                     \
+    decode_attention_split_launch<T, NBT, PPL, WPP>(ctx, q, q_stride, kc, vc, T_stride, pos, n_keys, cap, bias,    \
+                                                    bias_stride, mask, knew, vnew, new_stride, hist, hist_stride, I, \
+                                                    nb, H, stream)
+#define DS_LAUNCH_W(NBT, PPL)              \
+    do {                                   \
+        if (wpp == 1) DS_LAUNCH(NBT, PPL, 1); \
+        else DS_LAUNCH(NBT, PPL, 4);       \
+    } while (0)
+        if (nb == 1) {
+            if (ppl == 1) DS_LAUNCH_W(1, 1);
+            else if (ppl == 2) DS_LAUNCH_W(1, 2);
+            else DS_LAUNCH_W(1, 4);
+        } else {
+            if (ppl == 1) DS_LAUNCH_W(4, 1);
+            else if (ppl == 2) DS_LAUNCH_W(4, 2);
+            else DS_LAUNCH_W(4, 4);
+        }
+#undef DS_LAUNCH_W
+#undef DS_LAUNCH
+        return;
     }
     // the warp variant: Dk 64 or 128, at most 8 query rows and 128 keys, 16-byte aligned rows
     if (impl == DA_IMPL_WARP && !(vec && (Dk == 64 || Dk == 128) && nb <= 8 && cap <= 32 * DW_MAXC))

@@ -61,7 +61,19 @@ bool decode_attention_fits(int nb, int Dk, int cap);
 // T5TRAIN_GEN_ATTN_LARGE=block|wide|warp, which then decides every grid of 1024 pairs or more).
 // WIDE: 256 threads per (item, head), 4 threads per key; BLOCK: 128 threads, a thread per key and per (row, d);
 // WARP: a warp per (item, head) (Dk 64 or 128, nb <= 8, cap <= 128; else BLOCK).
-typedef enum { DA_IMPL_AUTO = 0, DA_IMPL_WIDE = 1, DA_IMPL_BLOCK = 2, DA_IMPL_WARP = 3 } DecodeAttnImpl;
+// SPLIT: 4 warps per (item, head) split its keys while the grid fits one wave (3 blocks per SM), else 1 warp per pair
+// (4 pairs per block); SPLIT1: always 1 warp per pair. 8 lanes per key; keys and values loaded in chunks of rounds, the
+// first chunk before the grid dependency wait (every variant is launched with PDL, cuda/pdl.cuh); bf16/fp16 Dk
+// 64/128/256 (fp32 32/64/128), nb <= 4. AUTO takes SPLIT for one query row (self-attention and greedy cross-attention)
+// and the rules above otherwise (T5TRAIN_GEN_ATTN=split|split1|wide|block|warp forces one variant for every grid).
+typedef enum {
+    DA_IMPL_AUTO = 0,
+    DA_IMPL_WIDE = 1,
+    DA_IMPL_BLOCK = 2,
+    DA_IMPL_WARP = 3,
+    DA_IMPL_SPLIT = 4,
+    DA_IMPL_SPLIT1 = 5
+} DecodeAttnImpl;
 
 void decode_attention(void* ctx, const void* q, int q_stride, void* kc, void* vc, int T_stride, const int* pos,
                       int n_keys, int cap, const float* bias, int bias_stride, const int* mask, const void* knew,

@@ -146,7 +146,7 @@ struct T5Generator {
     bool qkv_fused;  // every decoder block's q, k, v weights are adjacent: one (3 HD, D) projection
     bool fused;      // fused decoder step (decode_fused.cuh): add+norm and one attention kernel per sublayer
     bool dev_beam;   // beam search: running beams chosen on the device (decode_beam_select), histories in d_hist
-    bool use_gemv;   // fused step: projections at <= 8 rows by decode_gemv (bf16/fp16; opt-in, see below)
+    int gemv_rows;   // fused step: projections at <= gemv_rows rows by decode_gemv (bf16/fp16; 0 = off, see below)
     GenGraph graphs[GEN_MAX_GRAPHS];
     uint64_t graph_clock;
 
@@ -479,10 +479,10 @@ T5Generator* t5_generator_create(const ParamTable* t, ZeroEngine* Z, int max_B, 
     const char* fe = getenv("T5TRAIN_GEN_FUSED");
     G->fused = !(fe && strcmp(fe, "0") == 0) && decode_attention_fits(1, G->Dk, G->Tmax) &&
                decode_attention_fits(G->nb, G->Dk, max_Ts);
-    // decode_gemv only with T5TRAIN_GEN_GEMV=1: the tensor-core version measured 2.7% faster than cuBLASLt on the
-    // t5-3b batch-4 greedy step in one H200 run, not yet confirmed by a second one (docs/generate.md)
+    // decode_gemv for steps of <= 8 rows (with PDL it beat cuBLASLt by 0.3 ms per t5-3b batch-4 step; at 16 and 32
+    // rows it is slower: docs/generate.md); T5TRAIN_GEN_GEMV=0 turns it off, =2 takes it up to 32 rows
     const char* gv = getenv("T5TRAIN_GEN_GEMV");
-    G->use_gemv = gv && strcmp(gv, "1") == 0;
+    G->gemv_rows = !gv ? 8 : strcmp(gv, "0") == 0 ? 0 : strcmp(gv, "2") == 0 ? 32 : 8;
     // beam search without a host synchronisation per step unless T5TRAIN_GEN_DEVICE_BEAM=0
     const char* be = getenv("T5TRAIN_GEN_DEVICE_BEAM");
     G->dev_beam = !(be && strcmp(be, "0") == 0) && G->fused && G->nb > 1 && G->nb <= GEN_DEV_BEAM_MAX &&
@@ -680,13 +680,30 @@ static void encoder_forward(T5Generator* G, int B, int Ts, const int* mask, int 
 // out (M, N) X = [relu](in (M, K) X . w (N, K) X ^T): decode_gemv at <= 8 rows (memory-bound), else cuBLASLt
 static void step_proj(T5Generator* G, void* out, const void* in, const void* w, int M, int N, int K, bool relu,
                       cudaStream_t s) {
-    if (G->use_gemv && decode_gemv_supported(G->X, M, N, K, out, in, w)) {
+    if (M <= G->gemv_rows && decode_gemv_supported(G->X, M, N, K, out, in, w)) {
         decode_gemv(out, in, w, G->X, M, N, K, relu, s);
         return;
     }
     GemmDesc g = {.M = M, .N = N, .K = K, .trans_a = false, .trans_b = true, .dt_ab = G->X, .dt_d = G->X, .batch = 1,
                   .alpha = 1.0f, .beta = 0.0f, .epilogue = relu ? GEMM_EPI_RELU : GEMM_EPI_NONE};
     matmul(&g, out, in, w, s);
+}
+
+// the attention variant of the self / cross sublayer: DA_IMPL_AUTO (cuda/decode_fused.cu picks by shape), or forced
+// by T5TRAIN_GEN_ATTN_SELF / T5TRAIN_GEN_ATTN_CROSS = split|split1|wide|block|warp (for A/B measurements; read once)
+static DecodeAttnImpl gen_attn_impl(int cross) {
+    static int cached[2] = {-1, -1};
+    if (cached[cross] < 0) {
+        const char* e = getenv(cross ? "T5TRAIN_GEN_ATTN_CROSS" : "T5TRAIN_GEN_ATTN_SELF");
+        cached[cross] = !e                         ? DA_IMPL_AUTO
+                        : strcmp(e, "split") == 0 ? DA_IMPL_SPLIT
+                        : strcmp(e, "split1") == 0 ? DA_IMPL_SPLIT1
+                        : strcmp(e, "wide") == 0  ? DA_IMPL_WIDE
+                        : strcmp(e, "block") == 0 ? DA_IMPL_BLOCK
+                        : strcmp(e, "warp") == 0  ? DA_IMPL_WARP
+                                                  : DA_IMPL_AUTO;
+    }
+    return (DecodeAttnImpl)cached[cross];
 }
 
 static void decoder_step_fused(T5Generator* G, int I, int Ts, int sgen, int cgen, const int* mask, cudaStream_t s) {
@@ -723,14 +740,14 @@ static void decoder_step_fused(T5Generator* G, int I, int Ts, int sgen, int cgen
             qst = HD;
         }
         decode_attention(G->d_ctx, q, qst, G->sk[sgen][l], G->sv[sgen][l], Tmax, G->d_pos, Tmax, Tmax, G->bias_dec,
-                         Tmax, NULL, kn, vn, qst, G->dev_beam ? G->d_hist : NULL, Tmax, R, 1, H, Dk, X, DA_IMPL_AUTO,
+                         Tmax, NULL, kn, vn, qst, G->dev_beam ? G->d_hist : NULL, Tmax, R, 1, H, Dk, X, gen_attn_impl(0),
                          s);
         step_proj(G, G->d_lin, G->d_ctx, wp(G, wb, pi->o), R, D, HD, false, s);
         // ---- cross-attention: the nb beams of an item share its encoder K/V
         decode_add_rmsnorm(G->d_ln, X, G->d_x, G->d_lin, X, nwp(G, pi->cln), R, D, G->eps, 1.0f, s);
         step_proj(G, G->d_q, G->d_ln, wp(G, wb, pi->cq), R, HD, D, false, s);
         decode_attention(G->d_ctx, G->d_q, HD, G->ck[cgen][l], G->cv[cgen][l], Ts, NULL, Ts, Ts, NULL, 0, mask, NULL,
-                         NULL, 0, NULL, 0, I, nb, H, Dk, X, DA_IMPL_AUTO, s);
+                         NULL, 0, NULL, 0, I, nb, H, Dk, X, gen_attn_impl(1), s);
         step_proj(G, G->d_lin, G->d_ctx, wp(G, wb, pi->co), R, D, HD, false, s);
         // ---- feed-forward (its residual add is the next norm's)
         decode_add_rmsnorm(G->d_ln, X, G->d_x, G->d_lin, X, nwp(G, pi->ffln), R, D, G->eps, 1.0f, s);

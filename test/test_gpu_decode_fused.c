@@ -84,11 +84,11 @@ static void attn_ref(double* out, const float* q, const float* K, const float* V
 static Tol attn_tol(DType dt) { return dt == DT_F32 ? (Tol){1e-5, 1e-5} : (Tol){2e-2, 2e-2}; }
 
 static const char* impl_name(DecodeAttnImpl k) {
-    return k == DA_IMPL_WIDE ? "wide" : k == DA_IMPL_BLOCK ? "block" : "warp";
+    return k == DA_IMPL_WIDE ? "wide" : k == DA_IMPL_BLOCK ? "block" : k == DA_IMPL_SPLIT ? "split" : k == DA_IMPL_SPLIT1 ? "split1" : "warp";
 }
 
-static void cross_case(DType dt, DecodeAttnImpl impl) {
-    const int I = 3, nb = 4, H = 2, Dk = 64, Ts = 37, HD = H * Dk, R = I * nb;
+static void cross_case(DType dt, DecodeAttnImpl impl, int nb, int Dk, int Ts) {
+    const int I = 3, H = 2, HD = H * Dk, R = I * nb;
     TRng rng = {11};
     const size_t nq = (size_t)R * HD, nk = (size_t)I * H * Ts * Dk;
     float *q = host_floats(nq), *K = host_floats(nk), *V = host_floats(nk);
@@ -109,7 +109,7 @@ static void cross_case(DType dt, DecodeAttnImpl impl) {
     float* got = host_floats(nq);
     dev_download(got, dt, cd, nq);
     double* ref = host_doubles(nq);
-    float qrow[128];
+    float qrow[256];
     for (int i = 0; i < I; i++)
         for (int b = 0; b < nb; b++)
             for (int h = 0; h < H; h++) {
@@ -119,14 +119,14 @@ static void cross_case(DType dt, DecodeAttnImpl impl) {
                 attn_ref(ref + (size_t)r * HD + h * Dk, qrow, K + ko, V + ko, NULL, mask + i * Ts, Ts, Dk, dt);
             }
     char what[80];
-    snprintf(what, sizeof what, "decode_attention %s cross nb 4 + mask", impl_name(impl));
+    snprintf(what, sizeof what, "decode_attention %s cross nb %d Dk %d Ts %d + mask", impl_name(impl), nb, Dk, Ts);
     assert_true(check_close(what, dt, got, ref, nq, attn_tol(dt)));
     cudaFree(qd), cudaFree(kd), cudaFree(vd), cudaFree(md), cudaFree(cd);
     free(q), free(K), free(V), free(mask), free(got), free(ref);
 }
 
-static void self_case(DType dt, int Dk, bool use_hist, DecodeAttnImpl impl) {
-    const int R = 3, H = 2, Tmax = 32, t = 19, HD = H * Dk;
+static void self_case(DType dt, int Dk, bool use_hist, DecodeAttnImpl impl, int Tmax, int t) {
+    const int R = 3, H = 2, HD = H * Dk;
     TRng rng = {23 + (uint64_t)Dk};
     const size_t nqkv = (size_t)R * 3 * HD, nc = (size_t)R * H * Tmax * Dk;
     float *qkv = host_floats(nqkv), *K = host_floats(nc), *V = host_floats(nc), *bias = host_floats((size_t)H * Tmax);
@@ -141,7 +141,7 @@ static void self_case(DType dt, int Dk, bool use_hist, DecodeAttnImpl impl) {
     float* bd = dev_upload(DT_F32, bias, (size_t)H * Tmax);
     int* pd = dev_upload_int(&t, 1);
     // hist: key j of row r from cache row (r + j) % R for j < t (beam histories), the new row t from row r
-    int hist[3 * 32];
+    int* hist = malloc_check(sizeof(int) * (size_t)R * Tmax);
     for (int r = 0; r < R; r++)
         for (int j = 0; j < Tmax; j++) hist[r * Tmax + j] = j < t ? (r + j) % R : r;
     int* hd = dev_upload_int(hist, (size_t)R * Tmax);
@@ -183,33 +183,55 @@ static void self_case(DType dt, int Dk, bool use_hist, DecodeAttnImpl impl) {
         }
     free(Kh), free(Vh);
     char what[80];
-    snprintf(what, sizeof what, "decode_attention %s self Dk %d%s", impl_name(impl), Dk, use_hist ? " hist" : "");
+    snprintf(what, sizeof what, "decode_attention %s self Dk %d t %d%s", impl_name(impl), Dk, t, use_hist ? " hist" : "");
     assert_true(check_close(what, dt, got, ref, (size_t)R * HD, attn_tol(dt)));
     cudaFree(qd), cudaFree(kd), cudaFree(vd), cudaFree(bd), cudaFree(pd), cudaFree(cd), cudaFree(hd);
-    free(qkv), free(K), free(V), free(bias), free(gk), free(rk), free(got), free(ref);
+    free(qkv), free(K), free(V), free(bias), free(gk), free(rk), free(got), free(ref), free(hist);
 }
 
 static void test_decode_attention_cross(void** state) {
     (void)state;
     T5_REQUIRE_GPU();
-    for (int k = DA_IMPL_WIDE; k <= DA_IMPL_WARP; k++) {
-        cross_case(DT_F32, (DecodeAttnImpl)k);
-        cross_case(DT_BF16, (DecodeAttnImpl)k);
+    for (int k = DA_IMPL_WIDE; k <= DA_IMPL_SPLIT1; k++) {
+        cross_case(DT_F32, (DecodeAttnImpl)k, 4, 64, 37);
+        cross_case(DT_BF16, (DecodeAttnImpl)k, 4, 64, 37);
     }
+    // the split variant's shapes: 1 and 4 query rows (3 rows run the 4-row template), 1, 2, 4 packets per lane,
+    // keys past the rounds loaded before the wait (16 keys per round; 64-128 prefetched)
+    cross_case(DT_BF16, DA_IMPL_SPLIT, 1, 128, 150);
+    cross_case(DT_BF16, DA_IMPL_SPLIT, 3, 128, 150);
+    cross_case(DT_BF16, DA_IMPL_SPLIT, 4, 64, 200);
+    cross_case(DT_BF16, DA_IMPL_SPLIT, 1, 256, 70);
+    cross_case(DT_F32, DA_IMPL_SPLIT, 1, 128, 90);
+    cross_case(DT_F32, DA_IMPL_SPLIT, 4, 32, 130);
+    cross_case(DT_BF16, DA_IMPL_WIDE, 1, 128, 150);
+    cross_case(DT_BF16, DA_IMPL_SPLIT1, 1, 128, 150);
+    cross_case(DT_BF16, DA_IMPL_SPLIT1, 4, 64, 200);
+    cross_case(DT_F32, DA_IMPL_SPLIT1, 1, 32, 130);
 }
 
 static void test_decode_attention_self_append(void** state) {
     (void)state;
     T5_REQUIRE_GPU();
-    for (int k = DA_IMPL_WIDE; k <= DA_IMPL_WARP; k++) {
+    for (int k = DA_IMPL_WIDE; k <= DA_IMPL_SPLIT1; k++) {
         const DecodeAttnImpl impl = (DecodeAttnImpl)k;
-        self_case(DT_F32, 128, false, impl);
-        self_case(DT_BF16, 128, false, impl);
-        self_case(DT_BF16, 64, false, impl);
-        self_case(DT_F32, 20, false, impl);  // Dk * 4 not a multiple of 16: scalar loads (warp: falls back to block)
-        self_case(DT_F32, 128, true, impl);
-        self_case(DT_BF16, 64, true, impl);
+        self_case(DT_F32, 128, false, impl, 32, 19);
+        self_case(DT_BF16, 128, false, impl, 32, 19);
+        self_case(DT_BF16, 64, false, impl, 32, 19);
+        self_case(DT_F32, 20, false, impl, 32, 19);  // Dk * 4 not a multiple of 16: scalar loads (warp, split: block/wide)
+        self_case(DT_F32, 128, true, impl, 32, 19);
+        self_case(DT_BF16, 64, true, impl, 32, 19);
+        self_case(DT_BF16, 128, true, impl, 32, 0);  // the first step: only the appended key
     }
+    // split: the appended key inside and past the prefetched rounds, histories
+    self_case(DT_BF16, 128, false, DA_IMPL_SPLIT, 160, 63);
+    self_case(DT_BF16, 128, true, DA_IMPL_SPLIT, 160, 64);
+    self_case(DT_BF16, 128, true, DA_IMPL_SPLIT, 160, 140);
+    self_case(DT_BF16, 64, true, DA_IMPL_SPLIT, 160, 127);
+    self_case(DT_F32, 64, true, DA_IMPL_SPLIT, 160, 150);
+    self_case(DT_BF16, 128, true, DA_IMPL_SPLIT1, 160, 140);
+    self_case(DT_BF16, 128, false, DA_IMPL_SPLIT1, 160, 15);
+    self_case(DT_BF16, 64, true, DA_IMPL_SPLIT1, 160, 16);
 }
 
 static void test_decode_attention_fits(void** state) {

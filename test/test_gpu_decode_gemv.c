@@ -1,9 +1,10 @@
 /*
  * test_gpu_decode_gemv.c: cuda/decode_gemv.cu (small-M projections of the decoder step) against an fp64 reference
- * on the stored bf16/fp16 inputs: M = 1..8 rows (every row template, padded rows); K = 8, 1000 and 2056 (not a multiple
- * of the 256-element round), 1024 .. 16384 (one warp per K, and split-K over up to 64 warps with the fixed-order
- * reduction); N not a multiple of the 16 columns per warp; the ReLU epilogue; bit-identical repeated calls (the
- * split-K counters reset themselves); and the shapes it refuses.
+ * on the stored bf16/fp16 inputs: M = 1..32 rows (the three n-tile templates NT = 1, 2, 4 of 8 input rows each,
+ * padded rows inside the last tile); K = 8, 1000 and 2056 (not a multiple of the 256-element round), 1024 .. 16384
+ * (one warp per K, and split-K over up to 64 warps with the fixed-order reduction); N not a multiple of the 16
+ * columns per warp; the ReLU epilogue; fp16; bit-identical repeated calls (the split-K counters reset themselves);
+ * and the shapes it refuses.
  */
 #include "test_gpu_util.h"
 
@@ -65,6 +66,21 @@ static void test_decode_gemv_matches_reference(void** state) {
     gemv_case(DT_F16, 5, 50, 1024, false);
     gemv_case(DT_F16, 8, 33, 4096, true);
     gemv_case(DT_F16, 2, 40, 8, false);         // one packet of K
+    // M = 9..32: two n-tiles (NT = 2, M <= 16) and four (NT = 4), padded rows inside the last tile
+    for (int M = 9; M <= 32; M++) gemv_case(DT_BF16, M, 75, 1000, M % 3 == 0);  // every M, K % 256 != 0
+    gemv_case(DT_BF16, 9, 100, 1024, false);
+    gemv_case(DT_BF16, 16, 100, 1024, true);
+    gemv_case(DT_BF16, 17, 37, 2048, false);
+    gemv_case(DT_BF16, 24, 70, 2056, true);     // the last chunk 8 elements past a chunk
+    gemv_case(DT_BF16, 31, 29, 16384, true);    // split-K down to the smallest chunk
+    gemv_case(DT_BF16, 32, 64, 16384, false);   // split-K, every row
+    gemv_case(DT_BF16, 32, 1000, 1024, false);  // many column groups, split-K
+    gemv_case(DT_BF16, 16, 4100, 1024, true);   // fewer splits
+    gemv_case(DT_BF16, 32, 17000, 1024, true);  // no split (one warp per K)
+    gemv_case(DT_BF16, 12, 17000, 1024, false);
+    gemv_case(DT_F16, 13, 50, 1024, false);
+    gemv_case(DT_F16, 32, 33, 4096, true);
+    gemv_case(DT_F16, 20, 40, 8, false);        // one packet of K
 }
 
 static void test_decode_gemv_refuses(void** state) {
@@ -72,13 +88,16 @@ static void test_decode_gemv_refuses(void** state) {
     T5_REQUIRE_GPU();
     void* d = dev_alloc_poisoned(1 << 20);
     assert_false(decode_gemv_supported(DT_F32, 4, 16, 1024, d, d, d));   // fp32: cuBLASLt (exact fixtures)
-    assert_false(decode_gemv_supported(DT_BF16, 9, 16, 1024, d, d, d));  // more than 8 rows
+    assert_false(decode_gemv_supported(DT_BF16, 33, 16, 1024, d, d, d));  // more than 32 rows
+    assert_false(decode_gemv_supported(DT_BF16, 0, 16, 1024, d, d, d));   // no rows
     assert_false(decode_gemv_supported(DT_BF16, 4, 16, 100, d, d, d));   // K not a multiple of 8
     assert_false(decode_gemv_supported(DT_BF16, 4, 16, 0, d, d, d));     // no K
     assert_false(decode_gemv_supported(DT_BF16, 4, 16, 1024, (char*)d + 2, d, d));  // unaligned
     assert_true(decode_gemv_supported(DT_BF16, 4, 16, 1024, d, d, d));
     assert_true(decode_gemv_supported(DT_BF16, 8, 32128, 1024, d, d, d));  // t5 lm_head
     assert_true(decode_gemv_supported(DT_BF16, 8, 1024, 16384, d, d, d));  // t5-3b feed-forward output
+    assert_true(decode_gemv_supported(DT_BF16, 9, 16, 1024, d, d, d));
+    assert_true(decode_gemv_supported(DT_BF16, 32, 4096, 1024, d, d, d));  // batch 8 x 4 beams
     cudaFree(d);
 }
 

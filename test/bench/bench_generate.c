@@ -18,12 +18,17 @@
  * First, a table of the decode projections at small M (t5-3b's shapes, bf16): cuBLASLt (linear_forward) at M = 4, 16,
  * 32, 128 and cuda/decode_gemv.cu at M = 4, 8, in us per call and weight bytes / time.
  * The generator's environment switches (model/generate.h) apply, e.g. T5TRAIN_GEN_ATTN_LARGE=block, T5TRAIN_GEN_GEMV=1.
+ * T5TRAIN_BENCH_CASES=4x1,32x4 runs only those (batch x beams) points. T5TRAIN_BENCH_PROFILE=1 skips the GEMM table
+ * and brackets only the timed batches with cudaProfilerStart/Stop, for `ncu --profile-from-start off` (per-kernel
+ * times of the decode step, scripts/ncu_step_summary.py).
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include <cuda_profiler_api.h>
 
 #include "../../cuda/check.h"
 #include "../../cuda/decode_gemv.cuh"
@@ -112,6 +117,9 @@ int main(int argc, char** argv) {
     const int ML = argc > 1 ? atoi(argv[1]) : 49;
     const int reps = argc > 2 ? atoi(argv[2]) : 3;
     const char* models = argc > 3 ? argv[3] : "t5-small,t5-base,t5-large,t5-3b";
+    const char* cases = getenv("T5TRAIN_BENCH_CASES");
+    const char* pe = getenv("T5TRAIN_BENCH_PROFILE");
+    const bool profile = pe && strcmp(pe, "1") == 0;
     if (ML < 2 || reps < 1) t5_die(T5_EXIT_USAGE, "usage: bench_generate [MAX_LENGTH >= 2] [REPS >= 1] [MODELS]");
     int dev = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
@@ -150,44 +158,47 @@ int main(int argc, char** argv) {
     printf("HBM bandwidth (2 GiB device-to-device copy, best of 5): %.2f TB/s\n", bw * 1e-12);
     // decode GEMMs at small M (t5-3b's feed-forward and attention projections, bf16): time against the weight bytes
     // at the bandwidth above (is cuBLASLt at bandwidth for M = batch x beams rows?)
-    {
-        const int shapes[4][2] = {{16384, 1024}, {1024, 16384}, {12288, 1024}, {32128, 1024}};  // (N, K)
-        const int ms[4] = {4, 16, 32, 128};
+    if (!profile) {
+        // (N, K): feed-forward wi and wo, fused q/k/v, lm_head, attention o, cross-attention q
+        const int shapes[6][2] = {{16384, 1024}, {1024, 16384}, {12288, 1024},
+                                  {32128, 1024}, {1024, 4096},  {4096, 1024}};
+        // columns: (cuBLASLt or decode_gemv, M), each cuBLASLt column beside decode_gemv at the same M
+        const int cols[8][2] = {{0, 4}, {1, 4}, {1, 8}, {0, 16}, {1, 16}, {0, 32}, {1, 32}, {0, 128}};
+        const int ncols = 8;
+        // the timed calls cycle through copies of W in 256 MiB (4 of lm_head's 64 MB, 32 of an 8 MB matrix), so
+        // that, as in a decoder step, W comes from HBM and not from the 50 MB L2 of the previous call
+        const size_t wbytes = (size_t)256 << 20;
         void *w = NULL, *in = NULL, *out = NULL;
-        CUDA_CHECK(cudaMalloc(&w, (size_t)32128 * 1024 * 2));
+        CUDA_CHECK(cudaMalloc(&w, wbytes));
         CUDA_CHECK(cudaMalloc(&in, (size_t)128 * 16384 * 2));
         CUDA_CHECK(cudaMalloc(&out, (size_t)128 * 32128 * 2));
-        CUDA_CHECK(cudaMemset(w, 0x3c, (size_t)32128 * 1024 * 2));
+        CUDA_CHECK(cudaMemset(w, 0x3c, wbytes));
         CUDA_CHECK(cudaMemset(in, 0x3c, (size_t)128 * 16384 * 2));
         matmul_init();
         cudaEvent_t e0, e1;
         CUDA_CHECK(cudaEventCreate(&e0));
         CUDA_CHECK(cudaEventCreate(&e1));
-        printf("decode GEMM (bf16, out = in W^T; cuBLASLt, then cuda/decode_gemv.cu): us per call (mean of 50 back to "
-               "back) and weight bytes / time\n");
-        printf("| N x K | M=4 us | GB/s | M=16 us | GB/s | M=32 us | GB/s | M=128 us | GB/s "
-               "| decode_gemv M=4 us | GB/s | decode_gemv M=8 us | GB/s | floor us |\n");
-        printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
-        for (int si = 0; si < 4; si++) {
+        printf("decode GEMM (bf16, out = in W^T; cuBLASLt = linear_forward, gemv = cuda/decode_gemv.cu): us per call "
+               "(mean of 50 back to back, W rotated through 256 MiB) and weight bytes / time\n");
+        printf("| N x K |");
+        for (int c = 0; c < ncols; c++) printf(" %s M=%d us | GB/s |", cols[c][0] ? "gemv" : "cuBLASLt", cols[c][1]);
+        printf(" floor us |\n|");
+        for (int c = 0; c < 2 * ncols + 2; c++) printf(" --- |");
+        printf("\n");
+        for (int si = 0; si < 6; si++) {
             const int N = shapes[si][0], K = shapes[si][1];
             const double wb = (double)N * K * 2;
+            const int nrot = (int)(wbytes / ((size_t)N * K * 2));
             printf("| %d x %d |", N, K);
-            for (int mi = 0; mi < 4; mi++) {
-                const int M = ms[mi];
-                linear_forward(out, DT_BF16, in, w, DT_BF16, M, N, K, 0);
-                CUDA_CHECK(cudaEventRecord(e0, 0));
-                for (int r = 0; r < 50; r++) linear_forward(out, DT_BF16, in, w, DT_BF16, M, N, K, 0);
-                CUDA_CHECK(cudaEventRecord(e1, 0));
-                CUDA_CHECK(cudaEventSynchronize(e1));
-                float ms_ = 0;
-                CUDA_CHECK(cudaEventElapsedTime(&ms_, e0, e1));
-                const double us = ms_ * 1e3 / 50;
-                printf(" %.2f | %.0f |", us, wb / (us * 1e-6) / 1e9);
-            }
-            for (int M = 4; M <= 8; M += 4) {
-                decode_gemv(out, in, w, DT_BF16, M, N, K, false, 0);
-                CUDA_CHECK(cudaEventRecord(e0, 0));
-                for (int r = 0; r < 50; r++) decode_gemv(out, in, w, DT_BF16, M, N, K, false, 0);
+            for (int c = 0; c < ncols; c++) {
+                const bool gemv = cols[c][0] != 0;
+                const int M = cols[c][1];
+                for (int r = 0; r < 51; r++) {  // one warm-up call, then 50 timed
+                    const void* wr = (const char*)w + (size_t)(r % nrot) * N * K * 2;
+                    if (r == 1) CUDA_CHECK(cudaEventRecord(e0, 0));
+                    if (gemv) decode_gemv(out, in, wr, DT_BF16, M, N, K, false, 0);
+                    else linear_forward(out, DT_BF16, in, wr, DT_BF16, M, N, K, 0);
+                }
                 CUDA_CHECK(cudaEventRecord(e1, 0));
                 CUDA_CHECK(cudaEventSynchronize(e1));
                 float ms_ = 0;
@@ -242,6 +253,15 @@ int main(int argc, char** argv) {
         for (int bi = 0; bi < 2; bi++)
             for (int ki = 0; ki < 2; ki++) {
                 const int B = batches[bi], nb = beams[ki];
+                if (cases) {  // "BxK" entries, comma separated
+                    char key[32];
+                    snprintf(key, sizeof key, "%dx%d", B, nb);
+                    const size_t kl = strlen(key);
+                    bool found = false;
+                    for (const char* c = cases; (c = strstr(c, key)) != NULL; c += kl)
+                        if ((c == cases || c[-1] == ',') && (c[kl] == ',' || c[kl] == 0)) found = true;
+                    if (!found) continue;
+                }
                 int32_t* ids = malloc_check(sizeof(int32_t) * (size_t)B * 64);
                 int32_t* mask = malloc_check(sizeof(int32_t) * (size_t)B * 64);
                 int Ts = make_sources(B, ids, mask, 64);
@@ -257,11 +277,13 @@ int main(int argc, char** argv) {
                 if (t5_generate(G, ids, mask, B, Ts, out, &w, s, err, sizeof err)) t5_die(T5_EXIT_FAILURE, "%s", err);
                 if (w != ML) t5_die(T5_EXIT_FAILURE, "expected width %d, got %d", ML, w);
                 t5_generator_reset_stats(G);
+                if (profile) CUDA_CHECK(cudaProfilerStart());
                 double t0 = now_s();
                 for (int r = 0; r < reps; r++)
                     if (t5_generate(G, ids, mask, B, Ts, out, &w, s, err, sizeof err))
                         t5_die(T5_EXIT_FAILURE, "%s", err);
                 double dt = (now_s() - t0) / reps;
+                if (profile) CUDA_CHECK(cudaProfilerStop());
                 const GenerateStats* st = t5_generator_stats(G);
                 const double steps = (double)st->steps / reps;
                 const double step_ms = (dt * 1e3 - st->encoder_ms / reps) / steps;
