@@ -22,9 +22,11 @@
  * device, finished hypotheses kept on the host a few steps behind), run without a host synchronisation per step.
  * Environment switches (read at t5_generator_create; outputs are HF's either way, fp32 bit-identical paths apart):
  * T5TRAIN_GEN_FUSED=0 (the unfused step), T5TRAIN_GEN_DEVICE_BEAM=0 (host beam bookkeeping with one synchronisation
- * per step), T5TRAIN_GEN_GRAPHS=0 (no CUDA graphs), T5TRAIN_GEN_GEMV=1 (projections at <= 8 rows by
- * cuda/decode_gemv.cuh instead of cuBLASLt: measured slower, off by default), T5TRAIN_GEN_ATTN_LARGE=block|wide
- * (decode_attention's kernel for grids of >= 1024 (item, head) pairs; default warp).
+ * per step), T5TRAIN_GEN_GRAPHS=0 (no CUDA graphs), T5TRAIN_GEN_GEMV=0 (cuBLASLt for every projection; default:
+ * cuda/decode_gemv.cuh at <= 8 rows; =2: up to 32 rows), T5TRAIN_GEN_PDL=0 (no programmatic dependent launch,
+ * cuda/pdl.cuh), T5TRAIN_GEN_ATTN=split|split1|wide|block|warp (decode_attention's kernel for every grid; per
+ * sublayer T5TRAIN_GEN_ATTN_SELF / T5TRAIN_GEN_ATTN_CROSS), T5TRAIN_GEN_ATTN_LARGE=block|wide|warp (grids of >= 1024
+ * (item, head) pairs where the split kernel does not apply). Defaults and measurements: docs/generate.md.
  *
  * Errors (bad options, a batch larger than the generator was created for, not enough GPU memory) are
  * returned as -1/NULL with a one-line message; nothing here exits on bad input.

@@ -15,9 +15,11 @@
  * "GPU step ms" = the decoder's GPU time / steps. The weight-read floor of a step = the bytes of the weights one
  * decoder step reads (decoder blocks without the cross-attention k/v, computed once per batch, plus lm_head) in
  * bf16 / the HBM bandwidth measured here (a 2 GiB device-to-device copy: 2 x bytes / time).
- * First, a table of the decode projections at small M (t5-3b's shapes, bf16): cuBLASLt (linear_forward) at M = 4, 16,
- * 32, 128 and cuda/decode_gemv.cu at M = 4, 8, in us per call and weight bytes / time.
- * The generator's environment switches (model/generate.h) apply, e.g. T5TRAIN_GEN_ATTN_LARGE=block, T5TRAIN_GEN_GEMV=1.
+ * First, a table of the decode projections at small M (t5-3b's six shapes, bf16): cuBLASLt (linear_forward) at M = 4,
+ * 16, 32, 128 and cuda/decode_gemv.cu at M = 4, 8, 16, 32, in us per call (the calls cycle through copies of W in
+ * 256 MiB, so each one reads HBM rather than L2) and weight bytes / time.
+ * The generator's environment switches (docs/generate.md) apply, e.g. T5TRAIN_GEN_ATTN=wide, T5TRAIN_GEN_GEMV=0,
+ * T5TRAIN_GEN_PDL=0.
  * T5TRAIN_BENCH_CASES=4x1,32x4 runs only those (batch x beams) points. T5TRAIN_BENCH_PROFILE=1 skips the GEMM table
  * and brackets only the timed batches with cudaProfilerStart/Stop, for `ncu --profile-from-start off` (per-kernel
  * times of the decode step, scripts/ncu_step_summary.py).
