@@ -750,20 +750,20 @@ static void decode_attention_split_launch(void* ctx, const void* q, int q_stride
 // and WARP at 4096.
 #define DA_LARGE_GRID 1024
 #define DA_WIDE_MAX_GRID 2048
+extern "C" DecodeAttnImpl decode_attention_impl_by_name(const char* name) {
+    if (!name) return DA_IMPL_AUTO;
+    const char* names[] = {"auto", "wide", "block", "warp", "split", "split1"};  // DecodeAttnImpl order
+    for (int k = 0; k < (int)(sizeof names / sizeof names[0]); k++)
+        if (strcmp(name, names[k]) == 0) return (DecodeAttnImpl)k;
+    return DA_IMPL_AUTO;
+}
+
 // the variant forced by an environment variable (slot 0: T5TRAIN_GEN_ATTN, every grid; slot 1:
 // T5TRAIN_GEN_ATTN_LARGE, grids of DA_LARGE_GRID pairs or more when the split variant does not apply), or
 // DA_IMPL_AUTO (read once)
 static DecodeAttnImpl da_forced(const char* name, int slot) {
     static int cached[2] = {-1, -1};
-    if (cached[slot] < 0) {
-        const char* e = getenv(name);
-        cached[slot] = !e || !*e                 ? DA_IMPL_AUTO
-                       : strcmp(e, "block") == 0 ? DA_IMPL_BLOCK
-                       : strcmp(e, "wide") == 0  ? DA_IMPL_WIDE
-                       : strcmp(e, "split") == 0 ? DA_IMPL_SPLIT
-                       : strcmp(e, "split1") == 0 ? DA_IMPL_SPLIT1
-                                                 : DA_IMPL_WARP;
-    }
+    if (cached[slot] < 0) cached[slot] = decode_attention_impl_by_name(getenv(name));
     return (DecodeAttnImpl)cached[slot];
 }
 

@@ -75,6 +75,9 @@ typedef enum {
     DA_IMPL_SPLIT1 = 5
 } DecodeAttnImpl;
 
+// "auto", "wide", "block", "warp", "split", "split1" -> the variant; NULL or another name -> DA_IMPL_AUTO
+DecodeAttnImpl decode_attention_impl_by_name(const char* name);
+
 void decode_attention(void* ctx, const void* q, int q_stride, void* kc, void* vc, int T_stride, const int* pos,
                       int n_keys, int cap, const float* bias, int bias_stride, const int* mask, const void* knew,
                       const void* vnew, int new_stride, const int* hist, int hist_stride, int I, int nb, int H, int Dk,

@@ -693,16 +693,8 @@ static void step_proj(T5Generator* G, void* out, const void* in, const void* w, 
 // by T5TRAIN_GEN_ATTN_SELF / T5TRAIN_GEN_ATTN_CROSS = split|split1|wide|block|warp (for A/B measurements; read once)
 static DecodeAttnImpl gen_attn_impl(int cross) {
     static int cached[2] = {-1, -1};
-    if (cached[cross] < 0) {
-        const char* e = getenv(cross ? "T5TRAIN_GEN_ATTN_CROSS" : "T5TRAIN_GEN_ATTN_SELF");
-        cached[cross] = !e                         ? DA_IMPL_AUTO
-                        : strcmp(e, "split") == 0 ? DA_IMPL_SPLIT
-                        : strcmp(e, "split1") == 0 ? DA_IMPL_SPLIT1
-                        : strcmp(e, "wide") == 0  ? DA_IMPL_WIDE
-                        : strcmp(e, "block") == 0 ? DA_IMPL_BLOCK
-                        : strcmp(e, "warp") == 0  ? DA_IMPL_WARP
-                                                  : DA_IMPL_AUTO;
-    }
+    if (cached[cross] < 0)
+        cached[cross] = decode_attention_impl_by_name(getenv(cross ? "T5TRAIN_GEN_ATTN_CROSS" : "T5TRAIN_GEN_ATTN_SELF"));
     return (DecodeAttnImpl)cached[cross];
 }
 
