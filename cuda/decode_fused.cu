@@ -137,6 +137,15 @@ __global__ void decode_add_rmsnorm_kernel2(TO* out, float* x, const void* branch
     }
 }
 
+// the stored score of a key: NOTE(numerics): Q K^T rounded to X (t5.c / HF autocast), the bias added in fp32; a
+// masked key is -inf (exp gives 0, as attention_softmax_forward)
+template <typename T>
+__device__ __forceinline__ float da_score(float dot, bool has_bias, float bj, bool masked) {
+    float v = round_to<T>(dot);
+    if (has_bias) v += bj;
+    return masked ? -INFINITY : v;
+}
+
 // partial dots of a key row with the fp32 query rows in shared memory, for the nb <= NBT rows at once: thread `sub`
 // of the DA_TPK threads of a key takes the 16-byte packets (VEC) or elements sub, sub + DA_TPK, ... (sequential sum)
 template <typename T, bool VEC, int NBT, int TPK>
@@ -223,10 +232,7 @@ __global__ void decode_attention_kernel1(T* ctx, const T* q, int q_stride, T* kc
 #pragma unroll
             for (int b = 0; b < NBT; b++) {
                 if (b >= nb) break;
-                // NOTE(numerics): Q K^T rounded to X (t5.c / HF autocast), the bias added in fp32
-                float v = round_to<T>(s[b]);
-                if (bias) v += bj;
-                ps[(size_t)b * cap + j] = masked ? -INFINITY : v;
+                ps[(size_t)b * cap + j] = da_score<T>(s[b], bias != NULL, bj, masked);
             }
         }
     }
@@ -364,10 +370,7 @@ __global__ void decode_attention_warp_kernel1(T* ctx, const T* q, int q_stride, 
             const float bj = bias ? bias[(size_t)h * bias_stride + j] : 0.0f;
 #pragma unroll
             for (int b = 0; b < NBT; b++) {
-                // NOTE(numerics): Q K^T rounded to X (t5.c / HF autocast), the bias added in fp32
-                float v = round_to<T>(acc[b]);
-                if (bias) v += bj;
-                sc[c][b] = masked ? -INFINITY : v;
+                sc[c][b] = da_score<T>(acc[b], bias != NULL, bj, masked);
             }
         }
     }
@@ -548,10 +551,7 @@ __global__ void __launch_bounds__(DS_WARPS * 32, 3)
 #pragma unroll
             for (int b = 0; b < NBT; b++) {
                 if (b >= nb) break;
-                // NOTE(numerics): Q K^T rounded to X (t5.c / HF autocast), the bias added in fp32
-                float v = round_to<T>(s[b]);
-                if (bias) v += bj;
-                v = masked ? -INFINITY : v;
+                const float v = da_score<T>(s[b], bias != NULL, bj, masked);
                 if (sub == 0) ps[(size_t)b * cap + j] = v;
                 mx[b] = fmaxf(mx[b], v);
             }

@@ -87,7 +87,7 @@ __device__ __forceinline__ uint4 gv_load_stream(const void* p) {
 // needs 166 registers: 3 blocks per SM (at 4 it spilled).
 template <typename T, int NT, int U, bool XJIT>
 __global__ void __launch_bounds__(GV_WARPS * 32, NT == 4 && XJIT ? 3 : 4)
-    decode_gemv_kernel4(T* out, const T* in, const T* w, int M, int N, int K, int KC, bool relu, bool l2pf) {
+    decode_gemv_kernel4(T* out, const T* in, const T* w, int M, int N, int K, int KC, bool relu) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int S = gridDim.y, split = blockIdx.y;
     const int grp = blockIdx.x * GV_WARPS + warp, n0 = grp * 16;
@@ -95,9 +95,8 @@ __global__ void __launch_bounds__(GV_WARPS * 32, NT == 4 && XJIT ? 3 : 4)
     const T* w0 = w + (size_t)min(n0 + g, N - 1) * K;  // rows past N read row N - 1 (never stored)
     const T* w1 = w + (size_t)min(n0 + g + 8, N - 1) * K;
     const T* xr = in + (size_t)g * K;                   // input row g + 8 j at xr + 8 j K, loaded only when < M
-    // before the grid dependency wait (cuda/pdl.cuh): only the weights, which nothing in the step writes: the
-    // first round's packets into registers and, with l2pf, the rest of the warp's 16 rows x chunk into L2 (lane r
-    // < 16: row n0 + r, one bulk prefetch)
+    // before the grid dependency wait (cuda/pdl.cuh): only the weights, which nothing in the step writes (the first
+    // round's packets into registers)
     uint4 a0[U], a1[U];
     auto load_w = [&](int kr) {
         const int kb = kr + 8 * t;
@@ -111,11 +110,6 @@ __global__ void __launch_bounds__(GV_WARPS * 32, NT == 4 && XJIT ? 3 : 4)
         }
     };
     load_w(k0);
-    if (l2pf && lane < 16 && n0 + lane < N && k0 + 32 * U < k1) {
-        const T* p = w + (size_t)(n0 + lane) * K + k0 + 32 * U;
-        const unsigned bytes = (unsigned)((k1 - k0 - 32 * U) * sizeof(T)) & ~15u;
-        if (bytes) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
-    }
     pdl_wait();
     pdl_trigger();
     if (n0 >= N) return;  // whole warp (no block-wide synchronisation below)
@@ -203,10 +197,13 @@ __global__ void __launch_bounds__(GV_WARPS * 32, NT == 4 && XJIT ? 3 : 4)
 // ---------------------------------------------------------------------------------------------
 // launchers
 
-static int gv_num_sms(void) {
-    int dev = 0, sms = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+static int gv_num_sms(void) {  // read once (one device per process)
+    static int sms = 0;
+    if (!sms) {
+        int dev = 0;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    }
     return sms;
 }
 
@@ -259,20 +256,14 @@ static void decode_gemv_t(void* out, const void* in, const void* w, int M, int N
     // NT = 4 with late input loads needs 166 registers (3 blocks per SM): only when the grid fits in one wave of
     // those (lm_head at M = 32, 502 blocks: 29.2 us against 21.8 with the 4-block variant on the H200)
     const bool jit4 = xjit && (long)grid.x * grid.y <= 3L * gv_num_sms();
-    static int l2pf = -1;  // T5TRAIN_GEMV_L2PF=1: bulk L2 prefetch of the chunk before the wait (for benchmarks)
-    if (l2pf < 0) {
-        const char* e = getenv("T5TRAIN_GEMV_L2PF");
-        l2pf = e && strcmp(e, "1") == 0;
-    }
-    const bool pf = l2pf == 1;
-    if (M <= 8) pdl_launch(decode_gemv_kernel4<T, 1, GV_U, false>, grid, block, 0, stream, o, x, wt, M, N, K, KC, relu, pf);
+    if (M <= 8) pdl_launch(decode_gemv_kernel4<T, 1, GV_U, false>, grid, block, 0, stream, o, x, wt, M, N, K, KC, relu);
     else if (M <= 16 && xjit)
-        pdl_launch(decode_gemv_kernel4<T, 2, GV_U, true>, grid, block, 0, stream, o, x, wt, M, N, K, KC, relu, pf);
+        pdl_launch(decode_gemv_kernel4<T, 2, GV_U, true>, grid, block, 0, stream, o, x, wt, M, N, K, KC, relu);
     else if (M <= 16)
-        pdl_launch(decode_gemv_kernel4<T, 2, GV_U / 2, false>, grid, block, 0, stream, o, x, wt, M, N, K, KC, relu, pf);
+        pdl_launch(decode_gemv_kernel4<T, 2, GV_U / 2, false>, grid, block, 0, stream, o, x, wt, M, N, K, KC, relu);
     else if (jit4)
-        pdl_launch(decode_gemv_kernel4<T, 4, GV_U, true>, grid, block, 0, stream, o, x, wt, M, N, K, KC, relu, pf);
-    else pdl_launch(decode_gemv_kernel4<T, 4, GV_U / 2, false>, grid, block, 0, stream, o, x, wt, M, N, K, KC, relu, pf);
+        pdl_launch(decode_gemv_kernel4<T, 4, GV_U, true>, grid, block, 0, stream, o, x, wt, M, N, K, KC, relu);
+    else pdl_launch(decode_gemv_kernel4<T, 4, GV_U / 2, false>, grid, block, 0, stream, o, x, wt, M, N, K, KC, relu);
 }
 
 extern "C" void decode_gemv(void* out, const void* in, const void* w, DType dt, int M, int N, int K, bool relu,
