@@ -1,54 +1,45 @@
 /*
  * decode_gemv.cu: small-M projections of the decoder step (contract in decode_gemv.cuh).
  *
- * decode_gemv_kernel4: tensor cores (mma.sync m16n8k16, bf16/fp16 in, fp32 accumulation) with the weights as the
- * A operand (16 weight rows) and the M <= 32 input rows as the B operand, NT = ceil(M / 8) n-tiles of 8 rows
- * (templates NT = 1, 2, 4): a warp keeps one weight fragment and applies it to the NT tiles, so W is streamed once
- * whatever M is, and neither conversions nor FMAs nor a shuffle reduction cost issue slots.
- *   grid (ceil(N / 64), S), 4 warps per block; warp w of block (x, s) owns the 16 weight rows
- *   n0 = (4 x + w) * 16 .. +16 over the K chunk s: [s KC, min(K, (s + 1) KC)), KC a multiple of 256.
- *   - Lane (g, t) = (lane / 4, lane % 4) reads 16-byte packets of W rows n0 + g and n0 + g + 8 at k = kb + 32 u + 8 t
- *     (U = 8 steps of 32 k per round: 16 packets, 256 bytes in flight per lane) and the packets of input rows
- *     g + 8 j (tile j) at the same k (zero for rows >= M, not read; the inputs are small and stay in L1/L2). A dot
- *     product does not depend on the order of k, so a packet's 8 elements are the k slots {2t, 2t+1, 2t+8, 2t+9} of
- *     two mmas, for A and B alike.
- *   - Accumulator j holds out rows 8 j + 2t, 8 j + 2t + 1 of columns n0 + g, n0 + g + 8: no reduction across lanes.
- *   - S = 1: ReLU, one rounding to dt, store. S > 1: the warp stores its fp32 partial sums to gv_ws (S, M, N); the
- *     last warp of the 16 columns to arrive (a counter per 16 columns, reset by that warp) adds the S partials in
- *     split order 0..S-1, then ReLU, then the one rounding. Deterministic: the mma sequence of a warp and the split
- *     order are fixed for a given (M, N, K), whichever warp comes last.
- *   S is chosen from the shape (gv_plan): doubled from 1 while the grid has fewer than GV_WARPS_PER_SM tasks (16
- *   columns x chunk) per SM, the chunks keep >= GV_KC_MIN elements and S x M x N fits the workspace.
- *   The workspace and the counters are static device memory (no allocation, graph-capture safe); so two calls may
- *   not run at the same time on one device (the decoder step runs on one stream).
- * History (H200, bench_generate's table, M = 4): kernel1 (8 warps, one column per warp, FMA) 1.8-1.9 TB/s; kernel2
- * (4 columns per warp, inputs staged in shared memory, FMA, block split-K) 2.6-2.8 TB/s at M = 4 and 1.7-1.9 at
- * M = 8 with one block per K, slower with block splits (1.0-1.8 TB/s). kernel3 = kernel4 at NT = 1 (M <= 8).
- * kernel4 at M = 16, 32 (H200, W rotated through 256 MiB): loading the inputs with the weights (U = 4) was 1-7% slower
- * than the late loads (U = 8) except lm_head at M = 32 (see the launcher); both remain slower than cuBLASLt at M = 16,
- * 32 on most t5-3b shapes (docs/generate.md).
+ * decode_gemv_kernel5: the weights stream through a cp.async pipeline in shared memory into tensor-core mmas
+ * (mma.sync m16n8k16, bf16/fp16 in, fp32 accumulation), the weights as the A operand (16 weight rows per fragment)
+ * and the M <= 32 input rows as the B operand (NT = 2 or 4 n-tiles of 8 rows), so W is read from HBM once whatever M
+ * is and neither conversions nor FMAs nor shuffle reductions cost issue slots.
+ *   grid (ceil(N / G5_BN), S), W warps (4; 8 at NT = 4); block (x, s) owns the G5_BN = 64 weight rows
+ *   n0 = x G5_BN .. over the K chunk s: [s KC, min(K, (s + 1) KC)), KC a multiple of BK = 16 W. A stage is BK k of
+ *   the block's weight rows and of the MR = 8 NT input rows (rows >= M, k >= the chunk end and weight rows >= N are
+ *   zero-filled by cp.async), 16-byte chunks XOR-swizzled by row (conflict-free ldmatrix). ST - 1 stages (ST = 4 or
+ *   6 by the plan) of weights are requested before the grid dependency wait (cuda/pdl.cuh: weights are not written
+ *   by the step), the inputs after it.
+ *   Warp w takes the 16 k of slot w of every stage: 4 A fragments (the block's 64 weight rows, ldmatrix.x4) times NT
+ *   B fragments (the input rows) = 4 NT mmas, fp32 accumulators c[mt][nt] for weight rows 16 mt + g (+ 8) and input
+ *   rows 8 nt + 2t (+ 1). At the end the W warps' partial sums are added in warp order through shared memory.
+ *   S = 1: ReLU, one rounding to dt, store. S > 1: the S blocks of a column block are one thread-block cluster
+ *   (1, S, 1), S <= 8; each publishes its block sums in shared memory and block r adds slice r of the outputs over
+ *   the cluster's shared memory in split order 0..S-1 (no workspace, no counters, no atomics). Deterministic: the
+ *   mma sequence of a warp, the warp order and the split order are fixed for a given (M, N, K).
+ * History (H200, bench_generate's GEMM table; docs/generate.md): kernel1 (8 warps, one column per warp, FMA)
+ * 1.8-1.9 TB/s at M = 4; kernel2 (4 columns per warp, inputs staged in shared memory, FMA) 2.6-2.8 TB/s at M = 4;
+ * kernel3/kernel4 (the same mmas with the weights in registers, 16 packets in flight per lane, split-K partials in a
+ * global workspace added by the last warp to arrive) 2.5-3.3 TB/s at M = 4 and slower than cuBLASLt at M = 16, 32 (its
+ * inputs re-read per warp and the last warp's serial reduction); kernel5 3.3-3.7 TB/s on the no-split shapes at
+ * M = 4 and ahead of cuBLASLt in the t5-3b step at 4, 16 and 32 rows (run 9).
  */
 #include <stdlib.h>
 #include <string.h>
+
+#include <cooperative_groups.h>
 
 #include "common.cuh"
 #include "decode_gemv.cuh"
 #include "pdl.cuh"
 
-#define GV_WARPS 4                      // warps per block
-#define GV_U 8                          // 32-k steps per round: 2 x 8 weight packets in flight per lane
-#define GV_COLS (GV_WARPS * 16)         // output columns per block
-#define GV_MAX_M 32                     // 4 n-tiles of 8 input rows
-#define GV_KC_MIN 256                   // smallest chunk the plan splits down to (one round of GV_U steps)
-#define GV_WARPS_PER_SM 4               // tasks per SM the splits aim at (t5-3b step: 4 beat 8, 16)
-#define GV_WS_FLOATS (1 << 20)          // split-K partials (S, M, N) fp32: 4 MiB
-#define GV_MAX_GROUPS 8192              // counters, one per 16 columns: N <= 131072 when split
+namespace cg = cooperative_groups;
 
-__device__ float gv_ws[GV_WS_FLOATS];
-__device__ unsigned int gv_count[GV_MAX_GROUPS];
+#define GV_MAX_M 32                      // 4 n-tiles of 8 input rows
 
 // ---------------------------------------------------------------------------------------------
-// kernels
+// kernel
 
 // d (16 x 8) += a (16 x 16) . b (16 x 8), fp32 accumulation (PTX mma.sync m16n8k16 row.col)
 template <typename T>
@@ -68,130 +59,164 @@ __device__ __forceinline__ void gv_mma<__half>(float* d, const unsigned int* a, 
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-// weights: read once, keep out of L1
-__device__ __forceinline__ uint4 gv_load_stream(const void* p) {
-    uint4 v;
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
+#define G5_BN 64                         // weight rows (output columns) per block: 4 m16 tiles
+#define G5_MAX_S 8                       // splits of K: one cluster of the portable size
+#define G5_SMEM_PER_SM (200 * 1024)      // the plan's budget of shared memory per SM (of 228 KB)
+#define G5_RED_LD (G5_BN + 4)            // fp32 row of the warp-sum buffer (+4: conflict-free stores)
+
+__device__ __forceinline__ uint32_t g5_smem_addr(const void* p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+// 16 bytes global -> shared, bypassing L1; src_bytes = 0 writes zeros (rows and k past the ends)
+__device__ __forceinline__ void g5_cp16(uint32_t dst, const void* src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void g5_commit(void) { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void g5_wait(void) {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void g5_ldsm4(unsigned int* r, uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+// byte offset of 16-byte chunk c (0..7) of row r in a stage tile of 128-byte rows
+template <int W>
+__device__ __forceinline__ uint32_t g5_swz(int r, int c) { return (uint32_t)(r * 32 * W + ((c ^ (r & 7)) << 4)); }
+
+template <int NT, int ST, int W>
+constexpr size_t g5_smem_bytes() {
+    constexpr size_t stages = (size_t)ST * (G5_BN + 8 * NT) * (16 * W) * 2;
+    constexpr size_t red = ((size_t)W * G5_RED_LD + G5_BN) * 8 * NT * 4;  // red + blk
+    return stages > red ? stages : red;
 }
 
-// One warp: 16 weight rows (the A fragment, from 2 x U 16-byte packets per lane and round) times NT n-tiles of 8
-// input rows (B fragments), NT accumulators of 4 floats; the weights are read once whatever M is.
-// XJIT = false: the NT x U input packets of a round are loaded with its 2 U weight packets (registers 8 U + 4 NT U).
-// XJIT = true: all weight loads of the round first, then the input packets of step u just before its mmas (L1
-// hits), so U = 8 (256 weight bytes in flight per lane) fits at NT = 2, 4 as well.
-// min 4 blocks per SM (<= 128 registers): ptxas then issues the loads of a round together; with no minimum it
-// interleaved them with the mmas (3 loads in flight, 44 registers; seen in the SASS of kernel3). NT = 4 with XJIT
-// needs 166 registers: 3 blocks per SM (at 4 it spilled).
-template <typename T, int NT, int U, bool XJIT>
-__global__ void __launch_bounds__(GV_WARPS * 32, NT == 4 && XJIT ? 3 : 4)
-    decode_gemv_kernel4(T* out, const T* in, const T* w, int M, int N, int K, int KC, bool relu) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int S = gridDim.y, split = blockIdx.y;
-    const int grp = blockIdx.x * GV_WARPS + warp, n0 = grp * 16;
-    const int k0 = split * KC, k1 = min(K, k0 + KC);
-    const T* w0 = w + (size_t)min(n0 + g, N - 1) * K;  // rows past N read row N - 1 (never stored)
-    const T* w1 = w + (size_t)min(n0 + g + 8, N - 1) * K;
-    const T* xr = in + (size_t)g * K;                   // input row g + 8 j at xr + 8 j K, loaded only when < M
-    // before the grid dependency wait (cuda/pdl.cuh): only the weights, which nothing in the step writes (the first
-    // round's packets into registers)
-    uint4 a0[U], a1[U];
-    auto load_w = [&](int kr) {
-        const int kb = kr + 8 * t;
-        // unconditional weight loads (a k past the chunk reads its last packet, then counts as zero), so that all
-        // of them are in flight together
+template <typename T, int NT, int ST, int W>
+__global__ void __launch_bounds__(W * 32)
+    decode_gemv_kernel5(T* out, const T* in, const T* w, int M, int N, int K, int KC, bool relu) {
+    constexpr int MR = 8 * NT;                       // input rows held per stage
+    constexpr int BK = 16 * W, CPR = 2 * W;            // k per stage (a 16-k slot per warp), 16-byte chunks per row
+    constexpr int WST = G5_BN * BK * 2, XST = MR * BK * 2;  // stage bytes
+    constexpr int NTH = W * 32;
+    extern __shared__ __align__(128) unsigned char g5_smem[];
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int S = gridDim.y, split = blockIdx.y, n0 = blockIdx.x * G5_BN;
+    const int k0 = split * KC, k1 = min(K, k0 + KC), nk = CEIL_DIV(k1 - k0, BK);
+    const uint32_t sbase = g5_smem_addr(g5_smem);
+    auto sw = [&](int slot) { return sbase + (uint32_t)(slot * (WST + XST)); };
+    // stage i: thread tid copies chunks tid, tid + NTH, ... of the weight tile (row = chunk / CPR)
+    auto load_w = [&](int i) {
+        if (i >= nk) return;
+        const int kb = k0 + i * BK;
+        const uint32_t d = sw(i % ST);
 #pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int k = min(kb + 32 * u, k1 - 8);
-            a0[u] = gv_load_stream(w0 + k);
-            a1[u] = gv_load_stream(w1 + k);
+        for (int j = 0; j < G5_BN * CPR / NTH; j++) {
+            const int e = tid + j * NTH, r = e / CPR, c = e % CPR, n = n0 + r, k = kb + 8 * c;
+            const bool ok = n < N && k < k1;
+            g5_cp16(d + g5_swz<W>(r, c), ok ? (const void*)(w + (size_t)n * K + k) : (const void*)w, ok ? 16 : 0);
         }
     };
-    load_w(k0);
+    auto load_x = [&](int i) {
+        if (i >= nk) return;
+        const int kb = k0 + i * BK;
+        const uint32_t d = sw(i % ST) + WST;
+#pragma unroll
+        for (int j = 0; j < MR * CPR / NTH; j++) {
+            const int e = tid + j * NTH, r = e / CPR, c = e % CPR, k = kb + 8 * c;
+            const bool ok = r < M && k < k1;
+            g5_cp16(d + g5_swz<W>(r, c), ok ? (const void*)(in + (size_t)r * K + k) : (const void*)in, ok ? 16 : 0);
+        }
+    };
+    // before the grid dependency wait: the weights of the first ST - 1 stages (one group each)
+#pragma unroll
+    for (int i = 0; i < ST - 1; i++) {
+        load_w(i);
+        g5_commit();
+    }
     pdl_wait();
     pdl_trigger();
-    if (n0 >= N) return;  // whole warp (no block-wide synchronisation below)
-    float c[NT][4];  // tile j: (cols n0 + g, n0 + g + 8) x (rows 8 j + 2t, 8 j + 2t + 1)
 #pragma unroll
-    for (int j = 0; j < NT; j++) c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.0f;
-    const uint4 z = make_uint4(0u, 0u, 0u, 0u);
-    for (int kr = k0; kr < k1; kr += 32 * U) {  // warp-uniform trip count (mma.sync needs the whole warp)
-        const int kb = kr + 8 * t;
-        // input rows >= M are not read (zero)
-        uint4 x[NT][XJIT ? 1 : U];
-        if (kr != k0) load_w(kr);
+    for (int i = 0; i < ST - 1; i++) load_x(i);
+    g5_commit();
+    float c[4][NT][4];
 #pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int k = min(kb + 32 * u, k1 - 8);
-            if (!XJIT)
+    for (int mt = 0; mt < 4; mt++)
 #pragma unroll
-                for (int j = 0; j < NT; j++)
-                    x[j][u] = g + 8 * j < M ? __ldg(reinterpret_cast<const uint4*>(xr + (size_t)8 * j * K + k)) : z;
-        }
+        for (int nt = 0; nt < NT; nt++) c[mt][nt][0] = c[mt][nt][1] = c[mt][nt][2] = c[mt][nt][3] = 0.0f;
+    for (int i = 0; i < nk; i++) {
+        // stage i landed: the first time every group (the inputs came last), then all but the ST - 2 newest
+        if (i == 0) g5_wait<0>();
+        else g5_wait<ST - 2>();
+        __syncthreads();  // stage i visible to all; slot (i - 1) % ST free for stage i + ST - 1
+        load_w(i + ST - 1);
+        load_x(i + ST - 1);
+        g5_commit();
+        const uint32_t ws = sw(i % ST), xs = ws + WST;
+        unsigned int a[4][4], b[NT / 2][4];
 #pragma unroll
-        for (int u = 0; u < U; u++)
-            if (kb + 32 * u >= k1) {
-                a0[u] = a1[u] = z;
-                if (!XJIT)
+        for (int mt = 0; mt < 4; mt++) g5_ldsm4(a[mt], ws + g5_swz<W>(16 * mt + (lane & 15), 2 * warp + (lane >> 4)));
 #pragma unroll
-                    for (int j = 0; j < NT; j++) x[j][u] = z;
-            }
+        for (int p = 0; p < NT / 2; p++)
+            g5_ldsm4(b[p], xs + g5_swz<W>(16 * p + (lane & 7) + ((lane >> 4) << 3), 2 * warp + ((lane >> 3) & 1)));
 #pragma unroll
-        for (int u = 0; u < U; u++) {
-            const unsigned int alo[4] = {a0[u].x, a1[u].x, a0[u].y, a1[u].y};
-            const unsigned int ahi[4] = {a0[u].z, a1[u].z, a0[u].w, a1[u].w};
-            if (XJIT) {  // the input packets of step u only now (L1 hits), after all of the round's weight loads
-                const int k = kb + 32 * u;
+        for (int mt = 0; mt < 4; mt++)
 #pragma unroll
-                for (int j = 0; j < NT; j++)
-                    x[j][0] = g + 8 * j < M && k < k1 ? __ldg(reinterpret_cast<const uint4*>(xr + (size_t)8 * j * K + k))
-                                                      : z;
-            }
-#pragma unroll
-            for (int j = 0; j < NT; j++) {
-                const int ux = XJIT ? 0 : u;
-                const unsigned int blo[2] = {x[j][ux].x, x[j][ux].y}, bhi[2] = {x[j][ux].z, x[j][ux].w};
-                gv_mma<T>(c[j], alo, blo);
-                gv_mma<T>(c[j], ahi, bhi);
-            }
-        }
+            for (int nt = 0; nt < NT; nt++) gv_mma<T>(c[mt][nt], a[mt], &b[nt >> 1][2 * (nt & 1)]);
     }
-    const int m0 = 2 * t;
-    if (S == 1) {
+    g5_wait<0>();
+    __syncthreads();  // every warp done with the stages: the buffer becomes red[warp][m][G5_RED_LD], then blk[m][n]
+    float* red = reinterpret_cast<float*>(g5_smem);
+    float* blk = red + W * MR * G5_RED_LD;
 #pragma unroll
-        for (int j = 0; j < NT; j++)
+    for (int mt = 0; mt < 4; mt++)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
 #pragma unroll
             for (int i = 0; i < 4; i++) {
-                const int m = 8 * j + m0 + (i & 1), n = n0 + g + (i >> 1) * 8;
-                if (m < M && n < N) out[(size_t)m * N + n] = from_f32<T>(relu ? fmaxf(c[j][i], 0.0f) : c[j][i]);
+                const int n = 16 * mt + g + (i >> 1) * 8, m = 8 * nt + 2 * t + (i & 1);
+                red[(warp * MR + m) * G5_RED_LD + n] = c[mt][nt][i];
             }
+    __syncthreads();
+    const int E = M * G5_BN;  // (m, n) of the block, n fastest
+    if (S == 1) {
+        for (int e = tid; e < E; e += NTH) {
+            const int m = e / G5_BN, n = e % G5_BN;
+            if (n0 + n >= N) continue;
+            float s = 0.0f;
+#pragma unroll
+            for (int v = 0; v < W; v++) s += red[(v * MR + m) * G5_RED_LD + n];  // warp order
+            out[(size_t)m * N + n0 + n] = from_f32<T>(relu ? fmaxf(s, 0.0f) : s);
+        }
         return;
     }
+    // S > 1: the S blocks of this column block form a cluster (1, S, 1); each publishes its block sums in shared
+    // memory, then block r adds slice r of the (m, n) in split order 0..S-1 from the cluster's shared memory
+    for (int e = tid; e < E; e += NTH) {
+        const int m = e / G5_BN, n = e % G5_BN;
+        float s = 0.0f;
 #pragma unroll
-    for (int j = 0; j < NT; j++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int m = 8 * j + m0 + (i & 1), n = n0 + g + (i >> 1) * 8;
-            if (m < M && n < N) gv_ws[((size_t)split * M + m) * N + n] = c[j][i];
-        }
-    __threadfence();
-    __syncwarp();
-    unsigned int prev = 0;
-    if (lane == 0) prev = atomicAdd(&gv_count[grp], 1u);
-    prev = __shfl_sync(0xffffffffu, prev, 0);
-    if (prev != (unsigned int)(S - 1)) return;
-    __threadfence();
-    // the last warp of these 16 columns: (M, 16) sums in split order
-    for (int i = lane; i < M * 16; i += 32) {
-        const int m = i >> 4, n = n0 + (i & 15);
-        if (n >= N) continue;
-        float sum = 0.0f;
-        for (int s = 0; s < S; s++) sum += __ldcg(&gv_ws[((size_t)s * M + m) * N + n]);
-        out[(size_t)m * N + n] = from_f32<T>(relu ? fmaxf(sum, 0.0f) : sum);
+        for (int v = 0; v < W; v++) s += red[(v * MR + m) * G5_RED_LD + n];
+        blk[e] = s;
     }
-    if (lane == 0) gv_count[grp] = 0;  // ready for the next call (stream order)
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();
+    const float* rb[G5_MAX_S];
+#pragma unroll
+    for (int r = 0; r < G5_MAX_S; r++) rb[r] = r < S ? cluster.map_shared_rank(blk, r) : blk;
+    const int lo = (int)((long)E * split / S), hi = (int)((long)E * (split + 1) / S);
+    for (int e = lo + tid; e < hi; e += NTH) {
+        const int m = e / G5_BN, n = e % G5_BN;
+        float v[G5_MAX_S];
+#pragma unroll
+        for (int r = 0; r < G5_MAX_S; r++) v[r] = r < S ? rb[r][e] : 0.0f;
+        float s = 0.0f;
+#pragma unroll
+        for (int r = 0; r < G5_MAX_S; r++)
+            if (r < S) s += v[r];
+        if (n0 + n < N) out[(size_t)m * N + n0 + n] = from_f32<T>(relu ? fmaxf(s, 0.0f) : s);
+    }
+    cluster.sync();  // no block leaves while another reads its shared memory
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -207,34 +232,67 @@ static int gv_num_sms(void) {  // read once (one device per process)
     return sms;
 }
 
-// tuning of the plan, for benchmarks: T5TRAIN_GEMV_WPS (tasks per SM the splits aim at, every NT) and
-// T5TRAIN_GEMV_KCMIN (smallest chunk, rounded up to a multiple of 256), read once
+// a positive integer from the environment (plan overrides for benchmarks), else dflt
 static int gv_env_int(const char* name, int dflt) {
     const char* v = getenv(name);
     return v && atoi(v) > 0 ? atoi(v) : dflt;
 }
-static int gv_wps(void) {
+
+// kernel5's plan: splits S (doubled while the grid has fewer than T5TRAIN_GEMV5_BPS blocks per SM, default 1, the
+// chunks keep >= 4 stages and S stays within a portable cluster), the chunk KC (a multiple of BK), and the stages
+// ST (4 or 6): 6 when a block then takes at most half of G5_SMEM_PER_SM (so that the next kernel's blocks, launched
+// early by PDL, and a cluster's blocks find room on an SM) and one wave of the grid's blocks fits it.
+// Measured (t5-3b step, H200, docs/generate.md run 9): 6 stages beat 8 in the step (batch 4 beam 4: 2.03 against
+// 2.11 ms) although the GEMM table, calls of one shape back to back, favoured 8 on the two no-split shapes; 12
+// stages (1 block per SM) doubled the split shapes' times. T5TRAIN_GEMV5_ST=4|6 forces ST (benchmarks).
+static int g5_bps(void) {
     static int v = 0;
-    if (!v) v = gv_env_int("T5TRAIN_GEMV_WPS", GV_WARPS_PER_SM);  // 4 measured best at M = 16, 32 too (2, 8 slower)
+    if (!v) v = gv_env_int("T5TRAIN_GEMV5_BPS", 1);
     return v;
 }
-static int gv_kc_min(void) {
-    static int v = 0;
-    if (!v) v = CEIL_DIV(gv_env_int("T5TRAIN_GEMV_KCMIN", GV_KC_MIN), 256) * 256;
-    return v;
+static void g5_plan(int M, int N, int K, int NT, int W, int sms, int* S_out, int* KC_out, int* ST_out) {
+    (void)M;
+    static int st_forced = -1;
+    if (st_forced < 0) st_forced = gv_env_int("T5TRAIN_GEMV5_ST", 0);
+    const int blocks = CEIL_DIV(N, G5_BN), BK = 16 * W;
+    int S = 1;
+    while ((long)blocks * S < (long)g5_bps() * sms && K / (2 * S) >= 4 * BK && 2 * S <= G5_MAX_S) S *= 2;
+    const int KC = CEIL_DIV(CEIL_DIV(K, S), BK) * BK;
+    S = CEIL_DIV(K, KC);
+    const long per_sm = CEIL_DIV((long)blocks * S, (long)sms), stage = (long)(G5_BN + 8 * NT) * BK * 2;
+    int ST = 4;
+    if (2 * 6 * stage <= G5_SMEM_PER_SM && per_sm * 6 * stage <= G5_SMEM_PER_SM) ST = 6;
+    if (st_forced == 4 || st_forced == 6) ST = st_forced;
+    if (W == 8) ST = 4;  // (4 stages of 24 KB at 8 warps, 32 rows: 96 KB)
+    *S_out = S, *KC_out = KC, *ST_out = ST;
 }
 
-// splits S and chunk KC for (M, N, K) on sms SMs: doubled only while the partials (S, M, N) fit the workspace and
-// the counters, so every shape has a plan (S = 1 at worst)
-static void gv_plan(int M, int N, int K, int sms, int* S_out, int* KC_out) {
-    const int groups = CEIL_DIV(N, 16), kc_min = gv_kc_min();
-    int S = 1;
-    while ((long)groups * S < (long)gv_wps() * sms && K / (2 * S) >= kc_min &&
-           (long)2 * S * M * N <= GV_WS_FLOATS && groups <= GV_MAX_GROUPS)
-        S *= 2;
-    const int KC = CEIL_DIV(CEIL_DIV(K, S), 256) * 256;  // lane-aligned chunks, the last one shorter
-    S = CEIL_DIV(K, KC);
-    *S_out = S, *KC_out = KC;
+template <typename T, int NT, int ST, int W>
+static void decode_gemv5_launch_st(T* out, const T* in, const T* w, int M, int N, int K, int S, int KC, bool relu,
+                                   cudaStream_t stream) {
+    static bool attr = false;  // (per instantiation) the dynamic shared memory may exceed 48 KB
+    constexpr size_t smem = g5_smem_bytes<NT, ST, W>();
+    if (!attr) {
+        CUDA_CHECK(cudaFuncSetAttribute(decode_gemv_kernel5<T, NT, ST, W>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        attr = true;
+    }
+    pdl_launch_cluster(decode_gemv_kernel5<T, NT, ST, W>, dim3((unsigned)CEIL_DIV(N, G5_BN), (unsigned)S),
+                       dim3(W * 32), smem, stream, S, out, in, w, M, N, K, KC, relu);
+}
+
+// warps per block (16 k each per stage): 8 at 17..32 rows (t5-3b batch-32 greedy step 2.40 ms against 2.63 with 4,
+// run 9), 4 below
+static int g5_warps(int NT) { return NT == 4 ? 8 : 4; }
+
+template <typename T, int NT>
+static void decode_gemv5_launch(T* out, const T* in, const T* w, int M, int N, int K, bool relu, cudaStream_t stream) {
+    int S = 1, KC = 0, ST = 4;
+    const int W = g5_warps(NT);
+    g5_plan(M, N, K, NT, W, gv_num_sms(), &S, &KC, &ST);
+    if (W == 8) decode_gemv5_launch_st<T, NT, 4, 8>(out, in, w, M, N, K, S, KC, relu, stream);
+    else if (ST == 6) decode_gemv5_launch_st<T, NT, 6, 4>(out, in, w, M, N, K, S, KC, relu, stream);
+    else decode_gemv5_launch_st<T, NT, 4, 4>(out, in, w, M, N, K, S, KC, relu, stream);
 }
 
 extern "C" bool decode_gemv_supported(DType dt, int M, int N, int K, const void* out, const void* in, const void* w) {
@@ -242,41 +300,19 @@ extern "C" bool decode_gemv_supported(DType dt, int M, int N, int K, const void*
            is_aligned16(out) && is_aligned16(in) && is_aligned16(w);
 }
 
-template <typename T>
-static void decode_gemv_t(void* out, const void* in, const void* w, int M, int N, int K, bool relu, int S, int KC,
-                          cudaStream_t stream) {
-    const dim3 grid((unsigned)CEIL_DIV(N, GV_COLS), (unsigned)S), block(GV_WARPS * 32);
-    T* o = (T*)out;
-    const T *x = (const T*)in, *wt = (const T*)w;
-    static int xjit = -1;  // T5TRAIN_GEMV_XJIT=0: inputs loaded with the weights at NT = 2, 4 too (for benchmarks)
-    if (xjit < 0) {
-        const char* e = getenv("T5TRAIN_GEMV_XJIT");
-        xjit = !(e && strcmp(e, "0") == 0);
-    }
-    // NT = 4 with late input loads needs 166 registers (3 blocks per SM): only when the grid fits in one wave of
-    // those (lm_head at M = 32, 502 blocks: 29.2 us against 21.8 with the 4-block variant on the H200)
-    const bool jit4 = xjit && (long)grid.x * grid.y <= 3L * gv_num_sms();
-    if (M <= 8) pdl_launch(decode_gemv_kernel4<T, 1, GV_U, false>, grid, block, 0, stream, o, x, wt, M, N, K, KC, relu);
-    else if (M <= 16 && xjit)
-        pdl_launch(decode_gemv_kernel4<T, 2, GV_U, true>, grid, block, 0, stream, o, x, wt, M, N, K, KC, relu);
-    else if (M <= 16)
-        pdl_launch(decode_gemv_kernel4<T, 2, GV_U / 2, false>, grid, block, 0, stream, o, x, wt, M, N, K, KC, relu);
-    else if (jit4)
-        pdl_launch(decode_gemv_kernel4<T, 4, GV_U, true>, grid, block, 0, stream, o, x, wt, M, N, K, KC, relu);
-    else pdl_launch(decode_gemv_kernel4<T, 4, GV_U / 2, false>, grid, block, 0, stream, o, x, wt, M, N, K, KC, relu);
-}
-
 extern "C" void decode_gemv(void* out, const void* in, const void* w, DType dt, int M, int N, int K, bool relu,
                             cudaStream_t stream) {
-    int S = 1, KC = 0;
     if (!decode_gemv_supported(dt, M, N, K, out, in, w))
         t5_die(T5_EXIT_FAILURE, "decode_gemv: unsupported %s (M %d, N %d, K %d) or unaligned pointers", dtype_name(dt),
                M, N, K);
-    gv_plan(M, N, K, gv_num_sms(), &S, &KC);
-    // the split partials (S, M, N) fp32 and one counter per 16 columns must fit the static workspace
-    if (S > 1 && ((size_t)S * M * N > GV_WS_FLOATS || CEIL_DIV(N, 16) > GV_MAX_GROUPS))
-        t5_die(T5_EXIT_FAILURE, "internal: decode_gemv plan S %d for (M %d, N %d) exceeds the workspace", S, M, N);
-    if (dt == DT_BF16) decode_gemv_t<__nv_bfloat16>(out, in, w, M, N, K, relu, S, KC, stream);
-    else decode_gemv_t<__half>(out, in, w, M, N, K, relu, S, KC, stream);
+    if (dt == DT_BF16 && M <= 16)
+        decode_gemv5_launch<__nv_bfloat16, 2>((__nv_bfloat16*)out, (const __nv_bfloat16*)in, (const __nv_bfloat16*)w,
+                                              M, N, K, relu, stream);
+    else if (dt == DT_BF16)
+        decode_gemv5_launch<__nv_bfloat16, 4>((__nv_bfloat16*)out, (const __nv_bfloat16*)in, (const __nv_bfloat16*)w,
+                                              M, N, K, relu, stream);
+    else if (M <= 16)
+        decode_gemv5_launch<__half, 2>((__half*)out, (const __half*)in, (const __half*)w, M, N, K, relu, stream);
+    else decode_gemv5_launch<__half, 4>((__half*)out, (const __half*)in, (const __half*)w, M, N, K, relu, stream);
     CUDA_LAUNCH_CHECK();
 }

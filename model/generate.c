@@ -479,10 +479,11 @@ T5Generator* t5_generator_create(const ParamTable* t, ZeroEngine* Z, int max_B, 
     const char* fe = getenv("T5TRAIN_GEN_FUSED");
     G->fused = !(fe && strcmp(fe, "0") == 0) && decode_attention_fits(1, G->Dk, G->Tmax) &&
                decode_attention_fits(G->nb, G->Dk, max_Ts);
-    // decode_gemv for steps of <= 8 rows (with PDL it beat cuBLASLt by 0.3 ms per t5-3b batch-4 step; at 16 and 32
-    // rows it is slower: docs/generate.md); T5TRAIN_GEN_GEMV=0 turns it off, =2 takes it up to 32 rows
+    // decode_gemv for steps of <= 32 rows (t5-3b, H200, docs/generate.md run 9: batch-4 beam-4 step 2.03 ms against
+    // 2.32 with cuBLASLt, batch-32 greedy 2.40 against 2.53); T5TRAIN_GEN_GEMV=0 turns it off (cuBLASLt), =1 takes
+    // it up to 8 rows, =3 up to 16
     const char* gv = getenv("T5TRAIN_GEN_GEMV");
-    G->gemv_rows = !gv ? 8 : strcmp(gv, "0") == 0 ? 0 : strcmp(gv, "2") == 0 ? 32 : 8;
+    G->gemv_rows = !gv ? 32 : strcmp(gv, "0") == 0 ? 0 : strcmp(gv, "1") == 0 ? 8 : strcmp(gv, "3") == 0 ? 16 : 32;
     // beam search without a host synchronisation per step unless T5TRAIN_GEN_DEVICE_BEAM=0
     const char* be = getenv("T5TRAIN_GEN_DEVICE_BEAM");
     G->dev_beam = !(be && strcmp(be, "0") == 0) && G->fused && G->nb > 1 && G->nb <= GEN_DEV_BEAM_MAX &&

@@ -1,10 +1,10 @@
 /*
  * test_gpu_decode_gemv.c: cuda/decode_gemv.cu (small-M projections of the decoder step) against an fp64 reference
- * on the stored bf16/fp16 inputs: M = 1..32 rows (the three n-tile templates NT = 1, 2, 4 of 8 input rows each,
- * padded rows inside the last tile); K = 8, 1000 and 2056 (not a multiple of the 256-element round), 1024 .. 16384
- * (one warp per K, and split-K over up to 64 warps with the fixed-order reduction); N not a multiple of the 16
- * columns per warp; the ReLU epilogue; fp16; bit-identical repeated calls (the split-K counters reset themselves);
- * and the shapes it refuses.
+ * on the stored bf16/fp16 inputs: M = 1..32 rows (NT = 2 tiles of 8 input rows with 4 warps, NT = 4 with 8 warps,
+ * padded rows inside the last tile); K = 8 .. 16384, incl. K not a multiple of the stage (64 / 128 k) and chunks
+ * shorter than the stages requested ahead; split-K over clusters of 2-8 blocks and no split; N not a multiple of
+ * the 64 rows per block; 6 and 4 stages; the ReLU epilogue; fp16; bit-identical repeated calls; and the shapes it
+ * refuses.
  */
 #include "test_gpu_util.h"
 
@@ -50,9 +50,7 @@ static void gemv_case(DType dt, int M, int N, int K, bool relu) {
     free(x), free(w), free(got), free(ref);
 }
 
-static void test_decode_gemv_matches_reference(void** state) {
-    (void)state;
-    T5_REQUIRE_GPU();
+static void gemv_cases(void) {
     for (int M = 1; M <= 8; M++) gemv_case(DT_BF16, M, 75, 1000, M % 2 == 0);  // every M, K % 256 != 0
     gemv_case(DT_BF16, 1, 100, 1024, false);
     gemv_case(DT_BF16, 4, 100, 1024, true);
@@ -81,6 +79,18 @@ static void test_decode_gemv_matches_reference(void** state) {
     gemv_case(DT_F16, 13, 50, 1024, false);
     gemv_case(DT_F16, 32, 33, 4096, true);
     gemv_case(DT_F16, 20, 40, 8, false);        // one packet of K
+    // kernel5's stage pipeline: N past its 64-row tile, K of 1..3 stages (fewer than the stages requested ahead),
+    // a long chunk (many slot reuses) with no split
+    gemv_case(DT_BF16, 32, 130, 64, true);
+    gemv_case(DT_BF16, 11, 65, 136, false);
+    gemv_case(DT_BF16, 27, 9000, 4096, false);
+    gemv_case(DT_BF16, 5, 40000, 128, true);    // more blocks than 6 stages fit in one wave: 4 stages
+}
+
+static void test_decode_gemv_matches_reference(void** state) {
+    (void)state;
+    T5_REQUIRE_GPU();
+    gemv_cases();
 }
 
 static void test_decode_gemv_refuses(void** state) {
