@@ -5,7 +5,7 @@
  * then a warp reduction), so the fp32 sum of squares, rstd and the output are bit-identical to
  * residual_dropout_add + rmsnorm_forward (+ scale_inplace + cast); the residual row is written back on the way.
  *
- * decode_attention, three variants (decode_fused.cuh: DecodeAttnImpl; the launcher picks by grid size):
+ * decode_attention, five variants (decode_fused.cuh: DecodeAttnImpl; the launcher picks by grid size):
  * WIDE: one block of DA_THREADS per (item, head), three phases over shared memory:
  *   1. scores: DA_TPK adjacent threads per key (all nb query rows against it), each reading every DA_TPK-th 16-byte
  *      packet of the key row (loads unrolled: the kernel is latency-bound, not bandwidth-bound), the partial dots
@@ -17,6 +17,10 @@
  * BLOCK: the same kernel with DA_THREADS / 2 threads, one thread per key and one per (query row, d) in P V.
  * WARP: one warp per (item, head) (decode_attention_warp_kernel1): lane l owns keys l, l + 32, ... in registers
  *   (scores and softmax by shuffles) and Dk / 32 consecutive d in P V; no block barrier.
+ * SPLIT: keys split over warps, the first chunk of K / V in registers before the grid wait
+ *   (decode_attention_split_kernel1).
+ * BULK (cross-attention): a block per pair whose whole K and V are staged in shared memory by bulk copies (TMA) issued
+ *   before the grid wait (decode_attention_bulk_kernel1).
  * decode_beam_select / decode_gather_hist: the device half of beam search (contract in the header).
  */
 #include <climits>
@@ -643,6 +647,230 @@ __global__ void __launch_bounds__(DS_WARPS * 32, 3)
     }
 }
 
+// ---- the bulk variant (cross-attention: keys / values not written during the step): one block of DB_THREADS per
+// (item, head). Warp 0 stages the pair's n key rows and n value rows in shared memory with bulk copies (cp.async.bulk,
+// the TMA's 1-D copy, up to DB_CHUNK bytes each; completion counted in bytes on one mbarrier for K and one for V)
+// issued BEFORE the grid dependency wait, so the whole pair is in flight while the previous kernel
+// finishes and no registers hold it (several pairs per SM: 33 KB each at Ts 63, Dk 128 bf16: 6 blocks per SM, t5-3b's
+// 1024 pairs in 1.3 waves). After the wait: q rows into registers (lane `sub` of a key's DB_LPK lanes owns
+// the 16-byte packets sub, sub + 8, ... of the row: conflict-free shared loads), key bias / mask flags into shared
+// memory; then
+//   1. scores: DB_LPK lanes per key, per-lane sums over its packets in order, then a butterfly over the 8 lanes;
+//   2. softmax: every warp computes the rows' max and sum of exp over the scores (the same code on the same data: the
+//      same values in every warp, no barrier), as attention_softmax_forward;
+//   3. P V: thread (g, u) owns the 16-byte unit u of each query row and the keys j = g mod G (p rounded to X on the
+//      fly); the groups of a warp are added by shuffles (xor U, 2U, ...), the warps' (or groups') slices in order.
+// Every sum has a fixed order: deterministic.
+#define DB_THREADS 128
+#define DB_LPK 8             // lanes per key in the scores
+#define DB_STATIC_SMEM 1024  // bytes kept from the opt-in limit for the kernel's static shared memory (16 used)
+#define DB_CHUNK 32768u      // bytes per bulk copy (beat 4 KB copies and per-thread cp.async: docs/generate.md run 9)
+
+__device__ __forceinline__ unsigned db_smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void db_mbar_init(uint64_t* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(db_smem_addr(bar)) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
+// one arrival on bar that expects `bytes` of transactions
+__device__ __forceinline__ void db_expect_tx(uint64_t* bar, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(db_smem_addr(bar)), "r"(bytes)
+                 : "memory");
+#endif
+}
+
+// the bulk copy of [src, src + bytes) to dst (16-byte multiples), completing `bytes` transactions on bar
+__device__ __forceinline__ void db_bulk_copy(void* dst, const void* src, unsigned bytes, uint64_t* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                     db_smem_addr(dst)),
+                 "l"(src), "r"(bytes), "r"(db_smem_addr(bar))
+                 : "memory");
+#endif
+}
+
+__device__ __forceinline__ void db_mbar_wait(uint64_t* bar, unsigned parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const unsigned b = db_smem_addr(bar);
+    unsigned done = 0;
+    while (!done)
+        asm volatile(
+            "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done)
+            : "r"(b), "r"(parity)
+            : "memory");
+#endif
+}
+
+// shared memory of one block (byte offsets): K (cap, Dk) X at 0, V (cap, Dk) X, scores (nb, cap) fp32, key bias / mask
+// flags (cap) fp32 (-inf: masked), P V slices (4, nb, Dk) fp32 (over K when K is large enough: K is dead by then)
+struct DbLayout {
+    size_t v, ps, kb, part, total;
+};
+
+static __host__ __device__ __forceinline__ DbLayout db_layout(int nb, int Dk, int cap, int xs) {
+    DbLayout L;
+    const size_t kvb = (size_t)cap * Dk * xs, partb = (size_t)(DB_THREADS / 32) * nb * Dk * sizeof(float);
+    L.v = kvb;
+    L.ps = 2 * kvb;
+    L.kb = L.ps + (size_t)nb * cap * sizeof(float);
+    const size_t end = L.kb + (size_t)cap * sizeof(float);
+    L.part = partb <= kvb ? 0 : (end + 15) / 16 * 16;
+    L.total = partb <= kvb ? end : L.part + partb;
+    return L;
+}
+
+template <typename T, int NBT, int PPL>
+__global__ void __launch_bounds__(DB_THREADS, NBT == 1 ? 6 : 5)
+    decode_attention_bulk_kernel1(T* ctx, const T* q, int q_stride, const T* kc, const T* vc, int T_stride, int n,
+                                  int cap, const float* bias, int bias_stride, const int* mask, int nb, int H) {
+    constexpr int P = Vec<T>::size, Dk = DB_LPK * PPL * P, NT = DB_THREADS, NW = NT / 32;
+    constexpr int U = Dk / P, G = NT / U;  // P V: 16-byte units of a row (8 PPL <= 64), key groups
+    extern __shared__ __align__(16) unsigned char db_smem[];
+    __shared__ uint64_t s_bar[2];  // K, V arrived
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, sub = lane % DB_LPK;
+    const int i = blockIdx.x / H, h = blockIdx.x % H;
+    const DbLayout L = db_layout(nb, Dk, cap, (int)sizeof(T));
+    T* ks = (T*)db_smem;
+    T* vs = (T*)(db_smem + L.v);
+    float* ps = (float*)(db_smem + L.ps);
+    float* kb = (float*)(db_smem + L.kb);
+    float* part = (float*)(db_smem + L.part);
+    {  // the caches are not written by the step: loaded before the wait (cuda/pdl.cuh)
+        const size_t o = ((size_t)i * H + h) * (size_t)T_stride * Dk;
+        const unsigned bytes = (unsigned)((size_t)n * Dk * sizeof(T));
+        const char *kg = (const char*)(kc + o), *vg = (const char*)(vc + o);
+        if (warp == 0) {
+            if (lane == 0) {
+                db_mbar_init(&s_bar[0]);
+                db_mbar_init(&s_bar[1]);
+                db_expect_tx(&s_bar[0], bytes);
+                db_expect_tx(&s_bar[1], bytes);
+            }
+            __syncwarp();
+            for (unsigned off = lane * DB_CHUNK; off < bytes; off += 32 * DB_CHUNK) {
+                const unsigned sz = bytes - off < DB_CHUNK ? bytes - off : DB_CHUNK;
+                db_bulk_copy((char*)ks + off, kg + off, sz, &s_bar[0]);
+                db_bulk_copy((char*)vs + off, vg + off, sz, &s_bar[1]);
+            }
+        }
+    }
+    pdl_wait();
+    pdl_trigger();
+    // q rows: this lane's packets sub + 8 m (m < PPL) of each row
+    Vec<T> qv[NBT][PPL];
+#pragma unroll
+    for (int b = 0; b < NBT; b++)
+#pragma unroll
+        for (int m = 0; m < PPL; m++) {
+            qv[b][m] = Vec<T>{};
+            if (b < nb)
+                qv[b][m] = load_vec(q + ((size_t)i * nb + b) * q_stride + (size_t)h * Dk + (sub + DB_LPK * m) * P);
+        }
+    for (int j = tid; j < n; j += NT)
+        kb[j] = mask && mask[(size_t)i * n + j] == 0 ? -INFINITY : bias ? bias[(size_t)h * bias_stride + j] : 0.0f;
+    __syncthreads();  // kb; the mbarriers' initialisation visible to every thread
+    // ---- 1. scores (rounded to X, + bias, masked keys -inf) into ps
+    db_mbar_wait(&s_bar[0], 0);
+    for (int j0 = 0; j0 < n; j0 += NT / DB_LPK) {  // block-uniform
+        const int j = j0 + tid / DB_LPK;
+        float s[NBT];
+#pragma unroll
+        for (int b = 0; b < NBT; b++) s[b] = 0.0f;
+        if (j < n) {
+            Vec<T> kv[PPL];
+#pragma unroll
+            for (int m = 0; m < PPL; m++) kv[m] = load_vec(ks + (size_t)j * Dk + (sub + DB_LPK * m) * P);
+#pragma unroll
+            for (int b = 0; b < NBT; b++) {
+                if (b >= nb) break;
+#pragma unroll
+                for (int m = 0; m < PPL; m++)
+#pragma unroll
+                    for (int e = 0; e < P; e++) s[b] += to_f32(qv[b][m].v[e]) * to_f32(kv[m].v[e]);
+            }
+        }
+#pragma unroll
+        for (int b = 0; b < NBT; b++)
+#pragma unroll
+            for (int o = DB_LPK / 2; o > 0; o >>= 1) s[b] += __shfl_xor_sync(0xffffffffu, s[b], o);
+        if (j < n && sub == 0) {
+            const float bj = kb[j];
+#pragma unroll
+            for (int b = 0; b < NBT; b++) {
+                if (b >= nb) break;
+                ps[(size_t)b * cap + j] = da_score<T>(s[b], bias != NULL, bj, bj == -INFINITY);
+            }
+        }
+    }
+    __syncthreads();  // scores complete; K no longer read (part may reuse it)
+    // ---- 2. softmax statistics, per warp (identical in every warp)
+    float M[NBT], inv[NBT];
+#pragma unroll
+    for (int b = 0; b < NBT; b++) {
+        M[b] = -INFINITY;
+        inv[b] = 0.0f;
+        if (b >= nb) continue;
+        const float* pr = ps + (size_t)b * cap;
+        float mx = -INFINITY;
+        for (int j = lane; j < n; j += 32) mx = fmaxf(mx, pr[j]);
+        mx = warp_reduce_max(mx);
+        float sum = 0.0f;
+        if (mx != -INFINITY) {
+            for (int j = lane; j < n; j += 32) sum += expf(pr[j] - mx);
+            sum = warp_reduce_sum(sum);
+        }
+        M[b] = mx;
+        inv[b] = mx == -INFINITY ? 0.0f : 1.0f / sum;
+    }
+    // ---- 3. P V
+    const int u = tid % U, g = tid / U;
+    float acc[NBT][P];
+#pragma unroll
+    for (int b = 0; b < NBT; b++)
+#pragma unroll
+        for (int e = 0; e < P; e++) acc[b][e] = 0.0f;
+    db_mbar_wait(&s_bar[1], 0);
+    for (int j = g; j < n; j += G) {
+        const Vec<T> vv = load_vec(vs + (size_t)j * Dk + u * P);
+#pragma unroll
+        for (int b = 0; b < NBT; b++) {
+            if (b >= nb) break;
+            // a row with every key masked is uniform 1/n (as attention_softmax_forward)
+            const float p =
+                round_to<T>(M[b] == -INFINITY ? 1.0f / (float)n : expf(ps[(size_t)b * cap + j] - M[b]) * inv[b]);
+#pragma unroll
+            for (int e = 0; e < P; e++) acc[b][e] += p * to_f32(vv.v[e]);
+        }
+    }
+    // the groups of a warp (U <= 32), then the slices (warps; for U = 64 the two groups) in order
+    constexpr int S = U <= 32 ? NW : G;
+    const int slice = U <= 32 ? warp : g;
+#pragma unroll
+    for (int b = 0; b < NBT; b++) {
+        if (b >= nb) break;
+#pragma unroll
+        for (int e = 0; e < P; e++) {
+#pragma unroll
+            for (int o = U; o < 32; o <<= 1) acc[b][e] += __shfl_xor_sync(0xffffffffu, acc[b][e], o);
+            if (U >= 32 || lane < U) part[((size_t)slice * nb + b) * Dk + u * P + e] = acc[b][e];
+        }
+    }
+    __syncthreads();
+    for (int e = tid; e < nb * Dk; e += NT) {
+        float t = 0.0f;
+#pragma unroll
+        for (int s = 0; s < S; s++) t += part[(size_t)s * nb * Dk + e];
+        const int b = e / Dk, d = e % Dk;
+        ctx[(((size_t)i * nb + b) * H + h) * Dk + d] = from_f32<T>(t);
+    }
+}
+
 // ---- launchers
 
 template <typename TO>
@@ -737,6 +965,53 @@ static void decode_attention_split_launch(void* ctx, const void* q, int q_stride
                mask, (const T*)knew, (const T*)vnew, new_stride, hist, hist_stride, nb, H, IH);
 }
 
+// the bulk variant's shapes: cross-attention (no pos / append / hist), 16-byte aligned q / key / value rows of 1, 2, 4
+// or 8 packets per lane (bf16/fp16 Dk 64-512, fp32 Dk 32-256; 2-4 query rows: Dk <= 128), the block's
+// shared memory within the device's opt-in limit (`limit`, 0: that limit); sm_90 (bulk copies, mbarrier tx counts)
+static int db_max_smem(void) {
+    static int v = -1;
+    if (v < 0) {
+        int dev = 0, major = 0, optin = 0;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+        v = major >= 9 ? optin - DB_STATIC_SMEM : 0;  // the dynamic part's limit
+    }
+    return v;
+}
+
+static bool db_supported(const void* q, int q_stride, const void* kc, const void* vc, const int* pos, const void* knew,
+                         const int* hist, size_t xs, int nb, int Dk, int n_keys, int cap, size_t limit) {
+    const size_t row = (size_t)Dk * xs;
+    const int ppl = (int)(row / 128);
+    if (pos || knew || hist || n_keys < 1 || nb < 1 || nb > 4 || row % 128 != 0 || ppl < 1 || ppl > 8 ||
+        (nb > 1 && (size_t)ppl * 16 / xs > 16))  // 4 rows: at most 16 elements of a row per lane (registers)
+        return false;
+    if (!is_aligned16(q) || ((size_t)q_stride * xs) % 16 != 0 || !is_aligned16(kc) || !is_aligned16(vc)) return false;
+    const size_t smem = db_layout(nb, Dk, cap, (int)xs).total, max = (size_t)db_max_smem();
+    return smem <= max && (limit == 0 || smem <= limit);
+}
+
+template <typename T, int NBT, int PPL>
+static void decode_attention_bulk_launch(void* ctx, const void* q, int q_stride, const void* kc, const void* vc,
+                                         int T_stride, int n_keys, int cap, const float* bias, int bias_stride,
+                                         const int* mask, int I, int nb, int H, cudaStream_t stream) {
+    constexpr int Dk = DB_LPK * PPL * Vec<T>::size;
+    static bool attr_set = false;  // per instantiation: the opt-in shared memory, and the carveout all shared
+    if (!attr_set) {
+        CUDA_CHECK(cudaFuncSetAttribute(decode_attention_bulk_kernel1<T, NBT, PPL>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, db_max_smem()));  // dynamic part
+        CUDA_CHECK(cudaFuncSetAttribute(decode_attention_bulk_kernel1<T, NBT, PPL>,
+                                        cudaFuncAttributePreferredSharedMemoryCarveout,
+                                        (int)cudaSharedmemCarveoutMaxShared));
+        attr_set = true;
+    }
+    const size_t smem = db_layout(nb, Dk, cap, (int)sizeof(T)).total;
+    pdl_launch(decode_attention_bulk_kernel1<T, NBT, PPL>, dim3((unsigned)(I * H)), dim3(DB_THREADS), smem, stream,
+               (T*)ctx, (const T*)q, q_stride, (const T*)kc, (const T*)vc, T_stride, n_keys, cap, bias, bias_stride,
+               mask, nb, H);
+}
+
 // the implementation AUTO picks (t5-3b, H200, docs/generate.md run 8, ms per step with PDL): one query row per item
 // (self-attention, greedy cross-attention): SPLIT up to one wave of its blocks (3 per SM: 396 pairs; batch 4 greedy
 // 1.68 against WIDE 1.84), self-attention of DA_LARGE_GRID to DA_WIDE_MAX_GRID pairs SPLIT1 (batch 32 greedy 2.53
@@ -752,7 +1027,7 @@ static void decode_attention_split_launch(void* ctx, const void* q, int q_stride
 #define DA_WIDE_MAX_GRID 2048
 extern "C" DecodeAttnImpl decode_attention_impl_by_name(const char* name) {
     if (!name) return DA_IMPL_AUTO;
-    const char* names[] = {"auto", "wide", "block", "warp", "split", "split1"};  // DecodeAttnImpl order
+    const char* names[] = {"auto", "wide", "block", "warp", "split", "split1", "bulk"};  // DecodeAttnImpl order
     for (int k = 0; k < (int)(sizeof names / sizeof names[0]); k++)
         if (strcmp(name, names[k]) == 0) return (DecodeAttnImpl)k;
     return DA_IMPL_AUTO;
@@ -767,6 +1042,40 @@ static DecodeAttnImpl da_forced(const char* name, int slot) {
     return (DecodeAttnImpl)cached[slot];
 }
 
+// the non-forced choice (the rules above; BULK only where allowed: `bulk_ok`)
+static DecodeAttnImpl da_auto(int pairs, int nb, bool self_append, bool vec, size_t xs, int Dk, int cap, bool bulk_ok) {
+    const DecodeAttnImpl forced = da_forced("T5TRAIN_GEN_ATTN_LARGE", 1);
+    if (bulk_ok) return DA_IMPL_BULK;
+    if (nb == 1 && pairs <= DS_AUTO_BLOCKS_PER_SM * da_num_sms() && ds_supported(vec, xs, 1, Dk, cap, 4))
+        return DA_IMPL_SPLIT;
+    if (nb == 1 && self_append && pairs >= DA_LARGE_GRID && pairs <= DA_WIDE_MAX_GRID &&
+        ds_supported(vec, xs, 1, Dk, cap, 1))
+        return DA_IMPL_SPLIT1;
+    if (pairs < DA_LARGE_GRID) return DA_IMPL_WIDE;
+    if (forced != DA_IMPL_AUTO) return forced;
+    return pairs <= DA_WIDE_MAX_GRID ? DA_IMPL_WIDE : DA_IMPL_WARP;
+}
+
+// AUTO takes BULK for cross-attention whose block fits DB_AUTO_MAX_SMEM (4 or more blocks per SM): every grid of 2-4
+// query rows (beams), and grids of one row larger than SPLIT's one wave (> DS_AUTO_BLOCKS_PER_SM blocks per SM).
+// Measured (H200, bf16, Ts 63, ms per step, bench_generate 49 2, one call, AUTO before -> BULK): t5-3b batch 32 greedy
+// (1024 pairs) 2.406 -> 2.269, beam 4 (1024 pairs of 4 rows) 3.327 -> 3.171, batch 4 beam 4 (128 pairs of 4 rows)
+// 2.055 -> 1.994; t5-large (Dk 64) batch 32 greedy (512 pairs) 1.640 -> 1.510, beam 4 2.090 -> 2.062, batch 4 beam 4
+// (64 pairs of 4 rows) 1.365 -> 1.294. SPLIT stays for one-row grids of one wave: t5-3b batch 4 greedy (128 pairs)
+// SPLIT 1.575, BULK 1.593 (t5-large's 64 pairs: SPLIT 0.998, BULK 0.979). Load paths: the bulk copies of up to 32 KB
+// beat 4 KB copies (2.277) and per-thread cp.async (2.301 / beam 3.265); the L2 prefetch of the next wave's pairs was
+// 2.253 at greedy but 3.186 with beams (ncu: 15.8 against 15.2 us per call); those three were removed.
+// T5TRAIN_GEN_ATTN_BULK=0 turns BULK off in AUTO (A/B measurements; read once)
+#define DB_AUTO_MAX_SMEM (48 * 1024)
+static bool db_auto_enabled(void) {
+    static int cached = -1;
+    if (cached < 0) {
+        const char* e = getenv("T5TRAIN_GEN_ATTN_BULK");
+        cached = !(e && strcmp(e, "0") == 0);
+    }
+    return cached == 1;
+}
+
 template <typename T>
 static void decode_attention_t(void* ctx, const void* q, int q_stride, void* kc, void* vc, int T_stride,
                                const int* pos, int n_keys, int cap, const float* bias, int bias_stride,
@@ -775,18 +1084,35 @@ static void decode_attention_t(void* ctx, const void* q, int q_stride, void* kc,
                                cudaStream_t stream) {
     const size_t smem = da_smem_bytes(nb, Dk, cap);
     const bool vec = (Dk * sizeof(T)) % 16 == 0 && is_aligned16(kc) && is_aligned16(vc) && is_aligned16(ctx);
+    const int pairs = I * H;
     if (impl == DA_IMPL_AUTO) {
-        const DecodeAttnImpl all = da_forced("T5TRAIN_GEN_ATTN", 0), forced = da_forced("T5TRAIN_GEN_ATTN_LARGE", 1);
-        const int pairs = I * H;
-        if (all != DA_IMPL_AUTO) impl = all;
-        else if (nb == 1 && pairs <= DS_AUTO_BLOCKS_PER_SM * da_num_sms() && ds_supported(vec, sizeof(T), 1, Dk, cap, 4))
-            impl = DA_IMPL_SPLIT;
-        else if (nb == 1 && knew && pairs >= DA_LARGE_GRID && pairs <= DA_WIDE_MAX_GRID &&
-                 ds_supported(vec, sizeof(T), 1, Dk, cap, 1))
-            impl = DA_IMPL_SPLIT1;
-        else if (I * H < DA_LARGE_GRID) impl = DA_IMPL_WIDE;
-        else if (forced != DA_IMPL_AUTO) impl = forced;
-        else impl = I * H <= DA_WIDE_MAX_GRID ? DA_IMPL_WIDE : DA_IMPL_WARP;
+        const DecodeAttnImpl all = da_forced("T5TRAIN_GEN_ATTN", 0);
+        const bool bulk_ok = (nb > 1 || pairs > DS_AUTO_BLOCKS_PER_SM * da_num_sms()) && db_auto_enabled() &&
+                             db_supported(q, q_stride, kc, vc, pos, knew, hist, sizeof(T), nb, Dk, n_keys, cap,
+                                          DB_AUTO_MAX_SMEM);
+        impl = all != DA_IMPL_AUTO ? all : da_auto(pairs, nb, knew != NULL, vec, sizeof(T), Dk, cap, bulk_ok);
+    }
+    if (impl == DA_IMPL_BULK) {
+        if (!db_supported(q, q_stride, kc, vc, pos, knew, hist, sizeof(T), nb, Dk, n_keys, cap, 0)) {
+            impl = da_auto(pairs, nb, knew != NULL, vec, sizeof(T), Dk, cap, false);
+        } else {
+            const int ppl = Dk * (int)sizeof(T) / 128;
+#define DB_LAUNCH(NBT, PPL)                                                                                          \
+    decode_attention_bulk_launch<T, NBT, PPL>(ctx, q, q_stride, kc, vc, T_stride, n_keys, cap, bias, bias_stride,  \
+                                              mask, I, nb, H, stream)
+            if (nb == 1) {
+                if (ppl == 1) DB_LAUNCH(1, 1);
+                else if (ppl == 2) DB_LAUNCH(1, 2);
+                else if (ppl == 4) DB_LAUNCH(1, 4);
+                else DB_LAUNCH(1, 8);
+            } else {  // db_supported: 2-4 query rows up to 16 elements of a row per lane (Dk <= 128)
+                if (ppl == 1) DB_LAUNCH(4, 1);
+                else if (ppl == 2) DB_LAUNCH(4, 2);
+                else if constexpr (sizeof(T) == 4) DB_LAUNCH(4, 4);
+            }
+#undef DB_LAUNCH
+            return;
+        }
     }
     // split: 4 warps per pair while the grid is one wave, else 1 (SPLIT1: always 1)
     int wpp = impl == DA_IMPL_SPLIT1 || I * H > DS_AUTO_BLOCKS_PER_SM * da_num_sms() ? 1 : 4;

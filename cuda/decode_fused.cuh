@@ -65,17 +65,24 @@ bool decode_attention_fits(int nb, int Dk, int cap);
 // (4 pairs per block); SPLIT1: always 1 warp per pair. 8 lanes per key; keys and values loaded in chunks of rounds, the
 // first chunk before the grid dependency wait (every variant is launched with PDL, cuda/pdl.cuh); bf16/fp16 Dk
 // 64/128/256 (fp32 32/64/128), nb <= 4. AUTO takes SPLIT for one query row (self-attention and greedy cross-attention)
-// and the rules above otherwise (T5TRAIN_GEN_ATTN=split|split1|wide|block|warp forces one variant for every grid).
+// and the rules above otherwise (T5TRAIN_GEN_ATTN=split|split1|wide|block|warp|bulk forces one variant for every grid).
+// BULK (cross-attention only: no pos, append or hist; sm_90): a block of 128 threads per pair whose K and V rows are
+// staged in shared memory by bulk copies (TMA, mbarrier) issued before the grid dependency wait; bf16/fp16 Dk 64-512,
+// fp32 Dk 32-256 (nb <= 4; 2-4 rows: Dk <= 128), 2 n Dk sizeof(X) + ~4 (nb + 1) n bytes of shared
+// memory within the device's opt-in limit; other shapes fall back to AUTO's choice. AUTO takes it for cross-attention
+// with <= 48 KB per block: every grid of 2-4 query rows (beams), and one-row grids beyond SPLIT's one wave (> 3 blocks
+// per SM) (T5TRAIN_GEN_ATTN_BULK=0: not).
 typedef enum {
     DA_IMPL_AUTO = 0,
     DA_IMPL_WIDE = 1,
     DA_IMPL_BLOCK = 2,
     DA_IMPL_WARP = 3,
     DA_IMPL_SPLIT = 4,
-    DA_IMPL_SPLIT1 = 5
+    DA_IMPL_SPLIT1 = 5,
+    DA_IMPL_BULK = 6
 } DecodeAttnImpl;
 
-// "auto", "wide", "block", "warp", "split", "split1" -> the variant; NULL or another name -> DA_IMPL_AUTO
+// "auto", "wide", "block", "warp", "split", "split1", "bulk" -> the variant; NULL or another name -> DA_IMPL_AUTO
 DecodeAttnImpl decode_attention_impl_by_name(const char* name);
 
 void decode_attention(void* ctx, const void* q, int q_stride, void* kc, void* vc, int T_stride, const int* pos,

@@ -691,7 +691,8 @@ static void step_proj(T5Generator* G, void* out, const void* in, const void* w, 
 }
 
 // the attention variant of the self / cross sublayer: DA_IMPL_AUTO (cuda/decode_fused.cu picks by shape), or forced
-// by T5TRAIN_GEN_ATTN_SELF / T5TRAIN_GEN_ATTN_CROSS = split|split1|wide|block|warp (for A/B measurements; read once)
+// by T5TRAIN_GEN_ATTN_SELF / T5TRAIN_GEN_ATTN_CROSS = split|split1|wide|block|warp|bulk (for A/B measurements; read
+// once; bulk is cross-attention only: forced on the self sublayer it falls back to the automatic choice)
 static DecodeAttnImpl gen_attn_impl(int cross) {
     static int cached[2] = {-1, -1};
     if (cached[cross] < 0)

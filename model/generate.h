@@ -24,9 +24,10 @@
  * T5TRAIN_GEN_FUSED=0 (the unfused step), T5TRAIN_GEN_DEVICE_BEAM=0 (host beam bookkeeping with one synchronisation
  * per step), T5TRAIN_GEN_GRAPHS=0 (no CUDA graphs), T5TRAIN_GEN_GEMV=0 (cuBLASLt for every projection; default:
  * cuda/decode_gemv.cuh at <= 32 rows; =1: up to 8 rows, =3: up to 16), T5TRAIN_GEN_PDL=0 (no programmatic dependent launch,
- * cuda/pdl.cuh), T5TRAIN_GEN_ATTN=split|split1|wide|block|warp (decode_attention's kernel for every grid; per
+ * cuda/pdl.cuh), T5TRAIN_GEN_ATTN=split|split1|wide|block|warp|bulk (decode_attention's kernel for every grid; per
  * sublayer T5TRAIN_GEN_ATTN_SELF / T5TRAIN_GEN_ATTN_CROSS), T5TRAIN_GEN_ATTN_LARGE=block|wide|warp (grids of >= 1024
- * (item, head) pairs where the split kernel does not apply). Defaults and measurements: docs/generate.md.
+ * (item, head) pairs where the split kernel does not apply), T5TRAIN_GEN_ATTN_BULK=0 (no BULK cross-attention in the
+ * automatic choice). Defaults and measurements: docs/generate.md.
  *
  * Errors (bad options, a batch larger than the generator was created for, not enough GPU memory) are
  * returned as -1/NULL with a one-line message; nothing here exits on bad input.

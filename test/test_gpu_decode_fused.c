@@ -5,7 +5,8 @@
  *   decode_attention: against an fp64 reference on the stored inputs (bf16: with the kernel's roundings of the
  *     scores and probabilities modelled): cross-attention with nb = 4 query rows per item and a key mask (one item
  *     with every key but one masked), and self-attention over a cache with the append of the new key/value row at
- *     position t = *pos, the relative-position bias, and untouched cache positions above t.
+ *     position t = *pos, the relative-position bias, and untouched cache positions above t; the bulk variant over
+ *     every dtype, Dk 32-256, 1-4 rows, 1-512 keys (fully masked rows included) and t5-3b's 1024-pair grid.
  */
 #include "test_gpu_util.h"
 
@@ -61,7 +62,8 @@ static void test_add_rmsnorm_matches_unfused_chain(void** state) {
     add_rmsnorm_case(DT_BF16, 2, 768, 1.0f, false);
 }
 
-// fp64 reference of one (row, head): scores over keys [0, n), masked keys skipped, bf16 roundings modelled
+// fp64 reference of one (row, head): scores over keys [0, n), masked keys skipped, bf16 roundings modelled; a row
+// with every key masked is uniform 1/n (as attention_softmax_forward)
 static void attn_ref(double* out, const float* q, const float* K, const float* V, const float* bias, const int* mask,
                      int n, int Dk, DType dt) {
     double s[512], mx = -INFINITY, sum = 0.0;
@@ -76,7 +78,9 @@ static void attn_ref(double* out, const float* q, const float* K, const float* V
     for (int j = 0; j < n; j++) sum += s[j] == -INFINITY ? 0.0 : exp(s[j] - mx);
     for (int e = 0; e < Dk; e++) out[e] = 0.0;
     for (int j = 0; j < n; j++) {
-        const double p = host_round(dt, (float)(s[j] == -INFINITY ? 0.0 : exp(s[j] - mx) / sum));
+        const double p = host_round(dt, (float)(mx == -INFINITY   ? 1.0 / n
+                                                : s[j] == -INFINITY ? 0.0
+                                                                    : exp(s[j] - mx) / sum));
         for (int e = 0; e < Dk; e++) out[e] += p * V[(size_t)j * Dk + e];
     }
 }
@@ -84,11 +88,18 @@ static void attn_ref(double* out, const float* q, const float* K, const float* V
 static Tol attn_tol(DType dt) { return dt == DT_F32 ? (Tol){1e-5, 1e-5} : (Tol){2e-2, 2e-2}; }
 
 static const char* impl_name(DecodeAttnImpl k) {
-    return k == DA_IMPL_WIDE ? "wide" : k == DA_IMPL_BLOCK ? "block" : k == DA_IMPL_SPLIT ? "split" : k == DA_IMPL_SPLIT1 ? "split1" : "warp";
+    return k == DA_IMPL_WIDE     ? "wide"
+           : k == DA_IMPL_BLOCK  ? "block"
+           : k == DA_IMPL_SPLIT  ? "split"
+           : k == DA_IMPL_SPLIT1 ? "split1"
+           : k == DA_IMPL_BULK   ? "bulk"
+                                 : "warp";
 }
 
-static void cross_case(DType dt, DecodeAttnImpl impl, int nb, int Dk, int Ts) {
-    const int I = 3, H = 2, HD = H * Dk, R = I * nb;
+// I items x H heads; item i keys j < Ts - 7 i unmasked (i < 3; none left when Ts <= 7 i: uniform), item 2 only key 5
+// (none when Ts <= 5), items >= 3 every third key masked
+static void cross_case_ih(DType dt, DecodeAttnImpl impl, int I, int H, int nb, int Dk, int Ts) {
+    const int HD = H * Dk, R = I * nb;
     TRng rng = {11};
     const size_t nq = (size_t)R * HD, nk = (size_t)I * H * Ts * Dk;
     float *q = host_floats(nq), *K = host_floats(nk), *V = host_floats(nk);
@@ -100,7 +111,7 @@ static void cross_case(DType dt, DecodeAttnImpl impl, int nb, int Dk, int Ts) {
     host_round_all(dt, V, nk);
     int* mask = calloc((size_t)I * Ts, sizeof(int));
     for (int i = 0; i < I; i++)
-        for (int j = 0; j < Ts; j++) mask[i * Ts + j] = i == 2 ? j == 5 : j < Ts - 7 * i;
+        for (int j = 0; j < Ts; j++) mask[i * Ts + j] = i >= 3 ? j % 3 != 1 : i == 2 ? j == 5 : j < Ts - 7 * i;
     void *qd = dev_upload(dt, q, nq), *kd = dev_upload(dt, K, nk), *vd = dev_upload(dt, V, nk);
     int* md = dev_upload_int(mask, (size_t)I * Ts);
     void* cd = dev_alloc_poisoned(nq * dtype_size(dt));
@@ -118,11 +129,16 @@ static void cross_case(DType dt, DecodeAttnImpl impl, int nb, int Dk, int Ts) {
                 const size_t ko = ((size_t)i * H + h) * Ts * Dk;
                 attn_ref(ref + (size_t)r * HD + h * Dk, qrow, K + ko, V + ko, NULL, mask + i * Ts, Ts, Dk, dt);
             }
-    char what[80];
-    snprintf(what, sizeof what, "decode_attention %s cross nb %d Dk %d Ts %d + mask", impl_name(impl), nb, Dk, Ts);
+    char what[112];
+    snprintf(what, sizeof what, "decode_attention %s cross %s I %d H %d nb %d Dk %d Ts %d + mask", impl_name(impl),
+             dt == DT_F32 ? "fp32" : dt == DT_F16 ? "fp16" : "bf16", I, H, nb, Dk, Ts);
     assert_true(check_close(what, dt, got, ref, nq, attn_tol(dt)));
     cudaFree(qd), cudaFree(kd), cudaFree(vd), cudaFree(md), cudaFree(cd);
     free(q), free(K), free(V), free(mask), free(got), free(ref);
+}
+
+static void cross_case(DType dt, DecodeAttnImpl impl, int nb, int Dk, int Ts) {
+    cross_case_ih(dt, impl, 3, 2, nb, Dk, Ts);
 }
 
 static void self_case(DType dt, int Dk, bool use_hist, DecodeAttnImpl impl, int Tmax, int t) {
@@ -192,7 +208,7 @@ static void self_case(DType dt, int Dk, bool use_hist, DecodeAttnImpl impl, int 
 static void test_decode_attention_cross(void** state) {
     (void)state;
     T5_REQUIRE_GPU();
-    for (int k = DA_IMPL_WIDE; k <= DA_IMPL_SPLIT1; k++) {
+    for (int k = DA_IMPL_WIDE; k <= DA_IMPL_BULK; k++) {
         cross_case(DT_F32, (DecodeAttnImpl)k, 4, 64, 37);
         cross_case(DT_BF16, (DecodeAttnImpl)k, 4, 64, 37);
     }
@@ -210,10 +226,41 @@ static void test_decode_attention_cross(void** state) {
     cross_case(DT_F32, DA_IMPL_SPLIT1, 1, 32, 130);
 }
 
+// the bulk variant (K / V staged by bulk copies before the grid wait): every dtype, Dk 64 / 128 / 256 (fp32 also 32),
+// 1 and 2-4 query rows, Ts = 1 (every row masked but item 0's key), non-multiples of 8 / 16, beyond one pass of 16
+// keys, up to 512 keys (Dk 128 bf16 at 512 keys does not fit shared memory: the fallback), and a grid of 1024 pairs
+// (t5-3b's batch-32 cross-attention shape: Ts 63, Dk 128, H 32)
+static void test_decode_attention_cross_bulk(void** state) {
+    (void)state;
+    T5_REQUIRE_GPU();
+    const DType dts[3] = {DT_F32, DT_BF16, DT_F16};
+    const int Tss[6] = {1, 7, 17, 37, 63, 150};
+    for (int t = 0; t < 3; t++) {
+        const DType dt = dts[t];
+        for (int k = 0; k < 6; k++) {
+            cross_case(dt, DA_IMPL_BULK, 1, 128, Tss[k]);
+            cross_case(dt, DA_IMPL_BULK, 4, 64, Tss[k]);
+        }
+        cross_case(dt, DA_IMPL_BULK, 1, 64, 63);
+        cross_case(dt, DA_IMPL_BULK, 1, 256, 45);
+        cross_case(dt, DA_IMPL_BULK, 3, 128, 63);
+        cross_case(dt, DA_IMPL_BULK, 2, 256, 33);  // bf16/fp16: 2-4 rows at Dk 256 fall back
+        cross_case(dt, DA_IMPL_BULK, 1, 64, 512);
+        cross_case(dt, DA_IMPL_BULK, 4, 64, 300);
+    }
+    cross_case(DT_F32, DA_IMPL_BULK, 1, 32, 63);
+    cross_case(DT_F32, DA_IMPL_BULK, 4, 32, 100);
+    cross_case(DT_BF16, DA_IMPL_BULK, 1, 128, 512);  // 256 KB of K / V: falls back
+    cross_case_ih(DT_BF16, DA_IMPL_BULK, 32, 32, 1, 128, 63);
+    cross_case_ih(DT_BF16, DA_IMPL_BULK, 32, 32, 4, 128, 63);
+    cross_case_ih(DT_F32, DA_IMPL_BULK, 48, 32, 1, 64, 50);
+    cross_case_ih(DT_BF16, DA_IMPL_AUTO, 32, 32, 1, 128, 63);  // AUTO's pick for t5-3b batch 32
+}
+
 static void test_decode_attention_self_append(void** state) {
     (void)state;
     T5_REQUIRE_GPU();
-    for (int k = DA_IMPL_WIDE; k <= DA_IMPL_SPLIT1; k++) {
+    for (int k = DA_IMPL_WIDE; k <= DA_IMPL_BULK; k++) {  // bulk: cross-attention only (falls back)
         const DecodeAttnImpl impl = (DecodeAttnImpl)k;
         self_case(DT_F32, 128, false, impl, 32, 19);
         self_case(DT_BF16, 128, false, impl, 32, 19);
@@ -245,6 +292,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_add_rmsnorm_matches_unfused_chain),
         cmocka_unit_test(test_decode_attention_cross),
+        cmocka_unit_test(test_decode_attention_cross_bulk),
         cmocka_unit_test(test_decode_attention_self_append),
         cmocka_unit_test(test_decode_attention_fits),
     };
