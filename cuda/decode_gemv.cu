@@ -81,7 +81,8 @@ __device__ __forceinline__ void g5_ldsm4(unsigned int* r, uint32_t addr) {
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(addr));
 }
-// byte offset of 16-byte chunk c (0..7) of row r in a stage tile of 128-byte rows
+// byte offset of 16-byte chunk c (0..2W-1) of row r in a stage tile of 32 W-byte rows (16 W k of bf16/fp16); the XOR
+// permutes the 8 chunks of each 128-byte half, so the 8 rows an ldmatrix reads at one chunk hit 8 different bank groups
 template <int W>
 __device__ __forceinline__ uint32_t g5_swz(int r, int c) { return (uint32_t)(r * 32 * W + ((c ^ (r & 7)) << 4)); }
 
@@ -250,8 +251,7 @@ static int g5_bps(void) {
     if (!v) v = gv_env_int("T5TRAIN_GEMV5_BPS", 1);
     return v;
 }
-static void g5_plan(int M, int N, int K, int NT, int W, int sms, int* S_out, int* KC_out, int* ST_out) {
-    (void)M;
+static void g5_plan(int N, int K, int NT, int W, int sms, int* S_out, int* KC_out, int* ST_out) {
     static int st_forced = -1;
     if (st_forced < 0) st_forced = gv_env_int("T5TRAIN_GEMV5_ST", 0);
     const int blocks = CEIL_DIV(N, G5_BN), BK = 16 * W;
@@ -289,7 +289,7 @@ template <typename T, int NT>
 static void decode_gemv5_launch(T* out, const T* in, const T* w, int M, int N, int K, bool relu, cudaStream_t stream) {
     int S = 1, KC = 0, ST = 4;
     const int W = g5_warps(NT);
-    g5_plan(M, N, K, NT, W, gv_num_sms(), &S, &KC, &ST);
+    g5_plan(N, K, NT, W, gv_num_sms(), &S, &KC, &ST);
     if (W == 8) decode_gemv5_launch_st<T, NT, 4, 8>(out, in, w, M, N, K, S, KC, relu, stream);
     else if (ST == 6) decode_gemv5_launch_st<T, NT, 6, 4>(out, in, w, M, N, K, S, KC, relu, stream);
     else decode_gemv5_launch_st<T, NT, 4, 4>(out, in, w, M, N, K, S, KC, relu, stream);
