@@ -58,6 +58,17 @@ __device__ __forceinline__ void store_vec(T* p, const Vec<T>& v) { *reinterpret_
 // true when every pointer given is 16-byte aligned (the vector path of the elementwise kernels)
 static inline bool is_aligned16(const void* p) { return ((uintptr_t)p & 15u) == 0; }
 
+// the current device's SM count, read once per translation unit (one device per process): launch plans
+static inline int device_num_sms(void) {
+    static int sms = 0;
+    if (!sms) {
+        int dev = 0;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    }
+    return sms;
+}
+
 // ---- reductions (fp32)
 
 __device__ __forceinline__ float warp_reduce_sum(float v) {

@@ -481,6 +481,25 @@ __device__ __forceinline__ void ds_sync(void) {
     else __syncthreads();
 }
 
+// v[b] <- the max (MAX) or sum of v[b] over the pair's WPP warps (w0 .. w0 + WPP - 1), warps added in order; s_red
+// (DS_WARPS, NBT) is written, then read after a ds_sync (the caller syncs before reusing it)
+template <int WPP, int NBT, bool MAX>
+__device__ __forceinline__ void ds_pair_reduce(float* v, float (*s_red)[NBT], int warp, int w0, int lane) {
+#pragma unroll
+    for (int b = 0; b < NBT; b++) {
+        const float r = MAX ? warp_reduce_max(v[b]) : warp_reduce_sum(v[b]);
+        if (lane == 0) s_red[warp][b] = r;
+    }
+    ds_sync<WPP>();
+#pragma unroll
+    for (int b = 0; b < NBT; b++) {
+        float t = s_red[w0][b];
+#pragma unroll
+        for (int w = 1; w < WPP; w++) t = MAX ? fmaxf(t, s_red[w0 + w][b]) : t + s_red[w0 + w][b];
+        v[b] = t;
+    }
+}
+
 template <typename T, int NBT, int PPL, int RPRE, int WPP>
 __global__ void __launch_bounds__(DS_WARPS * 32, 3)
     decode_attention_split_kernel1(T* ctx, const T* q, int q_stride, T* kc, T* vc, int T_stride, const int* pos,
@@ -562,19 +581,9 @@ __global__ void __launch_bounds__(DS_WARPS * 32, 3)
         }
     }
     // ---- softmax over the pair's keys: max, then sum of exp (fp32, as attention_softmax_forward)
-    float M[NBT], inv[NBT];
-#pragma unroll
-    for (int b = 0; b < NBT; b++) {
-        const float m = warp_reduce_max(mx[b]);
-        if (lane == 0) s_red[warp][b] = m;
-    }
-    ds_sync<WPP>();
-#pragma unroll
-    for (int b = 0; b < NBT; b++) {
-        M[b] = s_red[w0][b];
-#pragma unroll
-        for (int w = 1; w < WPP; w++) M[b] = fmaxf(M[b], s_red[w0 + w][b]);
-    }
+    ds_pair_reduce<WPP, NBT, true>(mx, s_red, warp, w0, lane);
+    const float(&M)[NBT] = mx;  // the pair's maxima
+    float inv[NBT];
     float sum[NBT];
 #pragma unroll
     for (int b = 0; b < NBT; b++) {
@@ -586,19 +595,9 @@ __global__ void __launch_bounds__(DS_WARPS * 32, 3)
         }
     }
     ds_sync<WPP>();  // every warp has read the maxima
+    ds_pair_reduce<WPP, NBT, false>(sum, s_red, warp, w0, lane);
 #pragma unroll
-    for (int b = 0; b < NBT; b++) {
-        const float sw = warp_reduce_sum(sum[b]);
-        if (lane == 0) s_red[warp][b] = sw;
-    }
-    ds_sync<WPP>();
-#pragma unroll
-    for (int b = 0; b < NBT; b++) {
-        float t = 0.0f;
-#pragma unroll
-        for (int w = 0; w < WPP; w++) t += s_red[w0 + w][b];
-        inv[b] = M[b] == -INFINITY ? 0.0f : 1.0f / t;
-    }
+    for (int b = 0; b < NBT; b++) inv[b] = M[b] == -INFINITY ? 0.0f : 1.0f / sum[b];
     // ---- P V over this lane's keys and d range (probabilities rounded to X)
     float acc[NBT][DL];
 #pragma unroll
@@ -930,15 +929,6 @@ static void decode_attention_warp_launch(void* ctx, const void* q, int q_stride,
 // AUTO takes the split variant for one query row per item: 4 warps per pair for grids of one wave (3 of its blocks fit
 // an SM: up to ~170 registers per thread), else 1 warp per pair (DS_WARPS pairs per block)
 #define DS_AUTO_BLOCKS_PER_SM 3
-static int da_num_sms(void) {
-    static int sms = 0;
-    if (!sms) {
-        int dev = 0;
-        CUDA_CHECK(cudaGetDevice(&dev));
-        CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    }
-    return sms;
-}
 
 static size_t ds_smem_bytes(int nb, int Dk, int cap, int wpp) {
     const int pairs = DS_WARPS / wpp;
@@ -1046,7 +1036,7 @@ static DecodeAttnImpl da_forced(const char* name, int slot) {
 static DecodeAttnImpl da_auto(int pairs, int nb, bool self_append, bool vec, size_t xs, int Dk, int cap, bool bulk_ok) {
     const DecodeAttnImpl forced = da_forced("T5TRAIN_GEN_ATTN_LARGE", 1);
     if (bulk_ok) return DA_IMPL_BULK;
-    if (nb == 1 && pairs <= DS_AUTO_BLOCKS_PER_SM * da_num_sms() && ds_supported(vec, xs, 1, Dk, cap, 4))
+    if (nb == 1 && pairs <= DS_AUTO_BLOCKS_PER_SM * device_num_sms() && ds_supported(vec, xs, 1, Dk, cap, 4))
         return DA_IMPL_SPLIT;
     if (nb == 1 && self_append && pairs >= DA_LARGE_GRID && pairs <= DA_WIDE_MAX_GRID &&
         ds_supported(vec, xs, 1, Dk, cap, 1))
@@ -1087,7 +1077,7 @@ static void decode_attention_t(void* ctx, const void* q, int q_stride, void* kc,
     const int pairs = I * H;
     if (impl == DA_IMPL_AUTO) {
         const DecodeAttnImpl all = da_forced("T5TRAIN_GEN_ATTN", 0);
-        const bool bulk_ok = (nb > 1 || pairs > DS_AUTO_BLOCKS_PER_SM * da_num_sms()) && db_auto_enabled() &&
+        const bool bulk_ok = (nb > 1 || pairs > DS_AUTO_BLOCKS_PER_SM * device_num_sms()) && db_auto_enabled() &&
                              db_supported(q, q_stride, kc, vc, pos, knew, hist, sizeof(T), nb, Dk, n_keys, cap,
                                           DB_AUTO_MAX_SMEM);
         impl = all != DA_IMPL_AUTO ? all : da_auto(pairs, nb, knew != NULL, vec, sizeof(T), Dk, cap, bulk_ok);
@@ -1115,7 +1105,7 @@ static void decode_attention_t(void* ctx, const void* q, int q_stride, void* kc,
         }
     }
     // split: 4 warps per pair while the grid is one wave, else 1 (SPLIT1: always 1)
-    int wpp = impl == DA_IMPL_SPLIT1 || I * H > DS_AUTO_BLOCKS_PER_SM * da_num_sms() ? 1 : 4;
+    int wpp = impl == DA_IMPL_SPLIT1 || I * H > DS_AUTO_BLOCKS_PER_SM * device_num_sms() ? 1 : 4;
     if (impl == DA_IMPL_SPLIT1) impl = DA_IMPL_SPLIT;
     if (impl == DA_IMPL_SPLIT && !ds_supported(vec, sizeof(T), nb, Dk, cap, wpp)) wpp = 4;
     if (impl == DA_IMPL_SPLIT && !ds_supported(vec, sizeof(T), nb, Dk, cap, wpp)) impl = DA_IMPL_WIDE;

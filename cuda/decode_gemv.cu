@@ -223,16 +223,6 @@ __global__ void __launch_bounds__(W * 32)
 // ---------------------------------------------------------------------------------------------
 // launchers
 
-static int gv_num_sms(void) {  // read once (one device per process)
-    static int sms = 0;
-    if (!sms) {
-        int dev = 0;
-        CUDA_CHECK(cudaGetDevice(&dev));
-        CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    }
-    return sms;
-}
-
 // a positive integer from the environment (plan overrides for benchmarks), else dflt
 static int gv_env_int(const char* name, int dflt) {
     const char* v = getenv(name);
@@ -289,7 +279,7 @@ template <typename T, int NT>
 static void decode_gemv5_launch(T* out, const T* in, const T* w, int M, int N, int K, bool relu, cudaStream_t stream) {
     int S = 1, KC = 0, ST = 4;
     const int W = g5_warps(NT);
-    g5_plan(N, K, NT, W, gv_num_sms(), &S, &KC, &ST);
+    g5_plan(N, K, NT, W, device_num_sms(), &S, &KC, &ST);
     if (W == 8) decode_gemv5_launch_st<T, NT, 4, 8>(out, in, w, M, N, K, S, KC, relu, stream);
     else if (ST == 6) decode_gemv5_launch_st<T, NT, 6, 4>(out, in, w, M, N, K, S, KC, relu, stream);
     else decode_gemv5_launch_st<T, NT, 4, 4>(out, in, w, M, N, K, S, KC, relu, stream);

@@ -50,24 +50,8 @@ static inline bool pdl_enabled(void) {
     return cached == 1;
 }
 
-// kernel<<<grid, block, smem, stream>>>(args...), with the programmatic-serialization attribute when PDL is on
-template <typename... KArgs, typename... Args>
-static inline void pdl_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                              Args... args) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = pdl_enabled() ? 1 : 0;
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<KArgs>(args)...));
-}
-
-// the same with thread-block clusters of (1, cluster_y, 1) (cluster_y > 1; gridDim.y a multiple of it)
+// kernel<<<grid, block, smem, stream>>>(args...) in thread-block clusters of (1, cluster_y, 1) when cluster_y > 1
+// (gridDim.y a multiple of it), with the programmatic-serialization attribute when PDL is on
 template <typename... KArgs, typename... Args>
 static inline void pdl_launch_cluster(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                                       int cluster_y, Args... args) {
@@ -93,4 +77,11 @@ static inline void pdl_launch_cluster(void (*kernel)(KArgs...), dim3 grid, dim3 
     cfg.attrs = attr;
     cfg.numAttrs = n;
     CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<KArgs>(args)...));
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...), with the programmatic-serialization attribute when PDL is on
+template <typename... KArgs, typename... Args>
+static inline void pdl_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                              Args... args) {
+    pdl_launch_cluster(kernel, grid, block, smem, stream, 1, args...);
 }
