@@ -94,7 +94,7 @@ endif
 # ---------------------------------------------------------------------------------------------
 # flags
 
-INCLUDES := -I. -Isrc -Imodel -Idata -Icuda -I$(CUDA_HOME)/include -I$(NCCL_HOME)/include
+INCLUDES := -I. -I$(CUDA_HOME)/include -I$(NCCL_HOME)/include
 PKG_CFLAGS := $(shell $(PKG_CONFIG) --cflags jansson sentencepiece 2>/dev/null)
 PKG_LIBS   := $(shell $(PKG_CONFIG) --libs jansson sentencepiece 2>/dev/null)
 CMOCKA_CFLAGS := $(shell $(PKG_CONFIG) --cflags cmocka 2>/dev/null)
@@ -127,11 +127,12 @@ LDFLAGS  := -L$(CUDA_HOME)/lib64 -L$(NCCL_HOME)/lib64 -L$(NCCL_HOME)/lib -Wl,-rp
 LDLIBS   := -lcudart -lcublasLt -lcublas -lnccl $(PKG_LIBS) -fopenmp -lm -lpthread -ldl -lrt
 
 # ---------------------------------------------------------------------------------------------
-# sources: every file in the four rooms is built; main.c is kept out of the library
+# sources: every file of every room is built (docs/layout.md: src/base, cuda, model, data, src/zero,
+# src/report, src/eval, src/train, src/cli); src/cli/main.c is kept out of the library
 
-C_SRCS   := $(filter-out src/main.c,$(wildcard src/*.c model/*.c data/*.c))
+C_SRCS   := $(filter-out src/cli/main.c,$(wildcard src/*/*.c model/*.c data/*.c))
 CXX_SRCS := $(wildcard data/*.cc)
-CU_SRCS  := $(wildcard cuda/*.cu)
+CU_SRCS  := $(wildcard src/base/*.cu cuda/*.cu)
 OBJS     := $(C_SRCS:%.c=$(BUILD)/%.o) $(CXX_SRCS:%.cc=$(BUILD)/%.o) $(CU_SRCS:%.cu=$(BUILD)/%.o)
 LIB      := $(BUILD)/libt5train.a
 
@@ -169,7 +170,7 @@ $(LIB): $(OBJS)
 	@rm -f $@
 	$(Q)ar rcs $@ $^
 
-$(BIN): $(BUILD)/src/main.o $(LIB)
+$(BIN): $(BUILD)/src/cli/main.o $(LIB)
 	$(say) "Linking $@"
 	$(Q)$(CXX) -o $@ $^ $(LDFLAGS) $(LDLIBS)
 
@@ -213,4 +214,4 @@ test-ops: test-gpu
 clean:
 	rm -rf $(BUILD) $(BIN)
 
--include $(OBJS:.o=.d) $(BUILD)/src/main.d $(TEST_BINS:%=%.d)
+-include $(OBJS:.o=.d) $(BUILD)/src/cli/main.d $(TEST_BINS:%=%.d)

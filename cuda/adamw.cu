@@ -4,7 +4,7 @@
  *   master, m, v: (n) fp32 per tensor, updated in place (=)
  *   grad:         (n) fp32 / fp16 / bf16 per tensor, read, multiplied by *d_grad_scale
  *   work:         (n) fp16 / bf16 per tensor or none, = fp16/bf16(new master), round to nearest even
- * Per element (same operations as src/cpu_adam.c, every rounding explicit with __f*_rn so nvcc cannot
+ * Per element (same operations as src/zero/cpu_adam.c, every rounding explicit with __f*_rn so nvcc cannot
  * contract or reorder):
  *   g = grad*gs; [Adam L2: g = fma(p, wd, g)]; m = fma(g, 1-b1, m*b1); v = fma(g*g, 1-b2, v*b2)
  *   d = fma(sqrt(v), bc2, eps); [AdamW: p = fma(p, -lr*wd, p)]; p = fma(m/d, -lr/bc1, p)

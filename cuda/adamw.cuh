@@ -1,8 +1,8 @@
 /*
  * adamw.cuh: fused multi-tensor AdamW on the GPU (see adamw.cu). One launch updates every tensor of a
  * plan: fp32 master / m / v in place, gradient of any dtype scaled by *d_grad_scale (1/combined of
- * src/grad_clip.h, computed on the device by global_norm_clip_scale), optional fp16/bf16 working copy
- * written in the same pass. Same formula, same fp32 operations as src/cpu_adam.c (DeepSpeed's CPU
+ * src/train/grad_clip.h, computed on the device by global_norm_clip_scale), optional fp16/bf16 working copy
+ * written in the same pass. Same formula, same fp32 operations as src/zero/cpu_adam.c (DeepSpeed's CPU
  * Adam), so for finite values the results are bit-identical to cpu_adam_update.
  */
 #pragma once
@@ -10,7 +10,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "dtype.h"
+#include "../src/base/dtype.h"
 
 #ifdef __cplusplus
 extern "C" {

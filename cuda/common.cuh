@@ -15,8 +15,8 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-#include "check.h"
-#include "dtype.h"
+#include "../src/base/check.h"
+#include "../src/base/dtype.h"
 
 // ---- dtype traits: fp32 math on every dtype
 
@@ -177,7 +177,7 @@ __device__ __forceinline__ void dropout_factors(uint64_t seed, uint64_t c0, floa
 
 // ---- launch helpers
 
-// CEIL_DIV comes from src/common.h (through check.h).
+// CEIL_DIV comes from src/base/common.h (through check.h).
 static inline int grid_1d(size_t work_items, int block) {
     size_t g = CEIL_DIV(work_items, (size_t)block);
     if (g < 1) g = 1;

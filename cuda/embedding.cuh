@@ -10,7 +10,7 @@
 #include <cuda_runtime.h>
 #include <stddef.h>
 
-#include "dtype.h"
+#include "../src/base/dtype.h"
 
 #ifdef __cplusplus
 extern "C" {

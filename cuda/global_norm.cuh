@@ -6,7 +6,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-#include "dtype.h"
+#include "../src/base/dtype.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -28,7 +28,7 @@ void global_norm_plan_free(GlobalNormPlan* plan);
 void global_norm_compute(const GlobalNormPlan* plan, float* d_out_norm2, int* d_out_overflow, cudaStream_t stream);
 // From the (all-reduced) norm2 and overflow flag: *d_norm = sqrtf(norm2), or -1 when the flag is set or
 // the norm is not finite (DeepSpeed's convention); *d_inv_scale = 1 / (loss_scale * max(1,
-// (norm/loss_scale + 1e-6)/clip)) in fp32 exactly as ds_grad_inv_scale (src/grad_clip.h); clip <= 0:
+// (norm/loss_scale + 1e-6)/clip)) in fp32 exactly as ds_grad_inv_scale (src/train/grad_clip.h); clip <= 0:
 // 1/loss_scale. d_norm may be NULL.
 void global_norm_clip_scale(const float* d_norm2, const int* d_overflow, float loss_scale, float clip,
                             float* d_inv_scale, float* d_norm, cudaStream_t stream);

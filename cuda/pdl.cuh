@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
+#include "../src/base/check.h"
 
 __device__ __forceinline__ void pdl_wait(void) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

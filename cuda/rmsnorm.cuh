@@ -14,7 +14,7 @@
 #include <cuda_runtime.h>
 
 #include <stdbool.h>
-#include "dtype.h"
+#include "../src/base/dtype.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/common.h"
+#include "../src/base/common.h"
 
 struct DataLoader {
     const Dataset* ds;

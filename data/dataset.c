@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../src/common.h"
+#include "../src/base/common.h"
 #include "readers.h"
 
 #define CACHE_MAGIC 0x4B543554  // "T5TK"

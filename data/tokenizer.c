@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/common.h"
+#include "../src/base/common.h"
 #include "spm.h"
 
 struct Tokenizer {

@@ -42,7 +42,7 @@
 
 #include "../cuda/activation.cuh"
 #include "../cuda/attention_softmax.cuh"
-#include "../cuda/check.h"
+#include "../src/base/check.h"
 #include "../cuda/decode.cuh"
 #include "../cuda/decode_fused.cuh"
 #include "../cuda/decode_gemv.cuh"
@@ -52,7 +52,7 @@
 #include "../cuda/matmul.cuh"
 #include "../cuda/position_bias.cuh"
 #include "../cuda/rmsnorm.cuh"
-#include "../src/common.h"
+#include "../src/base/common.h"
 #include "relpos.h"
 
 #define GEN_TK_ROUND 16   // key-length bucket of the self-attention GEMMs

@@ -38,8 +38,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../cuda/dtype.h"
-#include "../src/zero.h"
+#include "../src/base/dtype.h"
+#include "zero.h"
 #include "params.h"
 
 #ifdef __cplusplus

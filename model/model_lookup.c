@@ -11,7 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../src/common.h"
+#include "../src/base/common.h"
 
 // growing text buffer for the "looked in" list
 typedef struct {

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/common.h"
-#include "../src/optim_groups.h"
+#include "../src/base/common.h"
+#include "optim_groups.h"
 
 bool params_name_gets_decay(const char* hf_name) { return hf_param_gets_weight_decay(hf_name); }
 

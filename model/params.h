@@ -1,7 +1,7 @@
 /*
  * params.h: THE parameter table of a T5 model (STYLE.md 7-8). One row per parameter tensor:
  * its HF name, shape, role, the ZeRO unit that owns it, its element offset inside that unit's
- * contiguous buffer, and the weight-decay and persistence flags. Allocation (src/zero.c),
+ * contiguous buffer, and the weight-decay and persistence flags. Allocation (src/zero/zero.c),
  * checkpoint load/save (model/t5_weights.c), dump-grads and the model's weight pointers all come
  * from this one table; nothing indexes parameters by magic numbers.
  *
@@ -127,7 +127,7 @@ void params_block_index(const ParamTable* t, T5Stack stack, int layer, BlockPara
 // Index of the tensor with this HF name, or -1.
 int params_find_name(const ParamTable* t, const char* name);
 
-// The weight-decay rule used for ParamDesc.decay: src/optim_groups.h hf_param_gets_weight_decay (HF Trainer:
+// The weight-decay rule used for ParamDesc.decay: model/optim_groups.h hf_param_gets_weight_decay (HF Trainer:
 // no decay for layer norms and relative_attention_bias, decay for everything else).
 bool params_name_gets_decay(const char* hf_name);
 

@@ -28,7 +28,7 @@
 
 #include "../cuda/activation.cuh"
 #include "../cuda/attention_softmax.cuh"
-#include "../cuda/check.h"
+#include "../src/base/check.h"
 #include "../cuda/cross_entropy.cuh"
 #include "../cuda/dropout.cuh"
 #include "../cuda/elementwise.cuh"
@@ -36,7 +36,7 @@
 #include "../cuda/matmul.cuh"
 #include "../cuda/position_bias.cuh"
 #include "../cuda/rmsnorm.cuh"
-#include "../src/common.h"
+#include "../src/base/common.h"
 #include "relpos.h"
 
 // ---------------------------------------------------------------------------------------------

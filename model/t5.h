@@ -31,8 +31,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../cuda/dtype.h"
-#include "../src/zero.h"
+#include "../src/base/dtype.h"
+#include "zero.h"
 #include "params.h"
 
 #ifdef __cplusplus
@@ -106,7 +106,7 @@ float t5_model_loss(T5Model* M, cudaStream_t stream);
 // forward with keep_logits.
 const void* t5_model_logits(const T5Model* M);
 
-// ---- batch files (implemented in model/dump_grads.c)
+// ---- batch files (implemented in src/cli/dump_grads.c)
 // A JSON object {"input_ids": [[...]], "attention_mask": [[...]], "labels": [[...]],
 // "decoder_input_ids": [[...]], "decoder_attention_mask": [[...]]}; input_ids required, the others optional
 // (dump-grads also requires labels); every row of a field has the same length; unknown keys are errors.

@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../src/common.h"
+#include "../src/base/common.h"
 
 // ---------------------------------------------------------------------------------------------
 // presets

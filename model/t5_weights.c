@@ -9,9 +9,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../cuda/check.h"
-#include "../src/common.h"
-#include "../src/safetensors.h"
+#include "../src/base/check.h"
+#include "../src/base/common.h"
+#include "../src/base/safetensors.h"
 
 // copies a host fp32 unit image to the unit's master
 static void upload_unit(ZeroEngine* Z, int unit, const float* h, cudaStream_t s) {

@@ -1,5 +1,5 @@
 /*
- * test_bleu.c: src/bleu.c against sacreBLEU 2.6.0's own numbers (test/fixtures/bleu/sacrebleu_ref.json,
+ * test_bleu.c: src/eval/bleu.c against sacreBLEU 2.6.0's own numbers (test/fixtures/bleu/sacrebleu_ref.json,
  * written by scripts/make_bleu_fixtures.py), and the `t5train bleu` command line.
  *
  * Exact: 13a tokenization of every tricky line, every n-gram count/total, sys_len, ref_len, nrefs
@@ -13,8 +13,8 @@
 #include <jansson.h>
 #include <math.h>
 
-#include "../src/bleu.h"
-#include "../src/common.h"
+#include "../src/eval/bleu.h"
+#include "../src/base/common.h"
 
 static json_t* g_fix = NULL;
 static double g_max_score_diff = 0.0;

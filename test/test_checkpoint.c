@@ -1,6 +1,6 @@
 /*
- * test_checkpoint.c: the checkpoint directory protocol and state file of src/checkpoint.c, and the
- * SIGINT/SIGTERM path of src/signals.c end to end in forked children.
+ * test_checkpoint.c: the checkpoint directory protocol and state file of src/train/checkpoint.c, and the
+ * SIGINT/SIGTERM path of src/base/signals.c end to end in forked children.
  */
 #include "t5test.h"
 
@@ -11,9 +11,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../src/checkpoint.h"
-#include "../src/common.h"
-#include "../src/signals.h"
+#include "../src/train/checkpoint.h"
+#include "../src/base/common.h"
+#include "../src/base/signals.h"
 
 #define NOPT 1000
 

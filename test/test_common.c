@@ -1,9 +1,9 @@
 /*
- * test_common.c: the error contract of src/common.c and the command dispatch of main.c.
+ * test_common.c: the error contract of src/base/common.c and the command dispatch of main.c.
  */
 #include "t5test.h"
 
-#include "../src/common.h"
+#include "../src/base/common.h"
 
 static void test_path_join(void** state) {
     (void)state;

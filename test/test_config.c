@@ -1,5 +1,5 @@
 /*
- * test_config.c: the run configuration (src/config.c): the table, every file in configs/, the
+ * test_config.c: the run configuration (src/cli/config.c): the table, every file in configs/, the
  * homework command line and its resolved "auto" values (HF integrations/deepspeed.py rules),
  * CLI-over-file precedence, the bad inputs (each its own message, exit code 2, nothing created
  * in output_dir), through the library API and through the binary.
@@ -10,8 +10,8 @@
 #include <math.h>
 #include <sys/stat.h>
 
-#include "../src/common.h"
-#include "../src/config.h"
+#include "../src/base/common.h"
+#include "../src/cli/config.h"
 
 static RunConfig cfg;  // large: static
 

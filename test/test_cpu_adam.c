@@ -1,5 +1,5 @@
 /*
- * test_cpu_adam.c: src/cpu_adam.c (DeepSpeed CPU AdamW) and src/grad_clip.c.
+ * test_cpu_adam.c: src/zero/cpu_adam.c (DeepSpeed CPU AdamW) and src/train/grad_clip.c.
  *
  *  - every SIMD path this CPU has (forced with cpu_adam_set_simd; AVX-512, AVX2 and scalar on a
  *    Sapphire Rapids host) x grad dtype fp32/fp16/bf16 x working copy none/fp16/bf16 x AdamW/L2 x
@@ -18,9 +18,9 @@
 #include <immintrin.h>
 #include <math.h>
 
-#include "../src/common.h"
-#include "../src/cpu_adam.h"
-#include "../src/grad_clip.h"
+#include "../src/base/common.h"
+#include "../src/zero/cpu_adam.h"
+#include "../src/train/grad_clip.h"
 
 #define U32 (1.0 / 16777216.0)  // unit roundoff of fp32, 2^-24
 

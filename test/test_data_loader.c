@@ -10,7 +10,7 @@
 
 #include "../data/dataloader.h"
 #include "../data/dataset.h"
-#include "../src/common.h"
+#include "../src/base/common.h"
 
 static char* model_path(void) { return t5_path_join(t5test_data_dir(), "t5-spiece/spiece.model"); }
 

@@ -7,7 +7,7 @@
 
 #include "../data/dataset.h"
 #include "../data/readers.h"
-#include "../src/common.h"
+#include "../src/base/common.h"
 
 static char* tmp_file(const char* name, const char* text) {
     char* p = t5_path_join(t5test_tmpdir(), name);

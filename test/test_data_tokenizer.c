@@ -10,7 +10,7 @@
 #include "../data/readers.h"
 #include "../data/spm.h"
 #include "../data/tokenizer.h"
-#include "../src/common.h"
+#include "../src/base/common.h"
 
 static char* fixture_path(const char* name) {
     char* dir = t5_path_join(t5test_repo_dir(), "test/fixtures/tokenizer");

@@ -1,5 +1,5 @@
 /*
- * test_evaluate.c: the CPU parts of src/evaluate.c: gen_len counting (HF np.count_nonzero(pred != pad)), Python
+ * test_evaluate.c: the CPU parts of src/eval/evaluate.c: gen_len counting (HF np.count_nonzero(pred != pad)), Python
  * round(x, 4), the post-processing (decode with skip_special_tokens, optional clean-up, strip) with the real
  * T5 tokenizer, the "\n".join of generated_predictions.txt, and the metric keys.
  */
@@ -9,8 +9,8 @@
 #include "t5test.h"
 
 #include "../data/tokenizer.h"
-#include "../src/common.h"
-#include "../src/evaluate.h"
+#include "../src/base/common.h"
+#include "../src/eval/evaluate.h"
 
 static void test_count_nonpad(void** state) {
     (void)state;

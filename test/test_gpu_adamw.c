@@ -1,5 +1,5 @@
 /*
- * test_gpu_adamw.c: cuda/adamw.cu against the CPU scalar path of src/cpu_adam.c on the same inputs.
+ * test_gpu_adamw.c: cuda/adamw.cu against the CPU scalar path of src/zero/cpu_adam.c on the same inputs.
  * Both perform the same IEEE fp32 operations (explicit FMAs, correctly rounded sqrt and division,
  * round-to-nearest-even 16-bit stores), so master, m, v and the working copies must be bit-identical
  * (tolerance 0: any difference is a bug, not rounding). One plan holds 6 tensors mixing grad dtypes
@@ -12,8 +12,8 @@
 #include <math.h>
 
 #include "../cuda/adamw.cuh"
-#include "../cuda/check.h"
-#include "../src/cpu_adam.h"
+#include "../src/base/check.h"
+#include "../src/zero/cpu_adam.h"
 
 enum { NT = 6 };
 static const int64_t lens[NT] = {1000, 4097, 0, 3 * 4096 + 7, 1, 33};

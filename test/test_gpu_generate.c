@@ -19,15 +19,15 @@
 
 #include "t5test.h"
 
-#include "../cuda/check.h"
+#include "../src/base/check.h"
 #include "../cuda/elementwise.cuh"
 #include "../model/generate.h"
 #include "../model/params.h"
 #include "../model/t5_config.h"
 #include "../model/t5_weights.h"
-#include "../src/common.h"
-#include "../src/evaluate.h"
-#include "../src/zero.h"
+#include "../src/base/common.h"
+#include "../src/eval/evaluate.h"
+#include "../model/zero.h"
 
 static char* fixture_path(const char* dir, const char* rel) {
     char* d = t5_path_join(t5test_repo_dir(), dir);

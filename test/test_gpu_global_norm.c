@@ -6,17 +6,17 @@
  *    CPU sum rounded to fp32 (|d| <= 2^-23 |ref|);
  *  - the overflow flag for an inf in an fp32 buffer and a NaN in an fp16 buffer, 0 otherwise;
  *  - determinism: two runs give identical bits;
- *  - global_norm_clip_scale bit-identical to ds_grad_inv_scale (src/grad_clip.c) for several loss
+ *  - global_norm_clip_scale bit-identical to ds_grad_inv_scale (src/train/grad_clip.c) for several loss
  *    scales and clips, and the -1 norm convention under overflow.
  */
 #include "t5test.h"
 
 #include <math.h>
 
-#include "../cuda/check.h"
+#include "../src/base/check.h"
 #include "../cuda/global_norm.cuh"
-#include "../src/cpu_adam.h"
-#include "../src/grad_clip.h"
+#include "../src/zero/cpu_adam.h"
+#include "../src/train/grad_clip.h"
 
 enum { NB = 5 };
 static const int64_t lens[NB] = {1, 8191, 0, 100003, 3 * 8192 + 5};

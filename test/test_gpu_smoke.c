@@ -3,7 +3,7 @@
  */
 #include "t5test.h"
 
-#include "../cuda/check.h"
+#include "../src/base/check.h"
 
 static void test_device_roundtrip(void** state) {
     (void)state;

@@ -10,14 +10,14 @@
 
 #include "t5test.h"
 
-#include "../cuda/check.h"
+#include "../src/base/check.h"
 #include "../cuda/elementwise.cuh"
 #include "../model/params.h"
 #include "../model/t5.h"
 #include "../model/t5_config.h"
 #include "../model/t5_weights.h"
-#include "../src/common.h"
-#include "../src/zero.h"
+#include "../src/base/common.h"
+#include "../model/zero.h"
 
 typedef struct {
     T5Config cfg;

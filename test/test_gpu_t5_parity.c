@@ -17,15 +17,15 @@
 
 #include "t5test.h"
 
-#include "../cuda/check.h"
+#include "../src/base/check.h"
 #include "../cuda/elementwise.cuh"
 #include "../model/params.h"
 #include "../model/t5.h"
 #include "../model/t5_config.h"
 #include "../model/t5_weights.h"
-#include "../src/common.h"
-#include "../src/safetensors.h"
-#include "../src/zero.h"
+#include "../src/base/common.h"
+#include "../src/base/safetensors.h"
+#include "../model/zero.h"
 
 typedef struct {
     const char* name;

@@ -7,14 +7,14 @@
 
 #include "t5test.h"
 
-#include "../cuda/check.h"
+#include "../src/base/check.h"
 #include "../model/params.h"
 #include "../model/t5.h"
 #include "../model/t5_config.h"
 #include "../model/t5_weights.h"
-#include "../src/common.h"
-#include "../src/safetensors.h"
-#include "../src/zero.h"
+#include "../src/base/common.h"
+#include "../src/base/safetensors.h"
+#include "../model/zero.h"
 
 static char* fixture_path(const char* rel) {
     char* d = t5_path_join(t5test_repo_dir(), "test/fixtures/t5");

@@ -19,7 +19,7 @@
 #include <jansson.h>
 #include <math.h>
 
-#include "../src/common.h"
+#include "../src/base/common.h"
 
 static char g_text[1 << 18];
 

@@ -13,8 +13,8 @@
 
 #include <math.h>
 
-#include "../cuda/check.h"
-#include "../cuda/dtype.h"
+#include "../src/base/check.h"
+#include "../src/base/dtype.h"
 
 // ---- RNG
 

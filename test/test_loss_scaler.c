@@ -1,5 +1,5 @@
 /*
- * test_loss_scaler.c: src/loss_scaler.c against golden traces of DeepSpeed's DynamicLossScaler
+ * test_loss_scaler.c: src/train/loss_scaler.c against golden traces of DeepSpeed's DynamicLossScaler
  * (test/fixtures/loss_scaler/<scenario>.txt, written by scripts/make_loss_scaler_fixtures.py, a line-by-line
  * transcription of deepspeed/runtime/fp16/loss_scaler.py + config.py). Every step must match exactly:
  * the scale (compared as doubles), the hysteresis counter, last_overflow_iter and the log line.
@@ -8,8 +8,8 @@
 
 #include <math.h>
 
-#include "../src/common.h"
-#include "../src/loss_scaler.h"
+#include "../src/base/common.h"
+#include "../src/train/loss_scaler.h"
 
 // Parses the "config k=v ..." line into a LossScalerConfig with the presence flags set.
 static void parse_config(const char* line, LossScalerConfig* c) {

@@ -1,5 +1,5 @@
 /*
- * test_lr_schedule.c: src/lr_schedule.c against test/fixtures/lr/schedules.txt, written by
+ * test_lr_schedule.c: src/train/lr_schedule.c against test/fixtures/lr/schedules.txt, written by
  * scripts/make_lr_fixtures.py (transcriptions of transformers' get_scheduler lambdas + torch LambdaLR
  * and DeepSpeed's WarmupLR/WarmupDecayLR, with the trainer's "use lr, then step the scheduler" loop).
  * Tolerance: |lr - ref| <= 1e-13 * |ref| + 1e-300. Both sides evaluate the same double expressions
@@ -11,7 +11,7 @@
 
 #include <math.h>
 
-#include "../src/lr_schedule.h"
+#include "../src/train/lr_schedule.h"
 
 static void parse_case(char* line, LRSchedule* s, char* name, size_t namecap) {
     char* save = NULL;

@@ -9,7 +9,7 @@
 #include "t5test.h"
 
 #include "../model/model_lookup.h"
-#include "../src/common.h"
+#include "../src/base/common.h"
 
 static char hub[512], home[512];
 

@@ -1,6 +1,6 @@
 /*
  * test_optim_groups.c: hf_param_gets_weight_decay over every T5 parameter name pattern, checked two
- * ways: against the expected answer written out by hand (from the rule in src/optim_groups.h) and
+ * ways: against the expected answer written out by hand (from the rule in model/optim_groups.h) and
  * against POSIX regular expressions that are the HF patterns verbatim (an independent oracle).
  */
 #include "t5test.h"
@@ -8,7 +8,7 @@
 #include <ctype.h>
 #include <regex.h>
 
-#include "../src/optim_groups.h"
+#include "../model/optim_groups.h"
 
 // HF Trainer.get_decay_parameter_names patterns, searched in the lowercased name
 static bool oracle_decay(const char* name) {

@@ -6,7 +6,7 @@
 #include "t5test.h"
 
 #include "../model/params.h"
-#include "../src/common.h"
+#include "../src/base/common.h"
 #include "../model/t5_config.h"
 
 static const char* presets[] = {

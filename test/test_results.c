@@ -1,5 +1,5 @@
 /*
- * test_results.c: src/results.c writes train/eval/all_results.json and trainer_state.json byte for byte
+ * test_results.c: src/report/results.c writes train/eval/all_results.json and trainer_state.json byte for byte
  * as transformers does (fixtures from scripts/make_trainer_log_fixtures.py, which calls HF's own
  * TrainerState.save_to_json and json.dump), merges all_results like save_metrics(combined=True), and
  * reads trainer_state.json back.
@@ -9,8 +9,8 @@
 #include <dirent.h>
 #include <jansson.h>
 
-#include "../src/common.h"
-#include "../src/results.h"
+#include "../src/base/common.h"
+#include "../src/report/results.h"
 
 static char* fixture_text(const char* name) {
     char* dir = t5_path_join(t5test_repo_dir(), "test/fixtures/trainer_log");

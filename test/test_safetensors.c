@@ -1,5 +1,5 @@
 /*
- * test_safetensors.c: src/safetensors.c on the checkpoints transformers wrote (test/fixtures/t5/), the
+ * test_safetensors.c: src/base/safetensors.c on the checkpoints transformers wrote (test/fixtures/t5/), the
  * dtype conversions (exhaustive fp16 round trip, round-to-nearest-even edge cases), writer round trips
  * (single file, sharded + index, callbacks), and every error case with its message.
  */
@@ -9,8 +9,8 @@
 #include "t5test.h"
 
 #include "../model/t5_config.h"
-#include "../src/common.h"
-#include "../src/safetensors.h"
+#include "../src/base/common.h"
+#include "../src/base/safetensors.h"
 
 #define ERRLEN 1024
 

@@ -5,7 +5,7 @@
 #include "t5test.h"
 
 #include "../model/t5_config.h"
-#include "../src/common.h"
+#include "../src/base/common.h"
 
 static char* tmp_file(const char* name, const char* text) {
     static char path[4][512];

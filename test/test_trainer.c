@@ -1,6 +1,6 @@
 /*
- * test_trainer.c: the trainer loop's pure arithmetic (src/trainer.h) against HF Trainer values, and the
- * command-line checks of src/run.c that stop before the GPU.
+ * test_trainer.c: the trainer loop's pure arithmetic (src/train/trainer.h) against HF Trainer values, and the
+ * command-line checks of src/cli/run.c that stop before the GPU.
  *
  * HF references (transformers Trainer._inner_training_loop, >= 4.46):
  *   num_update_steps_per_epoch = max(len_dataloader // gas + int(len_dataloader % gas > 0), 1)
@@ -10,8 +10,8 @@
  */
 #include "t5test.h"
 
-#include "../src/common.h"
-#include "../src/trainer.h"
+#include "../src/base/common.h"
+#include "../src/train/trainer.h"
 
 static void test_updates_per_epoch(void** state) {
     (void)state;

@@ -1,5 +1,5 @@
 /*
- * test_trainer_log.c: src/trainer_log.c against the real thing: tqdm's format_meter and Python's float
+ * test_trainer_log.c: src/report/trainer_log.c against the real thing: tqdm's format_meter and Python's float
  * repr/round (fixtures from scripts/make_trainer_log_fixtures.py), HF's header text, and the log files
  * parsed back with jansson.
  */
@@ -10,8 +10,8 @@
 #include <math.h>
 #include <unistd.h>
 
-#include "../src/common.h"
-#include "../src/trainer_log.h"
+#include "../src/base/common.h"
+#include "../src/report/trainer_log.h"
 
 static char* fixture_path(const char* name) {
     char* dir = t5_path_join(t5test_repo_dir(), "test/fixtures/trainer_log");

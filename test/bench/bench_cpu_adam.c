@@ -1,5 +1,5 @@
 /*
- * bench_cpu_adam.c: throughput of the CPU AdamW (src/cpu_adam.c) against the machine's memory bandwidth.
+ * bench_cpu_adam.c: throughput of the CPU AdamW (src/zero/cpu_adam.c) against the machine's memory bandwidth.
  *
  *   build-x/bench/bench_cpu_adam [--steps K] [--simd avx512|avx2|scalar] SIZE_M...
  *   e.g. bench_cpu_adam 100 1000 3000    (100M, 1B, 3B fp32 parameters; default: 10 100)
@@ -26,7 +26,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
-#include "../../src/cpu_adam.h"
+#include "../../src/zero/cpu_adam.h"
 
 static double now(void) {
     struct timespec ts;

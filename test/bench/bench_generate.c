@@ -32,15 +32,15 @@
 
 #include <cuda_profiler_api.h>
 
-#include "../../cuda/check.h"
+#include "../../src/base/check.h"
 #include "../../cuda/decode_gemv.cuh"
 #include "../../cuda/matmul.cuh"
 #include "../../model/generate.h"
 #include "../../model/params.h"
 #include "../../model/t5_config.h"
 #include "../../model/t5_weights.h"
-#include "../../src/common.h"
-#include "../../src/zero.h"
+#include "../../src/base/common.h"
+#include "../../model/zero.h"
 
 static double now_s(void) {
     struct timespec ts;

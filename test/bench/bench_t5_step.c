@@ -31,14 +31,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../cuda/check.h"
+#include "../../src/base/check.h"
 #include "../../cuda/matmul.cuh"
 #include "../../model/params.h"
 #include "../../model/t5.h"
 #include "../../model/t5_config.h"
 #include "../../model/t5_weights.h"
-#include "../../src/common.h"
-#include "../../src/zero.h"
+#include "../../src/base/common.h"
+#include "../../model/zero.h"
 
 typedef struct {
     char models[512], shapes[256], dtypes[64], modes[64], init[16], grad_dtype[16];

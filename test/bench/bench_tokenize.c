@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "../../data/dataset.h"
-#include "../../src/common.h"
+#include "../../src/base/common.h"
 
 static double now_s(void) {
     struct timespec ts;

@@ -8,8 +8,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "common.h"
-#include "results.h"
+#include "../base/common.h"
+#include "../report/results.h"
 
 int64_t evaluate_count_nonpad(const int32_t* row, int width, int pad) {
     int64_t n = 0;

@@ -15,16 +15,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../cuda/check.h"
-#include "../src/commands.h"
-#include "../src/common.h"
-#include "../src/safetensors.h"
-#include "../src/zero.h"
-#include "model_lookup.h"
-#include "params.h"
-#include "t5.h"
-#include "t5_config.h"
-#include "t5_weights.h"
+#include "../base/check.h"
+#include "commands.h"
+#include "../base/common.h"
+#include "../base/safetensors.h"
+#include "../../model/zero.h"
+#include "../../model/model_lookup.h"
+#include "../../model/params.h"
+#include "../../model/t5.h"
+#include "../../model/t5_config.h"
+#include "../../model/t5_weights.h"
 
 // ---------------------------------------------------------------------------------------------
 // batch JSON

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "commands.h"
-#include "common.h"
+#include "../base/common.h"
 
 typedef struct {
     const char* name;

@@ -1,7 +1,7 @@
 /*
  * bleu_cmd.c: `t5train bleu HYP_FILE REF_FILE [REF_FILE...]`, corpus BLEU like the sacreBLEU CLI
  * (`sacrebleu REF... -i HYP`): every line is read as UTF-8 (LF-separated, as Python's
- * open(newline="\n")), rstrip()'d, and scored with sacreBLEU's defaults (src/bleu.c).
+ * open(newline="\n")), rstrip()'d, and scored with sacreBLEU's defaults (src/eval/bleu.c).
  *
  * Exit codes: 0 ok, 2 usage errors, 1 bad files (missing/unreadable, invalid UTF-8, NUL bytes,
  * line-count mismatch, empty hypothesis file).
@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/bleu.h"
-#include "../src/commands.h"
-#include "../src/common.h"
+#include "../eval/bleu.h"
+#include "commands.h"
+#include "../base/common.h"
 
 static void bleu_usage(FILE* f) {
     fprintf(f,

@@ -15,7 +15,7 @@
  *     lr of update u = schedule(number of updates applied before it)
  * bf16 / fp32: no loss scaling; a non-finite gradient norm stops the run with an error (never a silent NaN).
  *
- * Checkpoints (src/checkpoint.h protocol: temporary directory, rename, completion marker t5train_done):
+ * Checkpoints (src/train/checkpoint.h protocol: temporary directory, rename, completion marker t5train_done):
  * output_dir/checkpoint-<step>/ = model.safetensors (the fp32 master, HF names: exact weights on resume) +
  * config.json + tokenizer files + trainer_state.json + t5train_state.bin with the blobs "trainer" (counters,
  * logging window), "optimizer" (Adam m then v, fp32), "scaler" (LossScaler), "scheduler" (schedule position +
@@ -24,18 +24,18 @@
  * or corrupt checkpoint is reported and skipped for the previous good one; a named DIR must be good.
  * SIGINT/SIGTERM: the current step finishes, a checkpoint is saved, the run exits 0 with a message.
  *
- * trainer.c does not include src/config.h (its LrSchedulerType names collide with src/lr_schedule.h):
- * src/run.c translates the resolved RunConfig into TrainerArgs.
+ * trainer.c does not include src/cli/config.h (its LrSchedulerType names collide with src/train/lr_schedule.h):
+ * src/cli/run.c translates the resolved RunConfig into TrainerArgs.
  */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../cuda/dtype.h"
-#include "../data/dataset.h"
-#include "../model/generate.h"
-#include "../model/t5_config.h"
+#include "../base/dtype.h"
+#include "../../data/dataset.h"
+#include "../../model/generate.h"
+#include "../../model/t5_config.h"
 #include "loss_scaler.h"
 
 #ifdef __cplusplus

@@ -38,7 +38,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../cuda/dtype.h"
+#include "dtype.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -3,7 +3,7 @@
  * holds the training arguments of HF run_translation.py / Seq2SeqTrainingArguments and a
  * `deepspeed` section with DeepSpeed's own schema (inline, or a path to a DeepSpeed JSON file).
  *
- * Every key, its type, default, range and help text lives in ONE table (src/config_table.c);
+ * Every key, its type, default, range and help text lives in ONE table (src/cli/config_table.c);
  * parsing, validation, --help, the startup table and the resolved JSON are generated from it.
  *
  * Life of a config:
@@ -25,7 +25,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "../model/t5_config.h"
+#include "../../model/t5_config.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -332,7 +332,7 @@ typedef struct {
     int num_notes;
 } RunConfig;
 
-// ---- the table of keys (src/config_table.c)
+// ---- the table of keys (src/cli/config_table.c)
 typedef enum {
     CONFIG_BOOL = 0,  // bool
     CONFIG_INT,       // int64_t (a JSON real with an integral value is accepted: 1e9)

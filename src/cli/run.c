@@ -5,7 +5,7 @@
  *   parse argv (files, then flags) -> resolve "auto" -> check output_dir -> print the table
  *   -> (--dry_run: exit 0) -> write output_dir/t5train_config.json -> check what this build
  *   implements (config_check_implemented + the run-level checks below) -> translate the resolved
- *   RunConfig into TrainerArgs -> trainer_run (src/trainer.c).
+ *   RunConfig into TrainerArgs -> trainer_run (src/train/trainer.c).
  *
  * Test hooks (not config keys, stripped from argv before the config parser sees them):
  *   --dump_batches FILE [--dump_batches_steps N]   token ids of the first N (50) updates as JSON
@@ -18,12 +18,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../data/tokenizer.h"
-#include "../model/model_lookup.h"
-#include "../src/commands.h"
-#include "../src/common.h"
+#include "../../data/tokenizer.h"
+#include "../../model/model_lookup.h"
+#include "commands.h"
+#include "../base/common.h"
 #include "config.h"
-#include "trainer.h"
+#include "../train/trainer.h"
 
 // world size from the launcher's environment (deepspeed/torchrun: WORLD_SIZE; mpirun: OMPI_COMM_WORLD_SIZE)
 static int run_world_size(void) {

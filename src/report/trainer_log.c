@@ -18,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common.h"
+#include "../base/common.h"
 
 double trainer_log_now(void) {
     struct timespec ts;

@@ -10,7 +10,7 @@
  *     (`{'loss': 1.2346, 'grad_norm': 0.81, 'learning_rate': 4.8e-05, 'epoch': 0.12}`), JSON lines appended to
  *     output_dir/trainer_log.jsonl and key:value lines to output_dir/main.log (llm.c logger: opened and
  *     closed on every write so a crash loses nothing; rank 0 only);
- *   - DeepSpeed's overflow line, passed through unchanged (src/loss_scaler.c formats it);
+ *   - DeepSpeed's overflow line, passed through unchanged (src/train/loss_scaler.c formats it);
  *   - host RSS from /proc/self/status.
  *
  * Pure formatters write into a caller buffer and return the snprintf-style length (tests compare them

@@ -25,7 +25,7 @@
 #include <dirent.h>
 #include <unistd.h>
 
-#include "common.h"
+#include "../base/common.h"
 
 #define DS_PREFIX "deepspeed."
 #define DS_PREFIX_LEN 10
@@ -1137,13 +1137,13 @@ static const struct {
     bool offload_nvme;
     bool resume;          // resume_from_checkpoint
 } T5_BUILD_FEATURES = {
-    .train = true,         // src/trainer.c (single GPU, ZeRO stage 0)
-    .eval = true,          // eval loss, + generation and BLEU with predict_with_generate (src/evaluate.c)
+    .train = true,         // src/train/trainer.c (single GPU, ZeRO stage 0)
+    .eval = true,          // eval loss, + generation and BLEU with predict_with_generate (src/eval/evaluate.c)
     .predict = true,       // test split: predict_results.json, generated_predictions.txt
     .max_zero_stage = 0,
     .offload_cpu = false,
     .offload_nvme = false,
-    .resume = true,        // checkpoint-<step> dirs written by src/trainer.c
+    .resume = true,        // checkpoint-<step> dirs written by src/train/trainer.c
 };
 
 int config_check_implemented(const RunConfig* c, char* err, size_t n) {

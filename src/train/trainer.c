@@ -2,8 +2,8 @@
  * trainer.c: the single-GPU training loop (ZeRO stage 0). See trainer.h for the step semantics, the
  * checkpoint layout and the resume / signal contract.
  *
- * Sections: pure loop arithmetic | checkpoint blobs (src/checkpoint.h holds the directory protocol) | the run
- * (setup, eval, step, loop, end). Signals: src/signals.h.
+ * Sections: pure loop arithmetic | checkpoint blobs (src/train/checkpoint.h holds the directory protocol) | the run
+ * (setup, eval, step, loop, end). Signals: src/base/signals.h.
  */
 #include "trainer.h"
 
@@ -15,25 +15,25 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../cuda/adamw.cuh"
-#include "../cuda/check.h"
-#include "../cuda/elementwise.cuh"
-#include "../cuda/global_norm.cuh"
-#include "../data/dataloader.h"
-#include "../data/tokenizer.h"
-#include "../model/params.h"
-#include "../model/t5.h"
-#include "../model/t5_weights.h"
+#include "../../cuda/adamw.cuh"
+#include "../base/check.h"
+#include "../../cuda/elementwise.cuh"
+#include "../../cuda/global_norm.cuh"
+#include "../../data/dataloader.h"
+#include "../../data/tokenizer.h"
+#include "../../model/params.h"
+#include "../../model/t5.h"
+#include "../../model/t5_weights.h"
 #include "checkpoint.h"
-#include "common.h"
-#include "cpu_adam.h"
+#include "../base/common.h"
+#include "../zero/cpu_adam.h"
 #include "lr_schedule.h"
-#include "results.h"
-#include "evaluate.h"
-#include "safetensors.h"
-#include "signals.h"
-#include "trainer_log.h"
-#include "zero.h"
+#include "../report/results.h"
+#include "../eval/evaluate.h"
+#include "../base/safetensors.h"
+#include "../base/signals.h"
+#include "../report/trainer_log.h"
+#include "../../model/zero.h"
 
 #define TRAINER_ERR_LEN 8192
 
@@ -92,7 +92,7 @@ bool trainer_step_due(TrainerInterval strategy, int64_t step, int64_t interval) 
 
 
 // ----------------------------------------------------------------------------
-// what a checkpoint carries besides the weights (src/checkpoint.h blobs in t5train_state.bin)
+// what a checkpoint carries besides the weights (src/train/checkpoint.h blobs in t5train_state.bin)
 
 #define CKPT_TAG_TRAINER "trainer"
 
@@ -362,7 +362,7 @@ static void set_model_batch(Trainer* t, const Batch* b) {
 
 // Loss over a whole split (HF evaluation_loop: each batch's mean loss weighted by its number of examples),
 // then, with predict_with_generate, generation + corpus BLEU as run_translation's compute_metrics
-// (src/evaluate.c). prefix "eval" or "predict"; with keep the predictions are written to
+// (src/eval/evaluate.c). prefix "eval" or "predict"; with keep the predictions are written to
 // output_dir/generated_predictions.txt. Returns the metrics object (new reference).
 static json_t* run_eval_split(Trainer* t, Dataset* ds, DataLoader* dl, const char* prefix, double epoch, bool keep) {
     const TrainerArgs* a = t->a;

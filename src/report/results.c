@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common.h"
+#include "../base/common.h"
 #include "trainer_log.h"
 
 // ---------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@
  * never a false complete one.
  */
 #include "checkpoint.h"
-#include "safetensors.h"
+#include "../base/safetensors.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -20,8 +20,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "common.h"
-#include "results.h"
+#include "../base/common.h"
+#include "../report/results.h"
 
 // ---------------------------------------------------------------------------------------------
 // CRC32C

@@ -1,7 +1,7 @@
 /*
  * evaluate.h: evaluation with generation, as run_translation.py + Seq2SeqTrainer do it with
  * --predict_with_generate (REFERENCE.md 5.2): generate over the eval (or predict) split in the trainer's eval
- * batches, decode, strip, corpus BLEU (src/bleu.h, sacreBLEU defaults) and gen_len.
+ * batches, decode, strip, corpus BLEU (src/eval/bleu.h, sacreBLEU defaults) and gen_len.
  *
  *   bleu     = sacrebleu.corpus_bleu(preds, [refs]).score, preds = batch_decode(generated,
  *              skip_special_tokens=True).strip(), refs = batch_decode(labels, skip_special_tokens=True).strip()
@@ -22,13 +22,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../data/dataloader.h"
-#include "../data/dataset.h"
-#include "../data/tokenizer.h"
-#include "../model/generate.h"
-#include "../model/params.h"
+#include "../../data/dataloader.h"
+#include "../../data/dataset.h"
+#include "../../data/tokenizer.h"
+#include "../../model/generate.h"
+#include "../../model/params.h"
 #include "bleu.h"
-#include "zero.h"
+#include "../../model/zero.h"
 
 #ifdef __cplusplus
 extern "C" {

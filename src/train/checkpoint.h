@@ -5,7 +5,7 @@
  *
  *   output_dir/checkpoint-<step>/
  *       model.safetensors, config.json, ...   written by the model code into the temporary directory
- *       trainer_state.json                    src/results.c
+ *       trainer_state.json                    src/report/results.c
  *       t5train_state.bin                     this file's state format (one per rank when world_size > 1:
  *                                             t5train_state_r00000.bin, ...)
  *       t5train_done                          completion marker, written LAST: "t5train checkpoint\n

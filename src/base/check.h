@@ -1,6 +1,6 @@
 /*
  * check.h: CUDA_CHECK, CUBLAS_CHECK, NCCL_CHECK for host code (C or CUDA), built from the one
- * generic T5_CHECK_GEN in src/common.h. A failure prints
+ * generic T5_CHECK_GEN in src/base/common.h. A failure prints
  *   [CUDA ERROR] rank R host H file:line func: <stmt> -> <message>
  * and aborts. With DEBUG=1 (T5_DEBUG), CUDA_LAUNCH_CHECK also synchronises the device so a
  * faulting kernel is reported at its own launch.
@@ -10,7 +10,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#include "../src/common.h"
+#include "common.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/commands.h"
-#include "../src/common.h"
-#include "tokenizer.h"
+#include "commands.h"
+#include "../base/common.h"
+#include "../../data/tokenizer.h"
 
 static void tokenize_usage(FILE* f) {
     fprintf(f,

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
+#include "../base/common.h"
 
 // ----------------------------------------------------------------------------
 // UTF-8 helpers

@@ -1,14 +1,14 @@
 /*
  * zero.c: the parameter engine, stage 0 (everything resident on the GPU). See zero.h.
  */
-#include "zero.h"
+#include "../../model/zero.h"
 
 #include <stdio.h>
 #include <string.h>
 
-#include "../cuda/check.h"
-#include "../cuda/elementwise.cuh"
-#include "common.h"
+#include "../base/check.h"
+#include "../../cuda/elementwise.cuh"
+#include "../base/common.h"
 
 typedef struct {
     bool fetched;     // between fetch and release

@@ -26,7 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../cuda/dtype.h"
+#include "../base/dtype.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -28,7 +28,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "../cuda/dtype.h"
+#include "../src/base/dtype.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,0 +1,14 @@
+/*
+ * commands.h: the subcommands of the t5train binary. main.c dispatches on argv[1]; each
+ * command lives with the room that owns it and returns the process exit code.
+ */
+#pragma once
+
+// ./t5train [--config FILE] [flags...]: a training / evaluation run (src/cli/run.c)
+int run_main(int argc, char** argv);
+// ./t5train tokenize [--model DIR | --tokenizer FILE] [--target] [--decode] [FILE] (src/cli/tokenize_cmd.c)
+int tokenize_main(int argc, char** argv);
+// ./t5train bleu HYP_FILE REF_FILE [REF_FILE...] (src/cli/bleu_cmd.c)
+int bleu_main(int argc, char** argv);
+// ./t5train dump-grads --model DIR --batch FILE.json --out FILE.safetensors [--dtype fp32|fp16|bf16] (src/cli/dump_grads.c)
+int dump_grads_main(int argc, char** argv);
