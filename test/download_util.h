@@ -23,7 +23,7 @@ typedef struct {
     char endpoint[128];
 } HubServer;
 
-static void dl_mkdirs(const char* path) {
+static __attribute__((unused)) void dl_mkdirs(const char* path) {
     char tmp[1024];
     snprintf(tmp, sizeof tmp, "%s", path);
     for (char* p = tmp + 1; *p; p++)
@@ -36,7 +36,7 @@ static void dl_mkdirs(const char* path) {
 }
 
 // writes n bytes of deterministic pseudo-random data (seeded) to root/rel, creating folders
-static void dl_write_bytes(const char* root, const char* rel, size_t n, unsigned seed) {
+static __attribute__((unused)) void dl_write_bytes(const char* root, const char* rel, size_t n, unsigned seed) {
     char p[1024];
     snprintf(p, sizeof p, "%s/%s", root, rel);
     char* slash = strrchr(p, '/');
@@ -55,7 +55,7 @@ static void dl_write_bytes(const char* root, const char* rel, size_t n, unsigned
     fclose(f);
 }
 
-static void dl_write_text(const char* root, const char* rel, const char* text) {
+static __attribute__((unused)) void dl_write_text(const char* root, const char* rel, const char* text) {
     char p[1024];
     snprintf(p, sizeof p, "%s/%s", root, rel);
     char* slash = strrchr(p, '/');
@@ -66,7 +66,7 @@ static void dl_write_text(const char* root, const char* rel, const char* text) {
 }
 
 // starts python3 test/hub_server.py on a free port; fails the test when it does not come up in 10 s
-static void hub_server_start(HubServer* s, const char* root) {
+static __attribute__((unused)) void hub_server_start(HubServer* s, const char* root) {
     memset(s, 0, sizeof *s);
     snprintf(s->root, sizeof s->root, "%s", root);
     snprintf(s->log, sizeof s->log, "%.500s.log", root);
@@ -96,7 +96,7 @@ static void hub_server_start(HubServer* s, const char* root) {
     snprintf(s->endpoint, sizeof s->endpoint, "http://127.0.0.1:%d", s->port);
 }
 
-static void hub_server_stop(HubServer* s) {
+static __attribute__((unused)) void hub_server_stop(HubServer* s) {
     if (s->pid > 0) {
         kill(s->pid, SIGTERM);
         waitpid(s->pid, NULL, 0);
@@ -104,7 +104,7 @@ static void hub_server_stop(HubServer* s) {
     }
 }
 
-static void hub_server_faults(HubServer* s, const char* json) {
+static __attribute__((unused)) void hub_server_faults(HubServer* s, const char* json) {
     char tmp[600];
     snprintf(tmp, sizeof tmp, "%s.tmp", s->faults);
     t5test_write_file(tmp, json);
@@ -114,10 +114,10 @@ static void hub_server_faults(HubServer* s, const char* json) {
     nanosleep(&ts, NULL);
 }
 
-static void hub_server_clear_log(HubServer* s) { unlink(s->log); }
+static __attribute__((unused)) void hub_server_clear_log(HubServer* s) { unlink(s->log); }
 
 // number of logged requests whose line contains every one of the given substrings (NULL-terminated)
-static int hub_server_count(HubServer* s, const char* a, const char* b) {
+static __attribute__((unused)) int hub_server_count(HubServer* s, const char* a, const char* b) {
     FILE* f = fopen(s->log, "r");
     if (!f) return 0;
     char line[4096];
@@ -129,7 +129,7 @@ static int hub_server_count(HubServer* s, const char* a, const char* b) {
 }
 
 // the server logs a request after answering it: poll (up to 2 s) until `want` lines match, return the count
-static int hub_server_wait_count(HubServer* s, const char* a, const char* b, int want) {
+static __attribute__((unused)) int hub_server_wait_count(HubServer* s, const char* a, const char* b, int want) {
     int n = 0;
     for (int i = 0; i < 40; i++) {
         n = hub_server_count(s, a, b);
@@ -141,7 +141,7 @@ static int hub_server_wait_count(HubServer* s, const char* a, const char* b, int
 }
 
 // bytes sent by the last logged request containing `a`, -1 if none
-static long hub_server_last_bytes(HubServer* s, const char* a) {
+static __attribute__((unused)) long hub_server_last_bytes(HubServer* s, const char* a) {
     FILE* f = fopen(s->log, "r");
     if (!f) return -1;
     char line[4096];
