@@ -1,7 +1,8 @@
 # t5train Makefile
 #
 #   make                 build ./t5train
-#   make test            build and run every test (GPU tests are skipped without a GPU)
+#   make test            build and run every test (GPU tests are skipped without a GPU) and the floor
+#                        check of the includes (scripts/check_floors.sh, docs/layout.md)
 #   make test-gpu        build and run only the GPU tests
 #   make test-cpu        build and run only the CPU tests
 #   make bench           build the benchmarks under test/bench
@@ -199,12 +200,14 @@ $(BUILD)/bench/%: test/bench/%.cu $(LIB)
 tests: $(TEST_BINS) $(BIN)
 bench: $(BENCH_BINS) $(BIN)
 
-# the test runner prints one line "N passed, N failed, N skipped" and exits non-zero on failure
+# the test runner prints one line "N passed, N failed, N skipped" and exits non-zero on failure;
+# scripts/check_floors.sh (TAP, one test) fails when a source file includes from a higher floor
+FLOOR_CHECK := scripts/check_floors.sh
 test: $(TEST_BINS) $(BIN)
-	@T5TRAIN_BIN=$(abspath $(BIN)) bash test/run_tests.sh $(TEST_BINS)
+	@T5TRAIN_BIN=$(abspath $(BIN)) bash test/run_tests.sh $(TEST_BINS) $(FLOOR_CHECK)
 
 test-cpu: $(CPU_TESTS) $(BIN)
-	@T5TRAIN_BIN=$(abspath $(BIN)) bash test/run_tests.sh $(CPU_TESTS)
+	@T5TRAIN_BIN=$(abspath $(BIN)) bash test/run_tests.sh $(CPU_TESTS) $(FLOOR_CHECK)
 
 test-gpu: $(GPU_TESTS) $(BIN)
 	@T5TRAIN_BIN=$(abspath $(BIN)) T5TRAIN_REQUIRE_GPU=1 bash test/run_tests.sh $(GPU_TESTS)
