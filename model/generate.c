@@ -140,7 +140,7 @@ struct T5Generator {
     BlockParamIdx* dec_idx;  // (Ld)
     int p_embed, p_lm_head, p_enc_final, p_dec_final;
     int u_shared, u_final, u_lm;
-    float* cur_mb;  // fp32 view of the unit fetched last
+    int cur_unit;   // the unit fetched last
     uint64_t fetch_sig;  // hash of the pointers unit_fetch returned since the last reset
     bool use_graphs;
     bool qkv_fused;  // every decoder block's q, k, v weights are adjacent: one (3 HD, D) projection
@@ -548,13 +548,15 @@ static inline void* wp(const T5Generator* G, void* wb, int pidx) {
     return (char*)wb + G->t->params[pidx].offset * G->xs;
 }
 // fp32 weights of a non-GEMM op (norm weight, bias table, embedding lookup): HF autocast uses fp32 params there
-static inline const float* nwp(const T5Generator* G, int pidx) { return G->cur_mb + G->t->params[pidx].offset; }
+static inline const float* nwp(const T5Generator* G, int pidx) {
+    return zero_fp32_tensor(G->Z, G->cur_unit, G->t->params[pidx].offset);
+}
 
 static void* unit_fetch(T5Generator* G, int unit, cudaStream_t s) {
     void* wb = zero_fetch(G->Z, unit, s);
-    G->cur_mb = (float*)zero_fetch_fp32(G->Z, unit, s);
+    G->cur_unit = unit;
+    // (the fp32 views never move: the working-weight pointer alone tells whether a captured graph is still valid)
     G->fetch_sig = (G->fetch_sig ^ (uint64_t)(uintptr_t)wb) * 0x100000001b3ull;
-    G->fetch_sig = (G->fetch_sig ^ (uint64_t)(uintptr_t)G->cur_mb) * 0x100000001b3ull;
     return wb;
 }
 

@@ -146,7 +146,8 @@ struct T5Model {
     size_t gs;  // sizeof GD
     DType PX;   // dtype of the stored attention probabilities (fp32 unless probs_in_x)
     DType NX;   // dtype of the weights of non-GEMM ops (norms, bias tables, embedding lookup): X or fp32
-    float* cur_mb;  // fp32 view of the unit fetched last (when NX is fp32), else NULL
+    int cur_unit;   // the unit fetched last
+    bool cur_f32;   // its non-GEMM weights are read in fp32 (zero_fp32_tensor), i.e. NX is fp32
     int D, H, Dk, HD, F, V, L, Ld, NB, max_dist;
     float eps;
     bool gated, tied;
@@ -770,14 +771,16 @@ static inline void* gptr(const T5Model* M, void* grad_base, int pidx) {
 }
 // weights of a non-GEMM op (norm weight, bias table, embedding lookup), dtype M->NX
 static inline const void* nwptr(const T5Model* M, void* unit_base, int pidx) {
-    return M->cur_mb ? (const void*)(M->cur_mb + M->t->params[pidx].offset) : wptr(M, unit_base, pidx);
+    return M->cur_f32 ? (const void*)zero_fp32_tensor(M->Z, M->cur_unit, M->t->params[pidx].offset)
+                      : wptr(M, unit_base, pidx);
 }
 // zero_fetch plus (unless nongemm_in_x) the unit's fp32 view for the non-GEMM ops.
 // NOTE(numerics): as HF autocast, RMSNorm weights, the relative-bias tables and the embedding lookup use fp32
 // parameters; only GEMM operands are X. (In fp32 runs both views are the same buffer.)
 static void* unit_fetch(T5Model* M, int unit, cudaStream_t s) {
     void* wb = zero_fetch(M->Z, unit, s);
-    M->cur_mb = M->NX == DT_F32 ? (float*)zero_fetch_fp32(M->Z, unit, s) : NULL;
+    M->cur_unit = unit;
+    M->cur_f32 = M->NX == DT_F32;
     return wb;
 }
 
@@ -1242,6 +1245,34 @@ static void backward_body(T5Model* M, cudaStream_t s) {
     gb = zero_grad(Z, M->u_shared);
     embedding_backward(gptr(M, gb, M->p_embed), M->GD, M->dres_enc, M->input_ids, (int)Ns, D, V, M->emb_scratch, s);
     unit_grad_ready(M, M->u_shared, s);
+}
+
+// The unit order forward_body + backward_body fetch in (the ZeRO stage 3 trace; the engine checks every fetch
+// against it). Keep in step with the two functions above: test_gpu_zero records the real order and compares.
+int t5_model_fetch_trace(const ParamTable* t, int* out, int cap) {
+    const int L = t->cfg.num_layers, Ld = t->cfg.num_decoder_layers;
+    const int sh = params_unit_shared(t), fin = params_unit_final_norms(t);
+    const int lm = params_unit_lm_head(t) >= 0 ? params_unit_lm_head(t) : sh;
+    int n = 0;
+#define PUSH(u)                 \
+    do {                        \
+        if (n < cap) out[n] = (u); \
+        n++;                    \
+    } while (0)
+    PUSH(sh);
+    for (int l = 0; l < L; l++) PUSH(params_unit_enc_block(t, l));
+    PUSH(fin);
+    PUSH(sh);
+    for (int l = 0; l < Ld; l++) PUSH(params_unit_dec_block(t, l));
+    PUSH(fin);
+    PUSH(lm);
+    PUSH(lm);
+    PUSH(fin);
+    for (int l = Ld - 1; l >= 0; l--) PUSH(params_unit_dec_block(t, l));
+    PUSH(fin);
+    for (int l = L - 1; l >= 0; l--) PUSH(params_unit_enc_block(t, l));
+#undef PUSH
+    return n;
 }
 
 void t5_model_backward(T5Model* M, cudaStream_t s) {

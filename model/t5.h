@@ -95,6 +95,9 @@ void t5_model_backward(T5Model* M, cudaStream_t stream);
 // bit. With opt.cuda_graph: the first call for a shape runs eagerly, the second captures a CUDA graph, later
 // ones store the seed and launch it (at most 8 shapes kept, least recently used replaced). No host sync.
 void t5_model_forward_backward(T5Model* M, float grad_scale, uint64_t seed, cudaStream_t stream);
+// The unit order of one t5_model_forward(with_grad) + t5_model_backward (ZeRO stage 3's static trace).
+// Writes min(n, cap) units to out and returns n.
+int t5_model_fetch_trace(const ParamTable* t, int* out, int cap);
 // Number of captured graphs held (for tests).
 int t5_model_num_graphs(const T5Model* M);
 

@@ -13,10 +13,12 @@
 #include "../src/base/common.h"
 #include "../src/base/safetensors.h"
 
-// copies a host fp32 unit image to the unit's master
+// copies this rank's part of a host fp32 unit image to the unit's master (device or host memory: the
+// engine's stages 1-3 may keep it on the host, hence cudaMemcpyDefault)
 static void upload_unit(ZeroEngine* Z, int unit, const float* h, cudaStream_t s) {
-    CUDA_CHECK(cudaMemcpyAsync(zero_master(Z, unit), h, zero_unit_numel(Z, unit) * sizeof(float),
-                               cudaMemcpyHostToDevice, s));
+    size_t lo, hi;
+    zero_unit_owned(Z, unit, &lo, &hi);
+    CUDA_CHECK(cudaMemcpyAsync(zero_master(Z, unit), h + lo, (hi - lo) * sizeof(float), cudaMemcpyDefault, s));
     CUDA_CHECK(cudaStreamSynchronize(s));  // h is reused for the next unit
 }
 
@@ -174,9 +176,15 @@ int t5_weights_init_random(ZeroEngine* Z, const ParamTable* t, uint64_t seed, cu
             double sd = init_std(t, p);
             uint64_t st = seed ^ (0xA0761D6478BD642Full * (uint64_t)(i + 1));
             splitmix64(&st);
-            for (size_t k = 0; k < p->numel; k += 2) {  // Box-Muller, two normals per pair of uniforms
-                double u1 = uniform01(&st), u2 = uniform01(&st);
+            // Box-Muller, two normals per pair of uniforms; pair j uses the stream's calls 2j+1 and 2j+2, so the
+            // pairs are computed in parallel with the same values as the sequential loop
+            const int64_t npairs = (int64_t)((p->numel + 1) / 2);
+#pragma omp parallel for schedule(static)
+            for (int64_t j = 0; j < npairs; j++) {
+                uint64_t s1 = st + (uint64_t)(2 * j) * 0x9E3779B97F4A7C15ull;
+                double u1 = uniform01(&s1), u2 = uniform01(&s1);
                 double r = sqrt(-2.0 * log(u1));
+                size_t k = (size_t)(2 * j);
                 dst[k] = (float)(sd * r * cos(2.0 * M_PI * u2));
                 if (k + 1 < p->numel) dst[k + 1] = (float)(sd * r * sin(2.0 * M_PI * u2));
             }
@@ -191,7 +199,12 @@ int t5_weights_init_random(ZeroEngine* Z, const ParamTable* t, uint64_t seed, cu
 
 void t5_weights_get_master(ZeroEngine* Z, const ParamTable* t, int pidx, float* dst) {
     const ParamDesc* p = &t->params[pidx];
-    CUDA_CHECK(cudaMemcpy(dst, zero_master(Z, p->unit) + p->offset, p->numel * sizeof(float), cudaMemcpyDeviceToHost));
+    size_t lo, hi;
+    zero_unit_owned(Z, p->unit, &lo, &hi);
+    if (lo != 0 || hi < p->offset + p->numel)
+        t5_die(T5_EXIT_FAILURE, "internal: %s is not wholly on this rank (gathered saving is the multi-GPU issue's)",
+               p->name);
+    CUDA_CHECK(cudaMemcpy(dst, zero_master(Z, p->unit) + p->offset, p->numel * sizeof(float), cudaMemcpyDefault));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -217,7 +230,7 @@ static int save_produce(void* ctx, const char* name, size_t byte_offset, void* d
     const size_t chunk = (size_t)1 << 22;
     for (size_t done = 0; done < n; done += chunk) {
         size_t m = T5_MIN(chunk, n - done);
-        CUDA_CHECK(cudaMemcpy(c->stage, src + done, m * sizeof(float), cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpy(c->stage, src + done, m * sizeof(float), cudaMemcpyDefault));
         safetensors_convert((char*)dst + done * es, c->dt, c->stage, DT_F32, m);
     }
     return 0;

@@ -2,8 +2,10 @@
  * zero.h: the parameter engine (DESIGN.md invariant 1). The model never owns parameters: it asks
  * the engine for a unit's working weights before using them and hands the unit back afterwards,
  * and tells the engine when a unit's gradient is complete. With stage 0 (this file's only
- * implementation so far) every unit is resident, so these calls are bookkeeping; stage 3 will
- * gather on fetch, free on release and reduce-scatter on grad_ready behind the same interface.
+ * engine, src/zero/zero.c) every unit is resident, so these calls are bookkeeping; stages 1-3 (src/zero/part*.c,
+ * zero_create_opts) partition the optimizer state (1), also the gradients (2) and also the 16-bit parameters
+ * (3: gathered on fetch, freed on release, prefetched along T5's static unit order), optionally with the
+ * optimizer state and the parameters in host memory (offload), behind the same interface.
  *
  * A unit (see model/params.h) is one contiguous flat range of `numel` elements. Per unit the
  * engine holds:
@@ -27,6 +29,7 @@
 #include <cuda_runtime.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "../src/base/dtype.h"
 
@@ -36,15 +39,66 @@ extern "C" {
 
 typedef struct ZeroEngine ZeroEngine;
 
-// Creates the engine for `num_units` units of unit_numel[u] elements each (every size a multiple
-// of 8 elements), unit_name[u] for messages (copied). Memory starts zeroed. stage must be 0 for now.
-// Gradients in grad_dtype: working_dtype or DT_F32. Returns NULL with err set when the stage or the
-// dtype pair is unsupported or GPU memory is short (the message names the bytes asked for).
+// Creates the stage 0 engine for `num_units` units of unit_numel[u] elements each (every size a multiple
+// of 8 elements), unit_name[u] for messages (copied). Memory starts zeroed. stage must be 0 here (the other
+// stages: zero_create_opts). Gradients in grad_dtype: working_dtype or DT_F32. Returns NULL with err set when
+// the stage or the dtype pair is unsupported or GPU memory is short (the message names the bytes asked for).
 ZeroEngine* zero_create_ex(int stage, DType working_dtype, DType grad_dtype, int num_units, const size_t* unit_numel,
                            const char* const* unit_name, char* err, size_t errlen);
 // zero_create_ex with grad_dtype = working_dtype.
 ZeroEngine* zero_create(int stage, DType working_dtype, int num_units, const size_t* unit_numel,
                         const char* const* unit_name, char* err, size_t errlen);
+
+// One parameter tensor as the engine needs to know it (from the model's ParamTable).
+typedef struct {
+    int unit;
+    size_t offset, numel;  // element range inside the unit
+    bool decay;            // gets weight decay
+    bool fp32_view;        // the model reads it in fp32 (norm weights, relative-bias tables, the embedding):
+                           // the engine keeps an fp32 copy resident on the GPU (zero_fp32_tensor)
+} ZeroTensor;
+
+// Every DeepSpeed zero_optimization knob the engine honours (docs/zero.md says what each does here).
+typedef struct {
+    int stage;                       // 0..3
+    int world, rank;                 // data-parallel group (1, 0: one GPU; collectives are local copies)
+    DType working_dtype;             // X: fp32, fp16, bf16
+    DType grad_dtype;                // G: gradients the backward writes (X or fp32)
+    DType comm_dtype;                // communication_data_type (DeepSpeed default: X)
+    DType accum_dtype;               // data_types.grad_accum_dtype (DeepSpeed default: X)
+    bool offload_optimizer;          // offload_optimizer.device cpu: fp32 master, m, v (and grads) in host memory
+    bool optimizer_pin_memory;       // offload_optimizer.pin_memory
+    double ratio;                    // offload_optimizer.ratio: fraction of the optimizer state on the host
+    int buffer_count;                // offload_optimizer.buffer_count (pinned staging buffers when not pinned)
+    bool offload_param;              // offload_param.device cpu (stage 3): 16-bit partitions in host memory
+    bool param_pin_memory;           // offload_param.pin_memory
+    int64_t sub_group_size;          // optimizer step granularity (elements)
+    int64_t reduce_bucket_size;      // gradient bucket (elements)
+    int64_t allgather_bucket_size;   // stage 1/2 parameter all-gather bucket (elements)
+    int64_t prefetch_bucket_size;    // stage3_prefetch_bucket_size
+    int64_t max_live_parameters;     // stage3_max_live_parameters
+    int64_t max_reuse_distance;      // stage3_max_reuse_distance
+    int64_t persistence_threshold;   // stage3_param_persistence_threshold
+    bool overlap_comm;               // gradient reduction / offload on its own stream, overlapping the backward
+    // the tensors (every parameter), and stage 3's static unit order of one forward + backward
+    const ZeroTensor* tensors;
+    int num_tensors;
+    const int* trace;
+    int trace_len;
+    // Adam hyper-parameters fixed for the run (lr and the step count come with each step)
+    float beta1, beta2, eps, weight_decay;
+    bool adamw_mode;
+} ZeroOptions;
+
+void zero_options_default(ZeroOptions* o);  // DeepSpeed's defaults, stage 0, one rank
+
+// Any stage. Allocates and (for host buffers) pins everything up front, in bounded time; the error of a plan
+// that does not fit names the buffer, the bytes asked, the bytes free and what to change.
+ZeroEngine* zero_create_opts(const ZeroOptions* o, int num_units, const size_t* unit_numel,
+                             const char* const* unit_name, char* err, size_t errlen);
+int zero_stage(const ZeroEngine* Z);
+// True when the engine runs the optimizer itself (stages 1-3); stage 0 leaves it to the trainer.
+bool zero_owns_optimizer(const ZeroEngine* Z);
 void zero_destroy(ZeroEngine* Z);
 
 DType zero_working_dtype(const ZeroEngine* Z);
@@ -57,8 +111,11 @@ void* zero_fetch(ZeroEngine* Z, int unit, cudaStream_t stream);
 void zero_release(ZeroEngine* Z, int unit, cudaStream_t stream);
 // fp32 view (numel) of a fetched unit, for the ops that HF autocast runs on fp32 parameters (RMSNorm weights,
 // relative-bias tables, the embedding lookup). Valid between zero_fetch and zero_release of that unit.
-// Stage 0: the master itself. (Stage 3 will gather it in fp32 for persistent tensors and the embedding.)
+// Stage 0 only (the master itself); the model uses zero_fp32_tensor, which works for every stage.
 const float* zero_fetch_fp32(ZeroEngine* Z, int unit, cudaStream_t stream);
+// Device fp32 copy of the tensor at `offset` of `unit` (a ZeroTensor with fp32_view, or any tensor at stage 0).
+// The pointer never changes during the engine's life; its contents follow every optimizer step.
+const float* zero_fp32_tensor(ZeroEngine* Z, int unit, size_t offset);
 // Gradient buffer (numel) of the unit, dtype zero_grad_dtype: its contents are undefined at the start of
 // a step; the backward's first contribution to each element writes it (=), later ones add (+=).
 void* zero_grad(ZeroEngine* Z, int unit);
@@ -66,14 +123,59 @@ void* zero_grad(ZeroEngine* Z, int unit);
 void zero_grad_ready(ZeroEngine* Z, int unit, cudaStream_t stream);
 // Starts a new step's gradient bookkeeping. Clears nothing: the backward writes every gradient.
 void zero_begin_grads(ZeroEngine* Z, cudaStream_t stream);
+// Stages 1-3: this backward is micro-batch `micro` of `n_micro` of one optimizer step (call before
+// zero_begin_grads; default 0 of 1). Micro-batch 0 writes the accumulated partition gradient (=), later ones
+// add (+=); the last one also takes the squared norm on the GPU.
+void zero_set_micro_step(ZeroEngine* Z, int micro, int n_micro);
 // True when every unit is released and (if any grad was produced) every unit was grad_ready.
 bool zero_all_released(const ZeroEngine* Z);
 int zero_num_grads_ready(const ZeroEngine* Z);
 
-// fp32 master of a unit (numel), device memory for stage 0.
+// fp32 master of a unit (numel), device memory for stage 0. Stages 1-3: this rank's part of the unit
+// (zero_unit_owned), in device or host memory (copy with cudaMemcpyDefault).
 float* zero_master(ZeroEngine* Z, int unit);
-// Working := round(master) for every unit (after loading or an optimizer step). No-op in fp32.
+// This rank's owned element range [lo, hi) of the unit (stage 0 and one rank: [0, numel)).
+void zero_unit_owned(const ZeroEngine* Z, int unit, size_t* lo, size_t* hi);
+// Working := round(master) for every unit (after loading or an optimizer step). No-op in fp32 at stage 0.
 void zero_sync_working(ZeroEngine* Z, cudaStream_t stream);
+
+// ---- stages 1-3: the engine's optimizer step (the trainer keeps the loss scaler and the schedule)
+
+// After the last micro-batch's backward: the squared global norm of the accumulated (scaled) gradient and the
+// non-finite flag, on the device, in stream order (all-reduced over the ranks).
+void zero_grad_norm(ZeroEngine* Z, float* d_norm2, int* d_overflow, cudaStream_t stream);
+typedef struct {
+    float lr;
+    int64_t step;           // Adam step being taken: 1, 2, ...
+    float bias_correction1, bias_correction2;  // as CpuAdam after cpu_adam_begin_step
+    const float* d_inv_scale;  // device 1/combined (global_norm_clip_scale)
+    float inv_scale;           // the same value on the host (for the CPU optimizer)
+} ZeroStepArgs;
+// AdamW on every partition: the GPU part on `stream`, the CPU part on the engine's optimizer thread, each
+// sub-group's updated 16-bit weights sent back as soon as it is done; the next fetches wait for their unit.
+// Returns at once.
+void zero_optimizer_step(ZeroEngine* Z, const ZeroStepArgs* a, cudaStream_t stream);
+// Waits for the CPU part of the last step (and its copies) to finish.
+void zero_optimizer_wait(ZeroEngine* Z);
+// Optimizer state of this rank as flat fp32 in unit order, partition sizes (= stage 0's flat layout at one
+// rank). which: 0 = m, 1 = v. Synchronous.
+size_t zero_partition_numel(const ZeroEngine* Z);
+void zero_opt_state_read(ZeroEngine* Z, int which, float* host_out);
+void zero_opt_state_write(ZeroEngine* Z, int which, const float* host_in);
+// Stage 3: gathers every unit once and keeps them until zero_hold_end (evaluation and generation, where the
+// unit order differs from training's). Returns false (nothing held) when they do not fit in GPU memory.
+bool zero_hold_begin(ZeroEngine* Z, cudaStream_t stream);
+void zero_hold_end(ZeroEngine* Z, cudaStream_t stream);
+// Statistics of the engine (times in seconds, bytes), for logs and benchmarks.
+typedef struct {
+    double init_s;            // create + pin
+    double cpu_adam_s;        // last step's CPU optimizer time
+    double h2d_bytes, d2h_bytes;  // copies since the last zero_stats_reset
+    int64_t gathers, prefetches, releases, trace_mismatches;
+    size_t host_bytes, host_pinned_bytes, gpu_bytes;  // the engine's own allocations
+} ZeroStats;
+void zero_stats(const ZeroEngine* Z, ZeroStats* out);
+void zero_stats_reset(ZeroEngine* Z);
 
 // The flat views: all units back to back, unit u starting at zero_unit_offset(u).
 size_t zero_unit_offset(const ZeroEngine* Z, int unit);

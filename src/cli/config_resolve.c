@@ -400,8 +400,8 @@ static const struct {
     .train = true,         // src/train/trainer.c (single GPU, ZeRO stage 0)
     .eval = true,          // eval loss, + generation and BLEU with predict_with_generate (src/eval/evaluate.c)
     .predict = true,       // test split: predict_results.json, generated_predictions.txt
-    .max_zero_stage = 0,
-    .offload_cpu = false,
+    .max_zero_stage = 3,
+    .offload_cpu = true,
     .offload_nvme = false,
     .resume = true,        // checkpoint-<step> dirs written by src/train/trainer.c
 };

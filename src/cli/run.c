@@ -228,6 +228,36 @@ static void run_build_trainer_args(const RunConfig* c, TrainerArgs* a) {
         a->weight_decay = c->weight_decay;
         a->adamw_mode = true;
     }
+    // ---- the ZeRO engine (deepspeed.zero_optimization)
+    zero_options_default(&a->zero);
+    a->zero.comm_dtype = a->dtype;
+    if (c->has_deepspeed) {
+        const DsZero* z = &ds->zero_optimization;
+        const int64_t d = a->model.d_model;
+        ZeroOptions* zo = &a->zero;
+        zo->stage = (int)z->stage;
+        zo->offload_optimizer = z->offload_optimizer.device == OFFLOAD_CPU;
+        zo->optimizer_pin_memory = z->offload_optimizer.pin_memory;
+        zo->ratio = z->offload_optimizer.ratio;
+        zo->buffer_count = (int)z->offload_optimizer.buffer_count;
+        zo->offload_param = z->offload_param.device == OFFLOAD_CPU;
+        zo->param_pin_memory = z->offload_param.pin_memory;
+        zo->sub_group_size = z->sub_group_size;
+        // the d_model "auto" sizes when config_resolve could not see the model (HF's trainer_config_finalize)
+        zo->reduce_bucket_size = key_unresolved_auto(c, "deepspeed.zero_optimization.reduce_bucket_size")
+                                     ? d * d : z->reduce_bucket_size;
+        zo->prefetch_bucket_size = key_unresolved_auto(c, "deepspeed.zero_optimization.stage3_prefetch_bucket_size")
+                                       ? (int64_t)(0.9 * (double)(d * d)) : z->stage3_prefetch_bucket_size;
+        zo->persistence_threshold =
+            key_unresolved_auto(c, "deepspeed.zero_optimization.stage3_param_persistence_threshold")
+                ? 10 * d : z->stage3_param_persistence_threshold;
+        zo->allgather_bucket_size = z->allgather_bucket_size;
+        zo->max_live_parameters = z->stage3_max_live_parameters;
+        zo->max_reuse_distance = z->stage3_max_reuse_distance;
+        zo->overlap_comm = z->overlap_comm;
+        const int cd = ds->communication_data_type;
+        if (cd != COMM_DTYPE_DEFAULT) zo->comm_dtype = cd == COMM_DTYPE_FP32 ? DT_F32 : cd == COMM_DTYPE_FP16 ? DT_F16 : DT_BF16;
+    }
     // DeepSpeed clips with its own key (absent = 0 = off, as DeepSpeed); HF alone clips with max_grad_norm
     a->clip = c->has_deepspeed ? ds->gradient_clipping : c->max_grad_norm;
     a->warmup_steps = (double)c->warmup_steps;

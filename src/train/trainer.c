@@ -1,5 +1,6 @@
 /*
- * trainer.c: the single-GPU training loop (ZeRO stage 0). See trainer.h for the step semantics, the
+ * trainer.c: the single-GPU training loop: ZeRO stage 0 with the trainer's own fused GPU AdamW, or stages 1-3
+ * where the engine (src/zero/) accumulates, reduces, offloads and steps the optimizer. See trainer.h for the step semantics, the
  * checkpoint layout and the resume / signal contract.
  *
  * Sections: pure loop arithmetic | checkpoint blobs (src/train/checkpoint.h holds the directory protocol) | the run
@@ -34,6 +35,7 @@
 #include "../base/signals.h"
 #include "../report/trainer_log.h"
 #include "../../model/zero.h"
+#include "../zero/host_mem.h"
 
 #define TRAINER_ERR_LEN 8192
 
@@ -180,6 +182,9 @@ typedef struct {
     float* d_norm;               // (1)
     float* h_loss;               // pinned (gas) micro-batch losses
     float* h_norm2;              // pinned (1)
+    float* h_inv_scale;          // pinned (1): 1/combined for the engine's CPU optimizer
+    bool engine_opt;             // stages 1-3: the engine owns master, m, v and steps them
+    double first_step_s;         // seconds from process start to the end of the first step (0: not yet)
     int* h_overflow;             // pinned (1)
     LRSchedule sched;
     bool use_scaler;
@@ -224,6 +229,34 @@ static double gpu_mem_used_gib(Trainer* t) {
     return g;
 }
 
+// seconds since this process started (/proc/self/stat starttime against /proc/uptime); -1 if unknown
+static double process_age_s(void) {
+    FILE* f = fopen("/proc/self/stat", "r");
+    if (!f) return -1;
+    char buf[1024];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char* p = strrchr(buf, ')');
+    if (!p) return -1;
+    unsigned long long start = 0;
+    int field = 2;
+    for (char* tok = strtok(p + 1, " "); tok; tok = strtok(NULL, " ")) {
+        if (++field == 22) {
+            start = strtoull(tok, NULL, 10);
+            break;
+        }
+    }
+    double up = -1;
+    f = fopen("/proc/uptime", "r");
+    if (!f) return -1;
+    if (fscanf(f, "%lf", &up) != 1) up = -1;
+    fclose(f);
+    long hz = sysconf(_SC_CLK_TCK);
+    if (up < 0 || hz <= 0) return -1;
+    return up - (double)start / (double)hz;
+}
+
 static json_t* json_matrix(const int32_t* x, int rows, int cols) {
     json_t* m = json_array();
     for (int r = 0; r < rows; r++) {
@@ -250,10 +283,32 @@ static void model_setup(Trainer* t) {
         numel[u] = t->T.units[u].numel;
         names[u] = t->T.units[u].name;
     }
-    t->Z = zero_create_ex(0, a->dtype, a->grad_dtype, t->T.num_units, numel, names, err, sizeof err);
-    free(numel);
-    free(names);
-    if (!t->Z) t5_die(T5_EXIT_FAILURE, "%s", err);
+    ZeroOptions zo = a->zero;
+    zo.working_dtype = a->dtype;
+    zo.grad_dtype = a->grad_dtype;
+    zo.accum_dtype = a->grad_dtype;
+    zo.beta1 = (float)a->beta1;
+    zo.beta2 = (float)a->beta2;
+    zo.eps = (float)a->eps;
+    zo.weight_decay = (float)a->weight_decay;
+    zo.adamw_mode = a->adamw_mode;
+    ZeroTensor* zt = calloc_check((size_t)t->T.num_params, sizeof(ZeroTensor));
+    for (int i = 0; i < t->T.num_params; i++) {
+        const ParamDesc* p = &t->T.params[i];
+        const ParamRole r = p->role;
+        zt[i] = (ZeroTensor){.unit = p->unit, .offset = p->offset, .numel = p->numel, .decay = p->decay,
+                             .fp32_view = r == ROLE_EMBED || r == ROLE_SA_RELBIAS || r == ROLE_SA_LN ||
+                                          r == ROLE_CA_LN || r == ROLE_FF_LN || r == ROLE_FINAL_LN};
+    }
+    int trace_cap = 4 * t->T.num_units + 16;
+    int* trace = malloc_check((size_t)trace_cap * sizeof(int));
+    zo.tensors = zt;
+    zo.num_tensors = t->T.num_params;
+    zo.trace = trace;
+    zo.trace_len = t5_model_fetch_trace(&t->T, trace, trace_cap);
+    t->Z = zero_create_opts(&zo, t->T.num_units, numel, names, err, sizeof err);
+    free(zt);
+    free(trace);
     t->n = zero_flat_numel(t->Z);
     if (a->init_random) {
         if (t5_weights_init_random(t->Z, &t->T, a->seed, t->s, err, sizeof err)) t5_die(T5_EXIT_FAILURE, "%s", err);
@@ -272,12 +327,22 @@ static void model_setup(Trainer* t) {
     t5_model_set_train(t->M, true);
 
     if (!a->do_train) return;
+    CUDA_CHECK(cudaMalloc((void**)&t->d_norm2, sizeof(float)));
+    CUDA_CHECK(cudaMalloc((void**)&t->d_overflow, sizeof(int)));
+    CUDA_CHECK(cudaMalloc((void**)&t->d_inv_scale, sizeof(float)));
+    CUDA_CHECK(cudaMalloc((void**)&t->d_norm, sizeof(float)));
+    CUDA_CHECK(cudaMallocHost((void**)&t->h_loss, (size_t)T5_MAX(a->gradient_accumulation_steps, 1) * sizeof(float)));
+    CUDA_CHECK(cudaMallocHost((void**)&t->h_norm2, sizeof(float)));
+    CUDA_CHECK(cudaMallocHost((void**)&t->h_overflow, sizeof(int)));
+    CUDA_CHECK(cudaMallocHost((void**)&t->h_inv_scale, sizeof(float)));
+    cpu_adam_init(&t->sch.adam, (float)a->beta1, (float)a->beta2, (float)a->eps, a->adamw_mode);
+    if (t->engine_opt) return;  // stages 1-3: the engine holds the optimizer state
     // optimizer state + plans
     if (cudaMalloc((void**)&t->d_m, t->n * sizeof(float)) != cudaSuccess ||
         cudaMalloc((void**)&t->d_v, t->n * sizeof(float)) != cudaSuccess ||
         (a->gradient_accumulation_steps > 1 && cudaMalloc((void**)&t->d_acc, t->n * sizeof(float)) != cudaSuccess)) {
         (void)cudaGetLastError();
-        t5_die_hint(T5_EXIT_FAILURE, "use a smaller model (ZeRO stages 1-3 and offload are not implemented yet)",
+        t5_die_hint(T5_EXIT_FAILURE, "use ZeRO stage 1-3 with offload_optimizer (deepspeed.zero_optimization), or a smaller model",
                     "out of GPU memory allocating the Adam state: %.2f GiB for %zu parameters",
                     (double)t->n * 4 * (a->gradient_accumulation_steps > 1 ? 3 : 2) / (1 << 30), t->n);
     }
@@ -311,14 +376,6 @@ static void model_setup(Trainer* t) {
     free(at);
     GradBuffer gb = {.ptr = t->opt_grad, .n = (int64_t)t->n, .dtype = t->opt_grad_dtype};
     t->norm_plan = global_norm_plan_create(&gb, 1);
-    CUDA_CHECK(cudaMalloc((void**)&t->d_norm2, sizeof(float)));
-    CUDA_CHECK(cudaMalloc((void**)&t->d_overflow, sizeof(int)));
-    CUDA_CHECK(cudaMalloc((void**)&t->d_inv_scale, sizeof(float)));
-    CUDA_CHECK(cudaMalloc((void**)&t->d_norm, sizeof(float)));
-    CUDA_CHECK(cudaMallocHost((void**)&t->h_loss, (size_t)T5_MAX(a->gradient_accumulation_steps, 1) * sizeof(float)));
-    CUDA_CHECK(cudaMallocHost((void**)&t->h_norm2, sizeof(float)));
-    CUDA_CHECK(cudaMallocHost((void**)&t->h_overflow, sizeof(int)));
-    cpu_adam_init(&t->sch.adam, (float)a->beta1, (float)a->beta2, (float)a->eps, a->adamw_mode);
 }
 
 static void data_setup(Trainer* t) {
@@ -371,6 +428,10 @@ static json_t* run_eval_split(Trainer* t, Dataset* ds, DataLoader* dl, const cha
     int64_t nex = dataset_size(ds);
     trainer_log_eval_header(stdout, nex, a->data.eval_batch_size);
     t5_model_set_train(t->M, false);
+    // stage 3: keep every unit gathered for the whole evaluation when it fits (the evaluation's unit order is
+    // not training's); otherwise each forward fetches on demand
+    zero_optimizer_wait(t->Z);
+    const bool held = zero_hold_begin(t->Z, t->s);
     dataloader_set_epoch(dl, 0);
     double sum = 0;
     int64_t rows = 0, nbatches = 0;
@@ -406,6 +467,7 @@ static json_t* run_eval_split(Trainer* t, Dataset* ds, DataLoader* dl, const cha
         keys[nkeys] = kg, vals[nkeys++] = r.gen_len;
         evaluate_result_free(&r);
     }
+    if (held) zero_hold_end(t->Z, t->s);
     t5_model_set_train(t->M, true);
     // HF's <prefix>_runtime covers the loss pass and the generation together
     results_speed_metrics(m, prefix, trainer_log_now() - t0, nex, nbatches, -1);
@@ -436,8 +498,13 @@ static void save_checkpoint(Trainer* t) {
     float* m = malloc_check(t->n * sizeof(float));
     float* v = malloc_check(t->n * sizeof(float));
     CUDA_CHECK(cudaStreamSynchronize(t->s));
-    CUDA_CHECK(cudaMemcpy(m, t->d_m, t->n * sizeof(float), cudaMemcpyDeviceToHost));
-    CUDA_CHECK(cudaMemcpy(v, t->d_v, t->n * sizeof(float), cudaMemcpyDeviceToHost));
+    if (t->engine_opt) {
+        zero_opt_state_read(t->Z, 0, m);
+        zero_opt_state_read(t->Z, 1, v);
+    } else {
+        CUDA_CHECK(cudaMemcpy(m, t->d_m, t->n * sizeof(float), cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpy(v, t->d_v, t->n * sizeof(float), cudaMemcpyDeviceToHost));
+    }
     DataLoaderState ds;
     dataloader_state_save(t->train_dl, &ds);
     t->st.flat_numel = (int64_t)t->n;
@@ -491,8 +558,13 @@ static void load_checkpoint(Trainer* t, const char* dir) {
                dtype_name((DType)c.dtype), dtype_name(t->a->dtype));
     float* mv = malloc_check(2 * t->n * sizeof(float));
     state_read_check(&cs, CKPT_TAG_OPTIMIZER, mv, 2 * t->n * sizeof(float));
-    CUDA_CHECK(cudaMemcpy(t->d_m, mv, t->n * sizeof(float), cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(t->d_v, mv + t->n, t->n * sizeof(float), cudaMemcpyHostToDevice));
+    if (t->engine_opt) {
+        zero_opt_state_write(t->Z, 0, mv);
+        zero_opt_state_write(t->Z, 1, mv + t->n);
+    } else {
+        CUDA_CHECK(cudaMemcpy(t->d_m, mv, t->n * sizeof(float), cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(t->d_v, mv + t->n, t->n * sizeof(float), cudaMemcpyHostToDevice));
+    }
     free(mv);
     LossScaler sc;
     state_read_check(&cs, CKPT_TAG_SCALER, &sc, sizeof sc);
@@ -544,6 +616,7 @@ static double train_step(Trainer* t, int64_t n_micro, double* norm_out, bool* sk
             json_array_append_new(dump_step, o);
         }
         set_model_batch(t, b);
+        zero_set_micro_step(t->Z, (int)i, (int)n_micro);
         zero_begin_grads(t->Z, t->s);
         uint64_t seed = splitmix64(a->seed ^ splitmix64((uint64_t)t->rng.micro_counter));
         t5_model_forward(t->M, true, grad_scale, seed, t->s);
@@ -560,15 +633,22 @@ static double train_step(Trainer* t, int64_t n_micro, double* norm_out, bool* sk
         t->st.samples_seen += b->B;
     }
     if (dump_step) json_array_append_new(t->dump, dump_step);
-    if (n_micro > 1 && !t->d_acc)
-        t5_die(T5_EXIT_FAILURE, "internal: %lld micro-batches without an accumulation buffer", (long long)n_micro);
-    if (a->inject_inf_step > 0 && t->st.global_step + 1 == a->inject_inf_step)
-        fill(t->opt_grad, t->opt_grad_dtype, 1, INFINITY, t->s);
-
-    global_norm_compute(t->norm_plan, t->d_norm2, t->d_overflow, t->s);
+    if (t->engine_opt) {
+        // stages 1-3: the engine accumulated the partitions and took their squared norm on the GPU
+        zero_grad_norm(t->Z, t->d_norm2, t->d_overflow, t->s);
+        if (a->inject_inf_step > 0 && t->st.global_step + 1 == a->inject_inf_step)
+            CUDA_CHECK(cudaMemsetAsync(t->d_overflow, 1, sizeof(int), t->s));
+    } else {
+        if (n_micro > 1 && !t->d_acc)
+            t5_die(T5_EXIT_FAILURE, "internal: %lld micro-batches without an accumulation buffer", (long long)n_micro);
+        if (a->inject_inf_step > 0 && t->st.global_step + 1 == a->inject_inf_step)
+            fill(t->opt_grad, t->opt_grad_dtype, 1, INFINITY, t->s);
+        global_norm_compute(t->norm_plan, t->d_norm2, t->d_overflow, t->s);
+    }
     global_norm_clip_scale(t->d_norm2, t->d_overflow, loss_scale, (float)a->clip, t->d_inv_scale, t->d_norm, t->s);
     CUDA_CHECK(cudaMemcpyAsync(t->h_norm2, t->d_norm2, sizeof(float), cudaMemcpyDeviceToHost, t->s));
     CUDA_CHECK(cudaMemcpyAsync(t->h_overflow, t->d_overflow, sizeof(int), cudaMemcpyDeviceToHost, t->s));
+    CUDA_CHECK(cudaMemcpyAsync(t->h_inv_scale, t->d_inv_scale, sizeof(float), cudaMemcpyDeviceToHost, t->s));
     CUDA_CHECK(cudaStreamSynchronize(t->s));
     double loss = 0;
     for (int64_t i = 0; i < n_micro; i++) loss += t->h_loss[i];
@@ -598,7 +678,15 @@ static double train_step(Trainer* t, int64_t n_micro, double* norm_out, bool* sk
         AdamWStepArgs sa = {.lr = (float)*lr_out, .beta1 = (float)a->beta1, .beta2 = (float)a->beta2,
                             .eps = (float)a->eps, .bias_correction1 = t->sch.adam.bias_correction1,
                             .bias_correction2 = t->sch.adam.bias_correction2, .adamw_mode = a->adamw_mode};
-        adamw_step(t->adam_plan, &sa, t->d_inv_scale, NULL, t->s);
+        if (t->engine_opt) {
+            ZeroStepArgs za = {.lr = (float)*lr_out, .step = t->sch.applied_steps,
+                               .bias_correction1 = t->sch.adam.bias_correction1,
+                               .bias_correction2 = t->sch.adam.bias_correction2, .d_inv_scale = t->d_inv_scale,
+                               .inv_scale = *t->h_inv_scale};
+            zero_optimizer_step(t->Z, &za, t->s);
+        } else {
+            adamw_step(t->adam_plan, &sa, t->d_inv_scale, NULL, t->s);
+        }
         *norm_out = (double)norm / (double)loss_scale;
     }
     t->st.global_step++;
@@ -726,6 +814,14 @@ int trainer_run(const TrainerArgs* a) {
             double norm, lr;
             bool skipped;
             double loss = train_step(t, n_micro, &norm, &skipped, &lr);
+            if (t->first_step_s == 0) {
+                CUDA_CHECK(cudaStreamSynchronize(t->s));
+                t->first_step_s = process_age_s();
+                char line[256];
+                snprintf(line, sizeof line, "time to first step: %.1f s after process start (host RSS peak %.2f GiB)",
+                         t->first_step_s, (double)host_mem_peak_rss() / (1 << 30));
+                trainer_log_line(&t->log, line);
+            }
             bie += n_micro;
             win_tokens += t->st.tokens_seen - tok0;
             win_samples += t->st.samples_seen - smp0;

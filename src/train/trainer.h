@@ -36,6 +36,7 @@
 #include "../../data/dataset.h"
 #include "../../model/generate.h"
 #include "../../model/t5_config.h"
+#include "../../model/zero.h"
 #include "loss_scaler.h"
 
 #ifdef __cplusplus
@@ -70,6 +71,10 @@ typedef struct {
     double lr, beta1, beta2, eps, weight_decay;
     bool adamw_mode;             // decoupled weight decay (torch AdamW / DeepSpeed adam_w_mode)
     double clip;                 // global-norm clip (<= 0: off)
+    // the ZeRO engine (deepspeed.zero_optimization): stage 0 = the trainer's own fused GPU AdamW; 1-3 = the
+    // engine of src/zero/ steps the optimizer (offloads, buckets, prefetch...). The trainer fills the dtypes,
+    // tensors, trace and Adam constants.
+    ZeroOptions zero;
     // LR schedule: an HF name ("linear", "cosine", "constant", ...) or "WarmupLR" / "WarmupDecayLR"
     char sched_name[32];
     double warmup_steps, warmup_ratio;   // HF schedules (hf_get_warmup_steps)

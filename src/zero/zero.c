@@ -1,5 +1,7 @@
 /*
- * zero.c: the parameter engine, stage 0 (everything resident on the GPU). See zero.h.
+ * zero.c: the parameter engine behind model/zero.h. Stage 0 (everything resident on the GPU) lives here;
+ * stages 1-3 are the partitioned engine of part.c / gather.c / reduce.c / step.c, to which every call
+ * below is handed when Z->P is set.
  */
 #include "../../model/zero.h"
 
@@ -9,6 +11,7 @@
 #include "../base/check.h"
 #include "../../cuda/elementwise.cuh"
 #include "../base/common.h"
+#include "part.h"
 
 typedef struct {
     bool fetched;     // between fetch and release
@@ -29,6 +32,8 @@ struct ZeroEngine {
     void* grad;               // (flat_numel) G
     void* working;            // (flat_numel) X; == master when X is fp32
     int grads_ready;
+    cudaStream_t cur_stream;  // the stream of the current backward (zero_begin_grads)
+    ZeroPart* P;              // stages 1-3 (NULL: stage 0, the fields above)
 };
 
 ZeroEngine* zero_create(int stage, DType dt, int num_units, const size_t* unit_numel, const char* const* unit_name,
@@ -88,8 +93,37 @@ ZeroEngine* zero_create_ex(int stage, DType dt, DType gdt, int num_units, const 
     return Z;
 }
 
+ZeroEngine* zero_create_opts(const ZeroOptions* o, int num_units, const size_t* unit_numel,
+                             const char* const* unit_name, char* err, size_t errlen) {
+    if (o->stage == 0)
+        return zero_create_ex(0, o->working_dtype, o->grad_dtype, num_units, unit_numel, unit_name, err, errlen);
+    ZeroPart* P = zp_create(o, num_units, unit_numel, unit_name, err, errlen);
+    if (!P) return NULL;
+    ZeroEngine* Z = calloc_check(1, sizeof *Z);
+    Z->stage = o->stage;
+    Z->dt = o->working_dtype;
+    Z->gdt = o->grad_dtype;
+    Z->num_units = num_units;
+    Z->numel = calloc_check((size_t)num_units, sizeof(size_t));
+    Z->offset = calloc_check((size_t)num_units, sizeof(size_t));
+    Z->name = calloc_check((size_t)num_units, sizeof(char*));
+    Z->state = calloc_check((size_t)num_units, sizeof(UnitState));
+    for (int u = 0; u < num_units; u++) {
+        Z->numel[u] = unit_numel[u];
+        Z->offset[u] = Z->flat_numel;
+        Z->flat_numel += unit_numel[u];
+        Z->name[u] = strdup_check(P->name[u]);
+    }
+    Z->P = P;
+    return Z;
+}
+
+int zero_stage(const ZeroEngine* Z) { return Z->stage; }
+bool zero_owns_optimizer(const ZeroEngine* Z) { return Z->P != NULL; }
+
 void zero_destroy(ZeroEngine* Z) {
     if (!Z) return;
+    zp_destroy(Z->P);
     if (Z->working && Z->working != Z->master) cudaFree(Z->working);
     cudaFree(Z->master);
     cudaFree(Z->grad);
@@ -115,6 +149,7 @@ size_t zero_unit_numel(const ZeroEngine* Z, int unit) {
 }
 
 void* zero_fetch(ZeroEngine* Z, int unit, cudaStream_t stream) {
+    if (Z->P) return zp_fetch(Z->P, unit, stream);
     (void)stream;  // stage 0: resident, nothing to order
     zero_check_unit(Z, unit, __func__);
     if (Z->state[unit].fetched) {
@@ -127,6 +162,7 @@ void* zero_fetch(ZeroEngine* Z, int unit, cudaStream_t stream) {
 }
 
 const float* zero_fetch_fp32(ZeroEngine* Z, int unit, cudaStream_t stream) {
+    if (Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_fetch_fp32 at ZeRO stage %d (use zero_fp32_tensor)", Z->stage);
     (void)stream;
     zero_check_unit(Z, unit, __func__);
     if (!Z->state[unit].fetched) {
@@ -138,6 +174,10 @@ const float* zero_fetch_fp32(ZeroEngine* Z, int unit, cudaStream_t stream) {
 }
 
 void zero_release(ZeroEngine* Z, int unit, cudaStream_t stream) {
+    if (Z->P) {
+        zp_release(Z->P, unit, stream);
+        return;
+    }
     (void)stream;
     zero_check_unit(Z, unit, __func__);
     if (!Z->state[unit].fetched) {
@@ -149,6 +189,7 @@ void zero_release(ZeroEngine* Z, int unit, cudaStream_t stream) {
 }
 
 void* zero_grad(ZeroEngine* Z, int unit) {
+    if (Z->P) return zp_grad(Z->P, unit, Z->cur_stream);
     zero_check_unit(Z, unit, __func__);
     if (Z->state[unit].grad_ready) {
         char msg[160];
@@ -159,6 +200,11 @@ void* zero_grad(ZeroEngine* Z, int unit) {
 }
 
 void zero_grad_ready(ZeroEngine* Z, int unit, cudaStream_t stream) {
+    if (Z->P) {
+        zp_grad_ready(Z->P, unit, stream);
+        Z->grads_ready++;
+        return;
+    }
     (void)stream;  // stage 0, one rank: the gradient is already where the optimizer reads it
     zero_check_unit(Z, unit, __func__);
     if (Z->state[unit].grad_ready) {
@@ -171,12 +217,24 @@ void zero_grad_ready(ZeroEngine* Z, int unit, cudaStream_t stream) {
 }
 
 void zero_begin_grads(ZeroEngine* Z, cudaStream_t stream) {
+    Z->cur_stream = stream;
+    if (Z->P) {
+        for (int u = 0; u < Z->num_units; u++) Z->P->u[u].grad_ready = false;
+        Z->grads_ready = 0;
+        zp_begin_pass(Z->P, stream);
+        return;
+    }
     (void)stream;  // nothing to clear: the backward writes every gradient
     for (int u = 0; u < Z->num_units; u++) Z->state[u].grad_ready = false;
     Z->grads_ready = 0;
 }
 
 bool zero_all_released(const ZeroEngine* Z) {
+    if (Z->P) {
+        for (int u = 0; u < Z->num_units; u++)
+            if (Z->P->u[u].fetched) return false;
+        return true;
+    }
     for (int u = 0; u < Z->num_units; u++)
         if (Z->state[u].fetched) return false;
     return true;
@@ -185,11 +243,19 @@ bool zero_all_released(const ZeroEngine* Z) {
 int zero_num_grads_ready(const ZeroEngine* Z) { return Z->grads_ready; }
 
 float* zero_master(ZeroEngine* Z, int unit) {
+    if (Z->P) {
+        zp_optimizer_wait(Z->P);
+        return Z->P->u[unit].master;
+    }
     zero_check_unit(Z, unit, __func__);
     return Z->master + Z->offset[unit];
 }
 
 void zero_sync_working(ZeroEngine* Z, cudaStream_t stream) {
+    if (Z->P) {
+        zp_sync_working(Z->P, stream);
+        return;
+    }
     if (Z->dt == DT_F32 || Z->flat_numel == 0) return;
     cast(Z->working, Z->dt, Z->master, DT_F32, Z->flat_numel, stream);
 }
@@ -203,6 +269,9 @@ float* zero_flat_master(ZeroEngine* Z) { return Z->master; }
 void* zero_flat_grad(ZeroEngine* Z) { return Z->grad; }
 
 void zero_grads_to_host_f32(ZeroEngine* Z, float* out, cudaStream_t stream) {
+    if (Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_grads_to_host_f32 at ZeRO stage %d", Z->stage);
+    if (Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_flat_grad at ZeRO stage %d", Z->stage);
+    if (Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_flat_master at ZeRO stage %d", Z->stage);
     if (Z->flat_numel == 0) return;
     if (Z->gdt == DT_F32) {
         CUDA_CHECK(cudaMemcpyAsync(out, Z->grad, Z->flat_numel * sizeof(float), cudaMemcpyDeviceToHost, stream));
@@ -219,4 +288,78 @@ void zero_grads_to_host_f32(ZeroEngine* Z, float* out, cudaStream_t stream) {
         CUDA_CHECK(cudaStreamSynchronize(stream));
     }
     CUDA_CHECK(cudaFree(tmp));
+}
+
+const float* zero_fp32_tensor(ZeroEngine* Z, int unit, size_t offset) {
+    zero_check_unit(Z, unit, __func__);
+    if (Z->P) return zp_fp32_tensor(Z->P, unit, offset);
+    return Z->master + Z->offset[unit] + offset;
+}
+
+void zero_unit_owned(const ZeroEngine* Z, int unit, size_t* lo, size_t* hi) {
+    zero_check_unit(Z, unit, __func__);
+    if (Z->P) {
+        *lo = Z->P->L.lo[unit];
+        *hi = Z->P->L.hi[unit];
+        return;
+    }
+    *lo = 0;
+    *hi = Z->numel[unit];
+}
+
+void zero_set_micro_step(ZeroEngine* Z, int micro, int n_micro) {
+    if (!Z->P) return;
+    if (n_micro < 1 || micro < 0 || micro >= n_micro)
+        t5_die(T5_EXIT_FAILURE, "internal: micro-batch %d of %d", micro, n_micro);
+    Z->P->micro = micro;
+    Z->P->n_micro = n_micro;
+}
+
+void zero_grad_norm(ZeroEngine* Z, float* d_norm2, int* d_overflow, cudaStream_t stream) {
+    if (!Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_grad_norm at ZeRO stage 0 (the trainer takes the norm)");
+    zp_grad_norm(Z->P, d_norm2, d_overflow, stream);
+}
+
+void zero_optimizer_step(ZeroEngine* Z, const ZeroStepArgs* a, cudaStream_t stream) {
+    if (!Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_optimizer_step at ZeRO stage 0 (the trainer steps)");
+    zp_optimizer_step(Z->P, a, stream);
+}
+
+void zero_optimizer_wait(ZeroEngine* Z) {
+    if (Z->P) zp_optimizer_wait(Z->P);
+}
+
+size_t zero_partition_numel(const ZeroEngine* Z) { return Z->P ? Z->P->L.part_total : Z->flat_numel; }
+
+void zero_opt_state_read(ZeroEngine* Z, int which, float* host_out) {
+    if (!Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_opt_state_read at ZeRO stage 0");
+    zp_state_read(Z->P, which, host_out);
+}
+
+void zero_opt_state_write(ZeroEngine* Z, int which, const float* host_in) {
+    if (!Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_opt_state_write at ZeRO stage 0");
+    zp_state_write(Z->P, which, host_in);
+}
+
+bool zero_hold_begin(ZeroEngine* Z, cudaStream_t stream) { return Z->P ? zp_hold_begin(Z->P, stream) : true; }
+void zero_hold_end(ZeroEngine* Z, cudaStream_t stream) {
+    if (Z->P) zp_hold_end(Z->P, stream);
+}
+
+void zero_stats(const ZeroEngine* Z, ZeroStats* out) {
+    memset(out, 0, sizeof *out);
+    if (!Z->P) {
+        out->gpu_bytes = Z->flat_numel * (4 + dtype_size(Z->gdt) + (Z->dt == DT_F32 ? 0 : dtype_size(Z->dt)));
+        return;
+    }
+    *out = Z->P->st;
+    out->h2d_bytes += (double)__atomic_load_n(&Z->P->thread_h2d, __ATOMIC_RELAXED);
+}
+
+void zero_stats_reset(ZeroEngine* Z) {
+    if (!Z->P) return;
+    ZeroStats* s = &Z->P->st;
+    s->h2d_bytes = s->d2h_bytes = 0;
+    s->gathers = s->prefetches = s->releases = s->trace_mismatches = 0;
+    __atomic_store_n(&Z->P->thread_h2d, 0, __ATOMIC_RELAXED);
 }

@@ -1,0 +1,141 @@
+/*
+ * gather.c: parameters of the partitioned engine (see part.h): fetch / release along the stage 3 schedule
+ * (src/zero/plan.c decides, this file issues), prefetch on the gather stream, the hold mode.
+ *
+ * Stream order: a gather (all-gather of the unit's partitions; one rank: a copy of the partition, host to
+ * device with offload_param) runs on s_gather into a buffer from the stream-ordered pool and records the
+ * unit's ev_gathered; the compute stream waits for that event before the unit's kernels. A release frees the
+ * buffer on the compute stream, after those kernels. A unit stepped by the CPU optimizer is gathered only
+ * after the CPU has written its new weights (host wait on updated_step, then the copy stream's ev_updated):
+ * a prefetch whose weights are not ready yet is left pending rather than blocking the compute it precedes.
+ */
+#include <stdio.h>
+
+#include "../base/check.h"
+#include "../base/common.h"
+#include "part.h"
+
+static bool unit_is_updated(ZeroPart* P, int u) {
+    ZpUnit* U = &P->u[u];
+    if (!U->opt_cpu) return true;
+    pthread_mutex_lock(&P->mu);
+    bool ok = U->updated_step >= P->opt_step;
+    pthread_mutex_unlock(&P->mu);
+    return ok;
+}
+
+void zp_wait_unit_updated(ZeroPart* P, int u, cudaStream_t s) {
+    ZpUnit* U = &P->u[u];
+    if (!U->opt_cpu) return;
+    pthread_mutex_lock(&P->mu);
+    while (U->updated_step < P->opt_step) pthread_cond_wait(&P->cv, &P->mu);
+    pthread_mutex_unlock(&P->mu);
+    CUDA_CHECK(cudaStreamWaitEvent(s, U->ev_updated, 0));
+}
+
+static void issue_gather(ZeroPart* P, int u, bool prefetch) {
+    ZpUnit* U = &P->u[u];
+    zp_wait_unit_updated(P, u, P->s_gather);
+    const size_t n = P->L.numel[u];
+    if (!U->wfull) CUDA_CHECK(cudaMallocAsync(&U->wfull, n * P->xs, P->s_gather));
+    // all-gather over one rank: this rank's partition is the whole unit
+    CUDA_CHECK(cudaMemcpyAsync(U->wfull, U->wpart, P->L.part[u] * P->xs, cudaMemcpyDefault, P->s_gather));
+    if (U->wpart_host) P->st.h2d_bytes += (double)(P->L.part[u] * P->xs);
+    CUDA_CHECK(cudaEventRecord(U->ev_gathered, P->s_gather));
+    U->gather_pending = false;
+    U->stale = false;
+    P->st.gathers++;
+    if (prefetch) P->st.prefetches++;
+}
+
+static void do_release(ZeroPart* P, int u, cudaStream_t s) {
+    ZpUnit* U = &P->u[u];
+    if (U->gather_pending) {
+        U->gather_pending = false;  // never issued
+    } else if (U->wfull) {
+        CUDA_CHECK(cudaFreeAsync(U->wfull, s));
+    }
+    U->wfull = NULL;
+    P->st.releases++;
+}
+
+void* zp_fetch(ZeroPart* P, int u, cudaStream_t s) {
+    ZpUnit* U = &P->u[u];
+    if (U->fetched) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "%s fetched twice without release", P->name[u]);
+        t5_check_failed("ZERO", "zero_fetch", msg, __FILE__, __LINE__, __func__);
+    }
+    U->fetched = true;
+    if (P->o.stage != 3) {
+        zp_wait_unit_updated(P, u, s);
+        return U->wfull;
+    }
+    if (!P->held) {
+        ZeroSchedAction acts[256];
+        const int mism = P->S.mismatches;
+        int n = zero_sched_fetch(&P->S, u, acts, (int)T5_ARRAY_LEN(acts));
+        P->st.trace_mismatches += P->S.mismatches - mism;
+        for (int i = 0; i < n; i++) {
+            const int v = acts[i].unit;
+            if (!acts[i].prefetch) issue_gather(P, v, false);
+            else if (unit_is_updated(P, v)) issue_gather(P, v, true);
+            else P->u[v].gather_pending = true;
+        }
+        // pending prefetches whose weights have arrived meanwhile
+        for (int v = 0; v < P->num_units; v++)
+            if (v != u && P->u[v].gather_pending && unit_is_updated(P, v)) issue_gather(P, v, true);
+    }
+    if (U->gather_pending || U->stale || !U->wfull) issue_gather(P, u, false);
+    CUDA_CHECK(cudaStreamWaitEvent(s, U->ev_gathered, 0));
+    return U->wfull;
+}
+
+void zp_release(ZeroPart* P, int u, cudaStream_t s) {
+    ZpUnit* U = &P->u[u];
+    if (!U->fetched) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "%s released but not fetched", P->name[u]);
+        t5_check_failed("ZERO", "zero_release", msg, __FILE__, __LINE__, __func__);
+    }
+    U->fetched = false;
+    if (P->o.stage != 3 || P->held) return;
+    ZeroSchedAction a;
+    if (zero_sched_release(&P->S, u, &a, 1)) do_release(P, u, s);
+}
+
+void zp_begin_pass(ZeroPart* P, cudaStream_t s) {
+    if (P->o.stage != 3 || P->held) return;
+    ZeroSchedAction acts[1024];
+    int n = zero_sched_reset(&P->S, acts, (int)T5_ARRAY_LEN(acts));
+    for (int i = 0; i < n; i++) do_release(P, acts[i].unit, s);
+}
+
+bool zp_hold_begin(ZeroPart* P, cudaStream_t s) {
+    if (P->o.stage != 3) return true;
+    if (P->held) return true;
+    size_t need = 0;
+    for (int u = 0; u < P->num_units; u++)
+        if (!P->u[u].wfull) need += P->L.numel[u] * P->xs;
+    size_t fr = 0, tot = 0;
+    CUDA_CHECK(cudaMemGetInfo(&fr, &tot));
+    if (need + ((size_t)1 << 30) > fr) return false;
+    for (int u = 0; u < P->num_units; u++) {
+        ZpUnit* U = &P->u[u];
+        zero_sched_set_available(&P->S, u, true);
+        if (!U->wfull || U->gather_pending || U->stale) issue_gather(P, u, false);
+    }
+    CUDA_CHECK(cudaStreamWaitEvent(s, P->u[P->num_units - 1].ev_gathered, 0));
+    P->held = true;
+    return true;
+}
+
+void zp_hold_end(ZeroPart* P, cudaStream_t s) {
+    if (P->o.stage != 3 || !P->held) return;
+    P->held = false;
+    for (int u = 0; u < P->num_units; u++) {
+        if (P->S.persistent[u] || P->u[u].fetched) continue;
+        zero_sched_set_available(&P->S, u, false);
+        do_release(P, u, s);
+    }
+}

@@ -1,0 +1,416 @@
+/*
+ * part.c: the partitioned engine's buffers (see part.h): layout, allocation with the memory checks made
+ * before anything is allocated, fp32 views, weights and optimizer state in and out.
+ */
+#include "part.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+
+#include "../../cuda/elementwise.cuh"
+#include "../../cuda/grad_accum.cuh"
+#include "../base/check.h"
+#include "../base/common.h"
+
+static double gib(double b) { return b / (1024.0 * 1024.0 * 1024.0); }
+static double now_s(void) {
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return (double)tv.tv_sec + 1e-6 * (double)tv.tv_usec;
+}
+
+// ---------------------------------------------------------------------------------------------
+// fp16/bf16 <-> fp32 on the host (publishing the master of CPU units after a load)
+
+static void host_round_to_x(void* dst, DType X, const float* src, size_t n) {
+    if (X == DT_F16) {
+        uint16_t* d = dst;
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < n; i++) d[i] = cpu_adam_f32_to_f16(src[i]);
+    } else if (X == DT_BF16) {
+        uint16_t* d = dst;
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < n; i++) d[i] = cpu_adam_f32_to_bf16(src[i]);
+    }
+}
+
+static int dev_alloc(ZeroPart* P, void** p, size_t bytes, const char* what, char* err, size_t errlen) {
+    *p = NULL;
+    if (bytes == 0) return 0;
+    if (cudaMalloc(p, bytes) != cudaSuccess) {
+        (void)cudaGetLastError();
+        size_t fr = 0, tot = 0;
+        cudaMemGetInfo(&fr, &tot);
+        return t5_set_err(err, errlen,
+                          "out of GPU memory for the %s: %.2f GiB asked, %.2f GiB free; offload more to the CPU "
+                          "(offload_optimizer ratio closer to 1, offload_param cpu) or a higher ZeRO stage",
+                          what, gib((double)bytes), gib((double)fr));
+    }
+    CUDA_CHECK(cudaMemset(*p, 0, bytes));
+    P->gpu_bytes += bytes;
+    return 0;
+}
+
+void zero_options_default(ZeroOptions* o) {
+    memset(o, 0, sizeof *o);
+    o->stage = 0;
+    o->world = 1;
+    o->rank = 0;
+    o->working_dtype = o->grad_dtype = o->comm_dtype = o->accum_dtype = DT_F32;
+    o->ratio = 1.0;
+    o->buffer_count = 4;
+    o->sub_group_size = 1000000000;
+    o->reduce_bucket_size = 500000000;
+    o->allgather_bucket_size = 500000000;
+    o->prefetch_bucket_size = 50000000;
+    o->max_live_parameters = 1000000000;
+    o->max_reuse_distance = 1000000000;
+    o->persistence_threshold = 100000;
+    o->overlap_comm = true;
+    o->beta1 = 0.9f;
+    o->beta2 = 0.999f;
+    o->eps = 1e-8f;
+    o->adamw_mode = true;
+}
+
+ZeroPart* zp_create(const ZeroOptions* o, int num_units, const size_t* unit_numel, const char* const* unit_name,
+                    char* err, size_t errlen) {
+    const double t0 = now_s();
+    if (o->stage < 1 || o->stage > 3) {
+        t5_set_err(err, errlen, "ZeRO stage %d is not 1, 2 or 3", o->stage);
+        return NULL;
+    }
+    if (o->world != 1) {
+        t5_set_err(err, errlen, "not implemented yet: ZeRO over %d ranks (the collectives of the multi-GPU issue)",
+                   o->world);
+        return NULL;
+    }
+    if (o->offload_param && o->stage != 3) {
+        t5_set_err(err, errlen, "offload_param needs ZeRO stage 3 (this run is stage %d), as in DeepSpeed", o->stage);
+        return NULL;
+    }
+    if (o->grad_dtype != o->working_dtype && o->grad_dtype != DT_F32) {
+        t5_set_err(err, errlen, "gradients in %s with %s weights are not supported", dtype_name(o->grad_dtype),
+                   dtype_name(o->working_dtype));
+        return NULL;
+    }
+    ZeroPart* P = calloc_check(1, sizeof *P);
+    P->o = *o;
+    P->o.tensors = NULL;
+    P->o.trace = NULL;
+    P->num_units = num_units;
+    P->X = o->working_dtype;
+    P->G = o->grad_dtype;
+    P->C = o->comm_dtype;
+    P->A = o->accum_dtype;
+    P->xs = dtype_size(P->X);
+    P->gs = dtype_size(P->G);
+    P->cs = dtype_size(P->C);
+    P->as = dtype_size(P->A);
+    CUDA_CHECK(cudaGetDevice(&P->device));
+    if (zero_layout_build(&P->L, o->world, o->rank, num_units, unit_numel, o->sub_group_size,
+                          o->offload_optimizer ? o->ratio : 0.0, err, errlen)) {
+        free(P);
+        return NULL;
+    }
+    ZeroLayout* L = &P->L;
+    P->name = calloc_check((size_t)num_units, sizeof(char*));
+    P->u = calloc_check((size_t)num_units, sizeof(ZpUnit));
+    for (int u = 0; u < num_units; u++) {
+        char buf[32];
+        snprintf(buf, sizeof buf, "unit %d", u);
+        P->name[u] = strdup_check(unit_name && unit_name[u] ? unit_name[u] : buf);
+        P->u[u].opt_cpu = L->group_cpu[L->unit_group[u]];
+    }
+    // segments (owned part of each tensor) and fp32 views
+    for (int i = 0; i < o->num_tensors; i++) {
+        const ZeroTensor* t = &o->tensors[i];
+        if (t->unit < 0 || t->unit >= num_units || t->offset + t->numel > unit_numel[t->unit]) {
+            zero_layout_free(L);
+            free(P);
+            t5_set_err(err, errlen, "ZeRO: tensor %d lies outside its unit", i);
+            return NULL;
+        }
+        ZpUnit* U = &P->u[t->unit];
+        size_t a = T5_MAX(t->offset, L->lo[t->unit]), b = T5_MIN(t->offset + t->numel, L->hi[t->unit]);
+        if (b > a) {
+            U->segs = realloc_check(U->segs, (size_t)(U->nsegs + 1) * sizeof(ZpSeg));
+            U->segs[U->nsegs++] = (ZpSeg){a - L->lo[t->unit], b - a, t->decay};
+        }
+        if (t->fp32_view) {
+            U->view_off = realloc_check(U->view_off, (size_t)(U->nviews + 1) * sizeof(size_t));
+            U->view_numel = realloc_check(U->view_numel, (size_t)(U->nviews + 1) * sizeof(size_t));
+            U->view_ptr = realloc_check(U->view_ptr, (size_t)(U->nviews + 1) * sizeof(float*));
+            U->view_off[U->nviews] = t->offset;
+            U->view_numel[U->nviews] = t->numel;
+            U->nviews++;
+        }
+    }
+    for (int u = 0; u < num_units; u++) {
+        size_t covered = 0;
+        for (int i = 0; i < o->num_tensors; i++)
+            if (o->tensors[i].unit == u) covered += o->tensors[i].numel;
+        P->u[u].has_gaps = covered != unit_numel[u];
+    }
+    // sizes
+    const size_t bucket = (size_t)T5_MAX(o->reduce_bucket_size, (int64_t)8);
+    P->bucket_elems = bucket;
+    size_t gpu_part = 0, cpu_part = 0, view_elems = 0;
+    for (int u = 0; u < num_units; u++) {
+        if (P->u[u].opt_cpu) cpu_part += L->part[u];
+        else gpu_part += L->part[u];
+        for (int k = 0; k < P->u[u].nviews; k++) view_elems += CEIL_DIV(P->u[u].view_numel[k], (size_t)8) * 8;
+        P->u[u].bucket_first = P->num_slots;
+        P->u[u].num_buckets = zero_layout_num_buckets(L, u, o->reduce_bucket_size);
+        P->num_slots += P->u[u].num_buckets;
+    }
+    const bool x32 = P->X == DT_F32;
+    const bool pin_any = o->optimizer_pin_memory || o->param_pin_memory;
+    // host: master, m, v, gacc of the CPU units; their 16-bit weights (whost == wpart with offload_param)
+    size_t h_state = cpu_part * 4, h_gacc = cpu_part * P->as, h_w = x32 ? 0 : cpu_part * P->xs;
+    size_t host_total = 3 * h_state + h_gacc + h_w;
+    size_t avail = host_mem_available();
+    const size_t margin = (size_t)2 << 30;  // the process itself, the data, the CUDA runtime
+    if (host_total + margin > avail) {
+        t5_set_err(err, errlen,
+                   "not enough host memory for this ZeRO plan: %.2f GiB asked (fp32 master + Adam m, v %.2f GiB, "
+                   "gradients %.2f GiB, 16-bit weights %.2f GiB for %.3g offloaded parameters), %.2f GiB available; "
+                   "lower offload_optimizer.ratio (keeps part of the optimizer on the GPU) or use fewer parameters",
+                   gib((double)host_total), gib(3.0 * (double)h_state), gib((double)h_gacc), gib((double)h_w),
+                   (double)cpu_part, gib((double)avail));
+        goto fail;
+    }
+    // device: master, m, v, gacc of the GPU units; partitions / resident weights; stage 1 gradients; views
+    size_t d_w = o->stage == 3 ? 0 : L->part_total * P->xs;  // stages 1/2: every unit resident (W = 1)
+    size_t d_wpart = 0;
+    if (o->stage == 3)
+        for (int u = 0; u < num_units; u++)
+            if (!(o->offload_param && P->u[u].opt_cpu)) d_wpart += L->part[u] * P->xs;
+    size_t d_grad = o->stage == 1 ? L->part_total * P->gs : 0;
+    size_t d_total = gpu_part * (12 + P->as) + d_w + d_wpart + d_grad + view_elems * 4;
+    {
+        size_t fr = 0, tot = 0;
+        CUDA_CHECK(cudaMemGetInfo(&fr, &tot));
+        if (d_total > fr) {
+            t5_set_err(err, errlen,
+                       "out of GPU memory for this ZeRO plan: %.2f GiB of resident state asked (%.3g parameters' "
+                       "optimizer state on the GPU), %.2f GiB free; offload more (offload_optimizer ratio closer to "
+                       "1, offload_param cpu) or a higher ZeRO stage",
+                       gib((double)d_total), (double)gpu_part, gib((double)fr));
+            goto fail;
+        }
+    }
+    if (host_buf_alloc(&P->h_master, h_state, o->optimizer_pin_memory, "offloaded fp32 master weights", err, errlen) ||
+        host_buf_alloc(&P->h_m, h_state, o->optimizer_pin_memory, "offloaded Adam first moments", err, errlen) ||
+        host_buf_alloc(&P->h_v, h_state, o->optimizer_pin_memory, "offloaded Adam second moments", err, errlen) ||
+        host_buf_alloc(&P->h_gacc, h_gacc, o->optimizer_pin_memory, "offloaded gradients", err, errlen) ||
+        host_buf_alloc(&P->h_w, h_w, o->offload_param ? o->param_pin_memory : pin_any,
+                       o->offload_param ? "offloaded 16-bit parameters" : "16-bit weights of the CPU optimizer", err,
+                       errlen))
+        goto fail;
+    if (dev_alloc(P, (void**)&P->d_master, gpu_part * 4, "fp32 master weights", err, errlen) ||
+        dev_alloc(P, (void**)&P->d_m, gpu_part * 4, "Adam first moments", err, errlen) ||
+        dev_alloc(P, (void**)&P->d_v, gpu_part * 4, "Adam second moments", err, errlen) ||
+        dev_alloc(P, &P->d_gacc, gpu_part * P->as, "accumulated gradients", err, errlen) ||
+        dev_alloc(P, &P->d_wfull, d_w, "16-bit weights", err, errlen) ||
+        dev_alloc(P, &P->d_wpart, d_wpart, "16-bit parameter partitions", err, errlen) ||
+        dev_alloc(P, &P->d_grad, d_grad, "gradients", err, errlen) ||
+        dev_alloc(P, (void**)&P->d_views, view_elems * 4, "fp32 views (norm weights, bias tables, embedding)", err,
+                  errlen) ||
+        dev_alloc(P, &P->d_stage, bucket * T5_MAX(T5_MAX(P->as, P->cs), (size_t)4), "gradient staging", err,
+                  errlen) ||
+        dev_alloc(P, &P->d_bucket, P->C != P->G ? bucket * P->cs : 0, "gradient bucket", err, errlen) ||
+        dev_alloc(P, (void**)&P->d_slots, (size_t)P->num_slots * sizeof(double), "norm slots", err, errlen) ||
+        dev_alloc(P, (void**)&P->d_flags, (size_t)P->num_slots * sizeof(int), "norm flags", err, errlen) ||
+        dev_alloc(P, &P->d_sq_scratch, grad_sumsq_scratch_bytes(), "norm scratch", err, errlen))
+        goto fail;
+    // carve the per-unit pointers
+    {
+        size_t gp = 0, cp = 0, wp = 0, vw = 0;
+        for (int u = 0; u < num_units; u++) {
+            ZpUnit* U = &P->u[u];
+            const size_t p = L->part[u];
+            if (U->opt_cpu) {
+                U->master = (float*)P->h_master.ptr + cp;
+                U->m = (float*)P->h_m.ptr + cp;
+                U->v = (float*)P->h_v.ptr + cp;
+                U->gacc = (char*)P->h_gacc.ptr + cp * P->as;
+                U->whost = x32 ? NULL : (char*)P->h_w.ptr + cp * P->xs;
+                cp += p;
+            } else {
+                U->master = P->d_master + gp;
+                U->m = P->d_m + gp;
+                U->v = P->d_v + gp;
+                U->gacc = (char*)P->d_gacc + gp * P->as;
+                gp += p;
+            }
+            if (o->stage == 3) {
+                if (o->offload_param && U->opt_cpu) {
+                    U->wpart = x32 ? (void*)U->master : U->whost;  // gathers read the host copy directly
+                    U->wpart_host = true;
+                } else {
+                    U->wpart = (char*)P->d_wpart + wp * P->xs;
+                    wp += p;
+                }
+            } else {
+                U->wfull = (char*)P->d_wfull + L->part_offset[u] * P->xs;
+                if (o->stage == 1) {
+                    U->grad = (char*)P->d_grad + L->part_offset[u] * P->gs;
+                    U->grad_alloc = true;
+                }
+            }
+            for (int k = 0; k < U->nviews; k++) {
+                U->view_ptr[k] = P->d_views + vw;
+                vw += CEIL_DIV(U->view_numel[k], (size_t)8) * 8;
+            }
+            CUDA_CHECK(cudaEventCreateWithFlags(&U->ev_gathered, cudaEventDisableTiming));
+            CUDA_CHECK(cudaEventCreateWithFlags(&U->ev_updated, cudaEventDisableTiming));
+            CUDA_CHECK(cudaEventCreateWithFlags(&U->ev_grad, cudaEventDisableTiming));
+        }
+    }
+    CUDA_CHECK(cudaStreamCreateWithFlags(&P->s_gather, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&P->s_grad, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&P->s_copy, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaEventCreateWithFlags(&P->ev_grads_done, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&P->ev_gpu_step, cudaEventDisableTiming));
+    // stream-ordered allocations (gathered units, stage 2/3 gradients) stay in the pool between steps
+    CUDA_CHECK(cudaDeviceGetDefaultMemPool(&P->pool, P->device));
+    uint64_t thr = UINT64_MAX;
+    CUDA_CHECK(cudaMemPoolSetAttribute(P->pool, cudaMemPoolAttrReleaseThreshold, &thr));
+    if (o->stage == 3)
+        zero_sched_init(&P->S, num_units, L->numel, o->trace, o->trace_len, o->prefetch_bucket_size,
+                        o->max_live_parameters, o->max_reuse_distance, o->persistence_threshold);
+    P->n_micro = 1;
+    P->st.host_bytes = host_total;
+    P->st.host_pinned_bytes = (o->optimizer_pin_memory ? 3 * h_state + h_gacc : 0) +
+                              ((o->offload_param ? o->param_pin_memory : pin_any) ? h_w : 0);
+    P->st.gpu_bytes = P->gpu_bytes;
+    zp_step_init(P);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    P->st.init_s = now_s() - t0;
+    return P;
+fail:
+    zp_destroy(P);
+    return NULL;
+}
+
+void zp_destroy(ZeroPart* P) {
+    if (!P) return;
+    zp_step_free(P);
+    if (P->s_gather) {
+        CUDA_CHECK(cudaDeviceSynchronize());
+        cudaStreamDestroy(P->s_gather);
+        cudaStreamDestroy(P->s_grad);
+        cudaStreamDestroy(P->s_copy);
+        cudaEventDestroy(P->ev_grads_done);
+        cudaEventDestroy(P->ev_gpu_step);
+    }
+    for (int u = 0; P->u && u < P->num_units; u++) {
+        ZpUnit* U = &P->u[u];
+        if (U->ev_gathered) cudaEventDestroy(U->ev_gathered);
+        if (U->ev_updated) cudaEventDestroy(U->ev_updated);
+        if (U->ev_grad) cudaEventDestroy(U->ev_grad);
+        if (P->o.stage == 3 && U->wfull) cudaFree(U->wfull);
+        if (P->o.stage >= 2 && U->grad_alloc && U->grad) cudaFree(U->grad);
+        free(U->segs);
+        free(U->view_off);
+        free(U->view_numel);
+        free(U->view_ptr);
+        free(P->name[u]);
+    }
+    void* dev[] = {P->d_master, P->d_m, P->d_v, P->d_gacc, P->d_wfull, P->d_wpart, P->d_grad, P->d_views, P->d_stage,
+                   P->d_bucket, P->d_slots, P->d_flags, P->d_sq_scratch};
+    for (size_t i = 0; i < T5_ARRAY_LEN(dev); i++)
+        if (dev[i]) cudaFree(dev[i]);
+    host_buf_free(&P->h_master);
+    host_buf_free(&P->h_m);
+    host_buf_free(&P->h_v);
+    host_buf_free(&P->h_gacc);
+    host_buf_free(&P->h_w);
+    if (P->o.stage == 3 && P->S.trace) zero_sched_free(&P->S);
+    zero_layout_free(&P->L);
+    free(P->name);
+    free(P->u);
+    free(P);
+}
+
+const float* zp_fp32_tensor(ZeroPart* P, int unit, size_t offset) {
+    ZpUnit* U = &P->u[unit];
+    for (int k = 0; k < U->nviews; k++)
+        if (U->view_off[k] == offset) return U->view_ptr[k];
+    char msg[200];
+    snprintf(msg, sizeof msg, "fp32 view of the tensor at offset %zu of %s was not registered (ZeroTensor.fp32_view)",
+             offset, P->name[unit]);
+    t5_check_failed("ZERO", "zero_fp32_tensor", msg, __FILE__, __LINE__, __func__);
+    return NULL;
+}
+
+// the GPU destination of a unit's 16-bit weights: its partition (stage 3) or its resident copy (stages 1/2)
+void* zp_unit_x_dst(ZeroPart* P, int u) {
+    ZpUnit* U = &P->u[u];
+    if (P->o.stage == 3) return U->wpart_host ? NULL : U->wpart;
+    return (char*)U->wfull + P->L.lo[u] * P->xs;
+}
+
+// views of unit u from its master (owned range; one rank: the whole unit), on stream s
+void zp_publish_views(ZeroPart* P, int u, cudaStream_t s) {
+    ZpUnit* U = &P->u[u];
+    const size_t lo = P->L.lo[u];
+    for (int k = 0; k < U->nviews; k++)
+        CUDA_CHECK(cudaMemcpyAsync(U->view_ptr[k], U->master + (U->view_off[k] - lo), U->view_numel[k] * 4,
+                                   cudaMemcpyDefault, s));
+}
+
+void zp_publish_unit_host(ZeroPart* P, int u) {
+    ZpUnit* U = &P->u[u];
+    void* dst = zp_unit_x_dst(P, u);
+    const size_t n = P->L.hi[u] - P->L.lo[u];
+    if (dst) {
+        const void* src = P->X == DT_F32 ? (const void*)U->master : U->whost;
+        CUDA_CHECK(cudaMemcpyAsync(dst, src, n * P->xs, cudaMemcpyDefault, P->s_copy));
+        __atomic_add_fetch(&P->thread_h2d, (int64_t)(n * P->xs), __ATOMIC_RELAXED);
+    }
+    zp_publish_views(P, u, P->s_copy);
+    CUDA_CHECK(cudaEventRecord(U->ev_updated, P->s_copy));
+}
+
+void zp_sync_working(ZeroPart* P, cudaStream_t s) {
+    zp_optimizer_wait(P);
+    for (int u = 0; u < P->num_units; u++) {
+        ZpUnit* U = &P->u[u];
+        const size_t n = P->L.hi[u] - P->L.lo[u];
+        if (U->opt_cpu) {
+            if (P->X != DT_F32) host_round_to_x(U->whost, P->X, U->master, n);
+            zp_publish_unit_host(P, u);
+            CUDA_CHECK(cudaStreamWaitEvent(s, U->ev_updated, 0));
+        } else {
+            void* dst = zp_unit_x_dst(P, u);
+            if (P->X == DT_F32) CUDA_CHECK(cudaMemcpyAsync(dst, U->master, n * 4, cudaMemcpyDeviceToDevice, s));
+            else cast(dst, P->X, U->master, DT_F32, n, s);
+            zp_publish_views(P, u, s);
+        }
+        U->stale = true;
+    }
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    CUDA_CHECK(cudaStreamSynchronize(P->s_copy));
+}
+
+void zp_state_read(ZeroPart* P, int which, float* out) {
+    zp_optimizer_wait(P);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    for (int u = 0; u < P->num_units; u++) {
+        const float* src = which == 0 ? P->u[u].m : P->u[u].v;
+        CUDA_CHECK(cudaMemcpy(out + P->L.part_offset[u], src, P->L.part[u] * 4, cudaMemcpyDefault));
+    }
+}
+
+void zp_state_write(ZeroPart* P, int which, const float* in) {
+    zp_optimizer_wait(P);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    for (int u = 0; u < P->num_units; u++) {
+        float* dst = which == 0 ? P->u[u].m : P->u[u].v;
+        CUDA_CHECK(cudaMemcpy(dst, in + P->L.part_offset[u], P->L.part[u] * 4, cudaMemcpyDefault));
+    }
+}

@@ -1,0 +1,152 @@
+/*
+ * part.h: the partitioned engine (ZeRO stages 1-3) behind model/zero.h, internal to src/zero/.
+ *
+ *   part.c      create/destroy: the layout, every buffer (device, pinned or pageable host), the streams,
+ *               fp32 views, state IO, zero_sync_working
+ *   gather.c    parameters: fetch / release / prefetch along the stage 3 schedule, the hold mode
+ *   reduce.c    gradients: per-unit buffers, buckets, "reduce-scatter", accumulation, D2H, squared norm
+ *   step.c      the optimizer step: fused GPU AdamW for the GPU sub-groups, the CPU AdamW thread for the
+ *               offloaded ones, the 16-bit weights sent back unit by unit
+ *
+ * Per unit u (this rank's partition p = L.part[u] elements, owned range [lo, hi) of the unit):
+ *   master, m, v   (p) fp32        optimizer state, GPU or host (opt_cpu)
+ *   gacc           (p) accum dtype the accumulated gradient partition, GPU or host (opt_cpu)
+ *   wpart          (p) X           stage 3: the 16-bit partition gathers read (GPU, or host with offload_param
+ *                                  for CPU-stepped units)
+ *   whost          (p) X           CPU-stepped units: the CPU AdamW's 16-bit output (pinned when any of the
+ *                                  offloads pins; == wpart when that is on the host; NULL in fp32: master)
+ *   wfull          (numel) X       the gathered unit on the GPU: resident at stages 1/2, per fetch at stage 3
+ *   grad           (numel) G       the backward's gradient: resident at stage 1, per backward at 2/3
+ *   views          fp32 copies of the tensors the model reads in fp32, resident on the GPU
+ */
+#pragma once
+#include <cuda_runtime.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../../cuda/adamw.cuh"
+#include "../../model/zero.h"
+#include "cpu_adam.h"
+#include "host_mem.h"
+#include "plan.h"
+
+typedef struct {
+    size_t offset, numel;  // inside the unit
+    bool decay;
+} ZpSeg;
+
+typedef struct {
+    bool opt_cpu;
+    float* master;
+    float* m;
+    float* v;
+    void* gacc;
+    void* wpart;
+    bool wpart_host;
+    void* whost;
+    void* wfull;
+    void* grad;
+    bool grad_alloc;
+    bool fetched;
+    bool grad_ready;
+    bool gather_pending;     // the schedule counts it gathered; the copy waits for the CPU step's result
+    bool stale;              // wfull holds weights older than the last step (persistent / held units)
+    cudaEvent_t ev_gathered;
+    cudaEvent_t ev_grad;     // the unit's gradient is complete (compute stream)
+    bool has_gaps;           // elements no tensor covers: its fresh gradient buffers are cleared
+    cudaEvent_t ev_updated;  // the CPU step's copies of this unit to the GPU are done
+    int64_t updated_step;    // the last optimizer step whose CPU result for this unit is written (host side)
+    int nsegs;
+    ZpSeg* segs;             // tensors of the owned range (for weight decay)
+    int nviews;
+    size_t* view_off;        // (nviews) tensor offsets inside the unit
+    size_t* view_numel;
+    float** view_ptr;        // device fp32 copies
+    int bucket_first;        // index of its first sumsq slot
+    int num_buckets;
+} ZpUnit;
+
+typedef struct ZeroPart {
+    ZeroOptions o;
+    ZeroLayout L;
+    ZeroSched S;
+    int num_units;
+    char** name;
+    DType X, G, C, A;        // working, gradient, communication, accumulation dtypes
+    size_t xs, gs, cs, as;
+    ZpUnit* u;
+    // memory
+    HostBuf h_master, h_m, h_v, h_gacc, h_w;   // host partitions of the CPU-stepped units
+    void* d_state;           // device partitions of the GPU-stepped units: master, m, v, gacc (one allocation each)
+    float* d_master;
+    float* d_m;
+    float* d_v;
+    void* d_gacc;
+    void* d_wpart;           // stage 3 GPU partitions
+    void* d_wfull;           // stages 1/2: every unit resident
+    void* d_grad;            // stage 1: every unit's gradient resident
+    float* d_views;
+    void* d_stage;           // gradient staging (reduce_bucket elements of max(comm, accum) size)
+    void* d_bucket;          // comm-dtype bucket
+    double* d_slots;         // (num_slots) squared norms of the buckets
+    int* d_flags;
+    void* d_sq_scratch;
+    int num_slots;
+    size_t bucket_elems;
+    size_t gpu_bytes;
+    // streams and events
+    cudaStream_t s_gather, s_grad, s_copy;
+    cudaEvent_t ev_grads_done;   // every gradient of the backward handed on (s_grad)
+    cudaEvent_t ev_gpu_step;     // the GPU part of the last step (compute stream)
+    cudaMemPool_t pool;
+    // micro-batches
+    int micro, n_micro;
+    // GPU optimizer
+    AdamWPlan* gpu_plan;
+    int gpu_plan_tensors;
+    CpuAdam cpu_adam;
+    // CPU optimizer thread
+    pthread_t thread;
+    bool thread_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int64_t opt_step;            // steps handed to the thread
+    int64_t opt_done;            // steps the thread finished
+    bool quit;
+    ZeroStepArgs pending;
+    int device;
+    // hold mode
+    bool held;
+    // stats
+    ZeroStats st;
+    int64_t thread_h2d;          // bytes the optimizer thread copied (summed into st by zero_stats)
+} ZeroPart;
+
+// part.c
+ZeroPart* zp_create(const ZeroOptions* o, int num_units, const size_t* unit_numel, const char* const* unit_name,
+                    char* err, size_t errlen);
+void zp_destroy(ZeroPart* P);
+void zp_sync_working(ZeroPart* P, cudaStream_t s);
+void zp_state_read(ZeroPart* P, int which, float* out);
+void zp_state_write(ZeroPart* P, int which, const float* in);
+const float* zp_fp32_tensor(ZeroPart* P, int unit, size_t offset);
+void zp_publish_unit_host(ZeroPart* P, int unit);
+void* zp_unit_x_dst(ZeroPart* P, int unit);        // GPU destination of its 16-bit weights, or NULL (host)
+void zp_publish_views(ZeroPart* P, int unit, cudaStream_t s);  // CPU unit: H2D of its new weights + views (s_copy)
+// gather.c
+void* zp_fetch(ZeroPart* P, int unit, cudaStream_t s);
+void zp_release(ZeroPart* P, int unit, cudaStream_t s);
+void zp_begin_pass(ZeroPart* P, cudaStream_t s);
+bool zp_hold_begin(ZeroPart* P, cudaStream_t s);
+void zp_hold_end(ZeroPart* P, cudaStream_t s);
+void zp_wait_unit_updated(ZeroPart* P, int unit, cudaStream_t s);
+// reduce.c
+void* zp_grad(ZeroPart* P, int unit, cudaStream_t s);
+void zp_grad_ready(ZeroPart* P, int unit, cudaStream_t s);
+void zp_grad_norm(ZeroPart* P, float* d_norm2, int* d_overflow, cudaStream_t s);
+// step.c
+void zp_step_init(ZeroPart* P);
+void zp_step_free(ZeroPart* P);
+void zp_optimizer_step(ZeroPart* P, const ZeroStepArgs* a, cudaStream_t s);
+void zp_optimizer_wait(ZeroPart* P);

@@ -1,0 +1,116 @@
+/*
+ * reduce.c: gradients of the partitioned engine (see part.h and REFERENCE 4.3).
+ *
+ * zero_grad(u)        stage 1: the unit's resident gradient; stages 2/3: a buffer from the stream-ordered pool,
+ *                     taken on the compute stream when the backward first asks for it.
+ * zero_grad_ready(u)  the compute stream records the unit's ev_grad; on s_grad (overlap_comm; else on the
+ *                     compute stream itself) each reduce bucket of the unit is
+ *                       converted to communication_data_type (if it differs) and pre-divided by the world size,
+ *                       reduce-scattered (one rank: the piece is already this rank's),
+ *                       accumulated into the partition's slot in grad_accum_dtype (= on micro-batch 0, += after;
+ *                       a host slot goes through the staging buffer: up, add, down),
+ *                       on the last micro-batch, its squared norm and non-finite flag go to the bucket's slot;
+ *                     then the unit's full gradient buffer is freed (stages 2/3).
+ * zero_grad_norm      waits for s_grad and sums the slots in bucket order (deterministic).
+ */
+#include <stdio.h>
+
+#include "../../cuda/grad_accum.cuh"
+#include "../base/check.h"
+#include "../base/common.h"
+#include "part.h"
+
+void* zp_grad(ZeroPart* P, int u, cudaStream_t s) {
+    ZpUnit* U = &P->u[u];
+    if (U->grad_ready) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "gradient of %s asked for after grad_ready in the same step", P->name[u]);
+        t5_check_failed("ZERO", "zero_grad", msg, __FILE__, __LINE__, __func__);
+    }
+    if (!U->grad_alloc) {
+        const size_t bytes = P->L.numel[u] * P->gs;
+        CUDA_CHECK(cudaMallocAsync(&U->grad, bytes, s));
+        if (U->has_gaps) CUDA_CHECK(cudaMemsetAsync(U->grad, 0, bytes, s));
+        U->grad_alloc = true;
+    }
+    return U->grad;
+}
+
+void zp_grad_ready(ZeroPart* P, int u, cudaStream_t s) {
+    ZpUnit* U = &P->u[u];
+    if (U->grad_ready) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "grad_ready called twice for %s in one step", P->name[u]);
+        t5_check_failed("ZERO", "zero_grad_ready", msg, __FILE__, __LINE__, __func__);
+    }
+    if (!U->grad_alloc) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "grad_ready for %s whose gradient was never asked for", P->name[u]);
+        t5_check_failed("ZERO", "zero_grad_ready", msg, __FILE__, __LINE__, __func__);
+    }
+    U->grad_ready = true;
+    // the CPU optimizer may still read this unit's host slot from the previous step (it never does once the
+    // forward has fetched the unit, which waited for it; this keeps the rule local)
+    if (U->opt_cpu) zp_wait_unit_updated(P, u, s);
+    cudaStream_t gs = s;
+    if (P->o.overlap_comm) {
+        CUDA_CHECK(cudaEventRecord(U->ev_grad, s));
+        CUDA_CHECK(cudaStreamWaitEvent(P->s_grad, U->ev_grad, 0));
+        gs = P->s_grad;
+    }
+    const bool add = P->micro > 0, last = P->micro == P->n_micro - 1;
+    const float predivide = 1.0f / (float)P->L.world;
+    const int nb = U->num_buckets;
+    for (int k = 0; k < nb; k++) {
+        size_t off, len;
+        zero_layout_bucket(&P->L, u, P->o.reduce_bucket_size, k, &off, &len);
+        if (len == 0) continue;
+        // one rank: this rank's slot of the unit starts at element 0, and the reduce-scatter is the identity
+        const void* src = (const char*)U->grad + off * P->gs;
+        DType sdt = P->G;
+        if (P->C != P->G || predivide != 1.0f) {
+            grad_accumulate(P->d_bucket ? P->d_bucket : P->d_stage, P->C, src, P->G, len, false, predivide, gs);
+            src = P->d_bucket ? P->d_bucket : P->d_stage;
+            sdt = P->C;
+        }
+        void* dst = (char*)U->gacc + off * P->as;
+        double* slot = P->d_slots + U->bucket_first + k;
+        int* flag = P->d_flags + U->bucket_first + k;
+        if (!U->opt_cpu) {
+            grad_accumulate(dst, P->A, src, sdt, len, add, 1.0f, gs);
+            if (last) grad_sumsq(dst, P->A, len, slot, flag, P->d_sq_scratch, gs);
+        } else {
+            void* st = P->d_stage;
+            if (src == st) {  // the comm conversion used the staging buffer: accumulate in place
+                if (add) t5_die(T5_EXIT_FAILURE, "internal: ZeRO staging buffer aliasing with accumulation");
+            }
+            if (add) {
+                CUDA_CHECK(cudaMemcpyAsync(st, dst, len * P->as, cudaMemcpyHostToDevice, gs));
+                P->st.h2d_bytes += (double)(len * P->as);
+            }
+            if (src != st || sdt != P->A) grad_accumulate(st, P->A, src, sdt, len, add, 1.0f, gs);
+            if (last) grad_sumsq(st, P->A, len, slot, flag, P->d_sq_scratch, gs);
+            CUDA_CHECK(cudaMemcpyAsync(dst, st, len * P->as, cudaMemcpyDeviceToHost, gs));
+            P->st.d2h_bytes += (double)(len * P->as);
+        }
+    }
+    if (P->o.stage >= 2) {
+        CUDA_CHECK(cudaFreeAsync(U->grad, gs));
+        U->grad = NULL;
+        U->grad_alloc = false;
+    }
+}
+
+void zp_grad_norm(ZeroPart* P, float* d_norm2, int* d_overflow, cudaStream_t s) {
+    for (int u = 0; u < P->num_units; u++)
+        if (!P->u[u].grad_ready) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "zero_grad_norm before grad_ready of %s", P->name[u]);
+            t5_check_failed("ZERO", "zero_grad_norm", msg, __FILE__, __LINE__, __func__);
+        }
+    if (P->micro != P->n_micro - 1)
+        t5_die(T5_EXIT_FAILURE, "internal: zero_grad_norm on micro-batch %d of %d", P->micro, P->n_micro);
+    CUDA_CHECK(cudaEventRecord(P->ev_grads_done, P->s_grad));
+    CUDA_CHECK(cudaStreamWaitEvent(s, P->ev_grads_done, 0));
+    grad_sumsq_combine(P->d_slots, P->d_flags, P->num_slots, d_norm2, d_overflow, s);
+}

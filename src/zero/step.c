@@ -1,0 +1,168 @@
+/*
+ * step.c: the optimizer step of the partitioned engine (REFERENCE 4.4, 4.5).
+ *
+ * GPU sub-groups: one fused AdamW launch (cuda/adamw.cu) over their segments on the compute stream, writing the
+ * 16-bit weights straight into the unit's partition (stage 3) or resident copy (stages 1/2); fp32 runs copy
+ * the master there. CPU sub-groups: the engine's optimizer thread runs DeepSpeed's CPU AdamW (cpu_adam.c, all
+ * cores) group by group, in unit order, the 16-bit output written into host memory in the same pass; after
+ * each group it sends the group's weights (and fp32 views) to the GPU on s_copy and marks its units updated,
+ * so the next forward starts on the first units while the CPU still works on the last ones.
+ * The overflow check and the global norm were taken on the GPU before the gradients left (reduce.c), so the
+ * CPU does no extra pass over them.
+ */
+#include <stdio.h>
+#include <string.h>
+#include <sys/time.h>
+
+#include "../base/check.h"
+#include "../base/common.h"
+#include "part.h"
+
+static double now_s(void) {
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return (double)tv.tv_sec + 1e-6 * (double)tv.tv_usec;
+}
+
+static void cpu_step_group(ZeroPart* P, int g, const ZeroStepArgs* a, CpuAdam* ca) {
+    const ZeroLayout* L = &P->L;
+    for (int u = L->group_first[g]; u < L->group_first[g] + L->group_count[g]; u++) {
+        ZpUnit* U = &P->u[u];
+        for (int k = 0; k < U->nsegs; k++) {
+            const ZpSeg* sg = &U->segs[k];
+            void* work = U->whost ? (char*)U->whost + sg->offset * P->xs : NULL;
+            cpu_adam_update(ca, a->lr, sg->decay ? P->o.weight_decay : 0.0f, U->master + sg->offset,
+                            U->m + sg->offset, U->v + sg->offset, (const char*)U->gacc + sg->offset * P->as, P->A,
+                            a->inv_scale, work, P->X == DT_F32 ? DT_F16 : P->X, sg->numel);
+        }
+    }
+}
+
+static void* opt_thread(void* arg) {
+    ZeroPart* P = arg;
+    CUDA_CHECK(cudaSetDevice(P->device));
+    for (;;) {
+        pthread_mutex_lock(&P->mu);
+        while (P->opt_done == P->opt_step && !P->quit) pthread_cond_wait(&P->cv, &P->mu);
+        if (P->quit) {
+            pthread_mutex_unlock(&P->mu);
+            break;
+        }
+        const int64_t step = P->opt_done + 1;
+        ZeroStepArgs a = P->pending;
+        pthread_mutex_unlock(&P->mu);
+        CpuAdam ca = P->cpu_adam;
+        ca.step = a.step;
+        ca.bias_correction1 = a.bias_correction1;
+        ca.bias_correction2 = a.bias_correction2;
+        // the gradients of the CPU units are on the host once s_grad has passed ev_grads_done
+        CUDA_CHECK(cudaEventSynchronize(P->ev_grads_done));
+        const double t0 = now_s();
+        for (int g = 0; g < P->L.num_groups; g++) {
+            if (!P->L.group_cpu[g]) continue;
+            cpu_step_group(P, g, &a, &ca);
+            for (int u = P->L.group_first[g]; u < P->L.group_first[g] + P->L.group_count[g]; u++)
+                zp_publish_unit_host(P, u);
+            pthread_mutex_lock(&P->mu);
+            for (int u = P->L.group_first[g]; u < P->L.group_first[g] + P->L.group_count[g]; u++)
+                P->u[u].updated_step = step;
+            pthread_cond_broadcast(&P->cv);
+            pthread_mutex_unlock(&P->mu);
+        }
+        const double t1 = now_s();
+        pthread_mutex_lock(&P->mu);
+        P->st.cpu_adam_s = t1 - t0;
+        P->opt_done = step;
+        pthread_cond_broadcast(&P->cv);
+        pthread_mutex_unlock(&P->mu);
+    }
+    return NULL;
+}
+
+void zp_step_init(ZeroPart* P) {
+    pthread_mutex_init(&P->mu, NULL);
+    pthread_cond_init(&P->cv, NULL);
+    cpu_adam_init(&P->cpu_adam, P->o.beta1, P->o.beta2, P->o.eps, P->o.adamw_mode);
+    // the GPU plan: every segment of the GPU units
+    int count = 0;
+    for (int u = 0; u < P->num_units; u++)
+        if (!P->u[u].opt_cpu) count += P->u[u].nsegs;
+    if (count > 0) {
+        AdamWTensor* at = calloc_check((size_t)count, sizeof(AdamWTensor));
+        int i = 0;
+        for (int u = 0; u < P->num_units; u++) {
+            ZpUnit* U = &P->u[u];
+            if (U->opt_cpu) continue;
+            char* xdst = zp_unit_x_dst(P, u);
+            for (int k = 0; k < U->nsegs; k++) {
+                const ZpSeg* sg = &U->segs[k];
+                at[i++] = (AdamWTensor){.master = U->master + sg->offset, .m = U->m + sg->offset,
+                                        .v = U->v + sg->offset,
+                                        .grad = (const char*)U->gacc + sg->offset * P->as,
+                                        .work = P->X == DT_F32 ? NULL : xdst + sg->offset * P->xs,
+                                        .n = (int64_t)sg->numel, .grad_dtype = P->A,
+                                        .work_dtype = P->X == DT_F32 ? DT_F16 : P->X,
+                                        .weight_decay = sg->decay ? P->o.weight_decay : 0.0f};
+            }
+        }
+        P->gpu_plan = adamw_plan_create(at, count);
+        P->gpu_plan_tensors = count;
+        free(at);
+    }
+    if (P->L.cpu_numel > 0) {
+        if (pthread_create(&P->thread, NULL, opt_thread, P) != 0)
+            t5_die(T5_EXIT_FAILURE, "cannot start the CPU optimizer thread");
+        P->thread_started = true;
+    }
+}
+
+void zp_step_free(ZeroPart* P) {
+    if (P->thread_started) {
+        pthread_mutex_lock(&P->mu);
+        P->quit = true;
+        pthread_cond_broadcast(&P->cv);
+        pthread_mutex_unlock(&P->mu);
+        pthread_join(P->thread, NULL);
+        P->thread_started = false;
+    }
+    if (P->gpu_plan) adamw_plan_free(P->gpu_plan);
+    P->gpu_plan = NULL;
+}
+
+void zp_optimizer_step(ZeroPart* P, const ZeroStepArgs* a, cudaStream_t s) {
+    zp_optimizer_wait(P);  // one step in flight at a time
+    if (P->gpu_plan) {
+        AdamWStepArgs sa = {.lr = a->lr, .beta1 = P->o.beta1, .beta2 = P->o.beta2, .eps = P->o.eps,
+                            .bias_correction1 = a->bias_correction1, .bias_correction2 = a->bias_correction2,
+                            .adamw_mode = P->o.adamw_mode};
+        adamw_step(P->gpu_plan, &sa, a->d_inv_scale, NULL, s);
+        for (int u = 0; u < P->num_units; u++) {
+            ZpUnit* U = &P->u[u];
+            if (U->opt_cpu) continue;
+            if (P->X == DT_F32)
+                CUDA_CHECK(cudaMemcpyAsync(zp_unit_x_dst(P, u), U->master, (P->L.hi[u] - P->L.lo[u]) * 4,
+                                           cudaMemcpyDeviceToDevice, s));
+            zp_publish_views(P, u, s);
+        }
+    }
+    CUDA_CHECK(cudaEventRecord(P->ev_gpu_step, s));
+    CUDA_CHECK(cudaStreamWaitEvent(P->s_gather, P->ev_gpu_step, 0));
+    CUDA_CHECK(cudaStreamWaitEvent(P->s_copy, P->ev_gpu_step, 0));
+    for (int u = 0; u < P->num_units; u++)
+        if (P->u[u].wfull && P->o.stage == 3) P->u[u].stale = true;
+    if (P->thread_started) {
+        pthread_mutex_lock(&P->mu);
+        P->pending = *a;
+        P->opt_step++;
+        pthread_cond_broadcast(&P->cv);
+        pthread_mutex_unlock(&P->mu);
+    }
+}
+
+void zp_optimizer_wait(ZeroPart* P) {
+    if (!P->thread_started) return;
+    pthread_mutex_lock(&P->mu);
+    while (P->opt_done < P->opt_step) pthread_cond_wait(&P->cv, &P->mu);
+    pthread_mutex_unlock(&P->mu);
+    CUDA_CHECK(cudaStreamSynchronize(P->s_copy));
+}
