@@ -70,6 +70,8 @@ HAVE_NCCL     := $(shell printf '$(HASH)include <nccl.h>\nint main(void){return 
 HAVE_JANSSON  := $(shell $(PKG_CONFIG) --exists jansson 2>/dev/null && echo 1)
 HAVE_SPM      := $(shell $(PKG_CONFIG) --exists sentencepiece 2>/dev/null && echo 1)
 HAVE_CMOCKA   := $(shell $(PKG_CONFIG) --exists cmocka 2>/dev/null && echo 1)
+HAVE_CURL     := $(shell $(PKG_CONFIG) --exists libcurl 2>/dev/null && echo 1)
+HAVE_ARCHIVE  := $(shell $(PKG_CONFIG) --exists libarchive 2>/dev/null && echo 1)
 HAVE_OPENMP   := $(shell printf '$(HASH)include <omp.h>\nint main(void){return omp_get_max_threads()<0;}\n' | $(CC) -x c - -fopenmp -o /dev/null 2>/dev/null && echo 1)
 ifeq ($(MPI),auto)
   HAVE_MPI := $(shell command -v mpicc >/dev/null 2>&1 && mpicc --showme:version >/dev/null 2>&1 && echo 1)
@@ -86,6 +88,8 @@ ifeq ($(filter clean,$(MAKECMDGOALS)),)
   $(info $(if $(HAVE_JANSSON),✓ jansson found,✗ jansson not found: run scripts/install_deps.sh))
   $(info $(if $(HAVE_SPM),✓ SentencePiece found,✗ SentencePiece not found: run scripts/install_deps.sh))
   $(info $(if $(HAVE_OPENMP),✓ OpenMP found,✗ OpenMP not found))
+  $(info $(if $(HAVE_CURL),✓ libcurl found (downloads; loaded at run time),✗ libcurl not found: no Hub/dataset download; run scripts/install_deps.sh))
+  $(info $(if $(HAVE_ARCHIVE),✓ libarchive found (dataset extraction; loaded at run time),✗ libarchive not found: no dataset extraction; run scripts/install_deps.sh))
   $(info $(if $(HAVE_CMOCKA),✓ cmocka found (tests),✗ cmocka not found: tests cannot build; run scripts/install_deps.sh))
   $(info $(if $(HAVE_MPI),✓ MPI found,✗ MPI not found (multi-process launch disabled)))
   $(info ---------------------------------------------)
@@ -120,9 +124,19 @@ DEFS := -D_GNU_SOURCE -DT5_GPU_ARCH=\"$(GPU_ARCH)\"
 ifeq ($(HAVE_MPI),1)
   DEFS += -DT5_HAVE_MPI=1
 endif
+# libcurl / libarchive: headers only (types and constants); the libraries are dlopen'ed on first use
+# (src/download/dynlib.c, docs/download.md "Linking"), so no link flags
+ifeq ($(HAVE_CURL),1)
+  DEFS += -DT5_HAVE_CURL=1
+  PKG_DL_CFLAGS += $(shell $(PKG_CONFIG) --cflags libcurl 2>/dev/null)
+endif
+ifeq ($(HAVE_ARCHIVE),1)
+  DEFS += -DT5_HAVE_ARCHIVE=1
+  PKG_DL_CFLAGS += $(shell $(PKG_CONFIG) --cflags libarchive 2>/dev/null)
+endif
 
-CFLAGS   := -std=gnu11 $(OPT) -Wall -Wextra -fopenmp $(DEFS) $(INCLUDES) $(PKG_CFLAGS)
-CXXFLAGS := -std=c++17 $(OPT) -Wall -Wextra -fopenmp $(DEFS) $(INCLUDES) $(PKG_CFLAGS)
+CFLAGS   := -std=gnu11 $(OPT) -Wall -Wextra -fopenmp $(DEFS) $(INCLUDES) $(PKG_CFLAGS) $(PKG_DL_CFLAGS)
+CXXFLAGS := -std=c++17 $(OPT) -Wall -Wextra -fopenmp $(DEFS) $(INCLUDES) $(PKG_CFLAGS) $(PKG_DL_CFLAGS)
 NVCCFLAGS := -std=c++17 $(NVOPT) $(NVCC_GENCODE) $(DEFS) $(INCLUDES) -Xcompiler -Wall
 LDFLAGS  := -L$(CUDA_HOME)/lib64 -L$(NCCL_HOME)/lib64 -L$(NCCL_HOME)/lib -Wl,-rpath,$(CUDA_HOME)/lib64
 LDLIBS   := -lcudart -lcublasLt -lcublas -lnccl $(PKG_LIBS) -fopenmp -lm -lpthread -ldl -lrt

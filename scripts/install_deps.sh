@@ -4,12 +4,12 @@
 # The CUDA toolkit (nvcc, cuBLASLt) and NCCL are expected under CUDA_HOME (default /usr/local/cuda);
 # they are checked, not installed.
 set -euo pipefail
-PKGS=(build-essential pkg-config libjansson-dev libsentencepiece-dev libcmocka-dev libopenmpi-dev openmpi-bin)
+PKGS=(build-essential pkg-config libjansson-dev libsentencepiece-dev libcmocka-dev libopenmpi-dev openmpi-bin libcurl4-openssl-dev libarchive-dev)
 # probe what the build needs (tools on PATH, libraries through pkg-config, as the Makefile does)
 missing=()
 for t in gcc g++ make pkg-config mpirun; do command -v "$t" >/dev/null 2>&1 || missing+=("tool:$t"); done
 if command -v pkg-config >/dev/null 2>&1; then
-  for m in jansson sentencepiece cmocka ompi-c; do pkg-config --exists "$m" || missing+=("lib:$m"); done
+  for m in jansson sentencepiece cmocka ompi-c libcurl libarchive; do pkg-config --exists "$m" || missing+=("lib:$m"); done
 fi
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "install_deps: missing ${missing[*]}; installing ${PKGS[*]}"
