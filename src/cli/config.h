@@ -242,6 +242,7 @@ typedef struct {
     char config_name[CONFIG_STR_LEN];
     char tokenizer_name[CONFIG_STR_LEN];
     char cache_dir[CONFIG_STR_LEN];
+    char model_revision[CONFIG_STR_LEN];  // Hub branch, tag or commit ("main")
     int init;              // ModelInit
     double dropout_rate;   // NAN = the model's own
     // data (run_translation DataTrainingArguments)

@@ -37,7 +37,10 @@ const ConfigKey CONFIG_KEYS[] = {
           "preset name (t5-small ... t5-11b, google/t5-v1_1-*, google/flan-t5-*) or a directory with config.json"),
     K_STR("config_name", config_name, "null", NUL, "model config.json to use instead of the model's own"),
     K_STR("tokenizer_name", tokenizer_name, "null", NUL, "tokenizer (spiece.model or its directory) if not the model's"),
-    K_STR("cache_dir", cache_dir, "null", NUL, "where downloaded models/datasets are looked up"),
+    K_STR("cache_dir", cache_dir, "null", NUL,
+          "HF hub cache folder for models from the Hub (null: $HF_HUB_CACHE, $HF_HOME/hub, ~/.cache/huggingface/hub)"),
+    K_STR("model_revision", model_revision, "\"main\"", 0,
+          "Hub model version to use: a branch name, tag name or commit id"),
     K_ENUM("init", init, "\"pretrained\"", "pretrained|random", 0,
            "pretrained: load the model's weights; random: T5's init (training from scratch)"),
     K_FLT("dropout_rate", dropout_rate, "null", 0, 1, NUL, "override the model's dropout_rate (null: keep the model's)"),
@@ -299,6 +302,7 @@ const ConfigAlias CONFIG_ALIASES[] = {
     {"model", "model_name_or_path"},                   // short form: --model t5-3b
     {"dataset_config", "dataset_config_name"},         // the homework's abbreviation (argparse prefix match)
     {"eval_strategy", "evaluation_strategy"},          // HF's newer name
+    {"revision", "model_revision"},                    // huggingface_hub's / from_pretrained's name
     {"deepspeed.zero_optimization.stage3_gather_fp16_weights_on_model_save",
      "deepspeed.zero_optimization.stage3_gather_16bit_weights_on_model_save"},  // DeepSpeed's older name
 };

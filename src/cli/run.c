@@ -23,6 +23,7 @@
 #include "commands.h"
 #include "../base/common.h"
 #include "config.h"
+#include "fetch_inputs.h"
 #include "../train/trainer.h"
 
 // world size from the launcher's environment (deepspeed/torchrun: WORLD_SIZE; mpirun: OMPI_COMM_WORLD_SIZE)
@@ -86,7 +87,7 @@ static void run_build_trainer_args(const RunConfig* c, TrainerArgs* a) {
     }
 
     // ---- model
-    const char* name = c->model_name_or_path;
+    const char* name = run_model_source(c);  // a Hub name missing from the HF cache: downloaded (fetch_inputs.h)
     a->init_random = c->init == MODEL_INIT_RANDOM;
     ModelLocation loc;
     bool have_loc = false;
@@ -138,6 +139,7 @@ static void run_build_trainer_args(const RunConfig* c, TrainerArgs* a) {
     o->split_file[2] = c->test_file[0] ? c->test_file : NULL;
     o->source_lang = c->source_lang;
     o->target_lang = c->target_lang;
+    run_fetch_dataset(c, o);  // wmt16-ro-en splits missing on disk: prepared from the sources
     o->tokenizer_path = tokpath_keep;
     o->source_prefix = c->source_prefix_set ? c->source_prefix : NULL;
     o->max_source_length = (int)c->max_source_length;

@@ -200,12 +200,15 @@ int http_head(const char* url, const HttpOptions* opt, HttpMeta* meta, char* err
         c->slist_free_all(hdrs);
         meta->status = status;
         if (rc != CURLE_OK) {
-            if (transport_retryable(rc) && attempt < opt->max_retries) {
+            // a name that does not resolve is no network (or a wrong HF_ENDPOINT / proxy): answered at once, as
+            // huggingface_hub does for its metadata request, instead of ~30 s of back-off before the same error
+            bool no_name = rc == CURLE_COULDNT_RESOLVE_HOST || rc == CURLE_COULDNT_RESOLVE_PROXY;
+            if (transport_retryable(rc) && !no_name && attempt < opt->max_retries) {
                 backoff_sleep(opt, attempt);
                 continue;
             }
-            return t5_set_err(err, errlen, "cannot reach %s: %s (after %d attempts)", cur, c->easy_strerror(rc),
-                              attempt + 1);
+            return t5_set_err(err, errlen, "cannot reach %s: %s (after %d attempt%s)", cur, c->easy_strerror(rc),
+                              attempt + 1, attempt ? "s" : "");
         }
         if (status_retryable(status) && attempt < opt->max_retries) {
             backoff_sleep(opt, attempt);
@@ -426,7 +429,9 @@ int http_download(const char* url, const char* path, int64_t expected_size, cons
         }
         if (rc != CURLE_OK && rc != CURLE_HTTP_RETURNED_ERROR) {
             if (s.printed && s.tty && !opt->quiet) fputc('\n', stderr);
-            if (transport_retryable(rc) && attempt < opt->max_retries) {
+            // the first connection's name does not resolve: no network, answered at once (as in http_head)
+            bool no_name = attempt == 0 && (rc == CURLE_COULDNT_RESOLVE_HOST || rc == CURLE_COULDNT_RESOLVE_PROXY);
+            if (transport_retryable(rc) && !no_name && attempt < opt->max_retries) {
                 if (!opt->quiet)
                     fprintf(stderr, "%s: transfer interrupted (%s), retrying (%d/%d)\n",
                             opt->label ? opt->label : url, c->easy_strerror(rc), attempt + 1, opt->max_retries);
