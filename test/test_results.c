@@ -244,6 +244,25 @@ static void test_trainer_state_like_hf(void** state) {
     free(path);
 }
 
+// total_flos as HF's floating_point_ops: 6 * input_ids.numel() * num_parameters(exclude_embeddings=True).
+// The counts are t5-small's 60,506,624 parameters less shared (32128 x 512) and the two relative_attention_bias
+// tables (32 x 8 each), and t5-v1_1-small's with its untied lm_head counted (worked out block by block).
+static void test_hf_total_flos(void** state) {
+    (void)state;
+    T5Config c;
+    assert_true(t5_config_preset("t5-small", &c));
+    assert_int_equal(results_hf_nonembedding_params(&c), 60506624 - 32128 * 512 - 2 * 32 * 8);
+    assert_int_equal(results_hf_nonembedding_params(&c), 44056576);
+    // a batch of 4 rows padded to 24 source tokens: 96 input ids
+    assert_true(results_hf_floating_point_ops(&c, 96) == 6.0 * 96 * 44056576.0);
+    assert_true(t5_config_preset("google/t5-v1_1-small", &c));
+    assert_int_equal(results_hf_nonembedding_params(&c),
+                     8 * (4 * 512 * 384 + 3 * 512 * 1024 + 2 * 512) +          // encoder blocks
+                         8 * (8 * 512 * 384 + 3 * 512 * 1024 + 3 * 512) +      // decoder blocks
+                         2 * 512 + 32128 * 512);                                // final norms, untied lm_head
+    assert_int_equal(results_hf_nonembedding_params(&c), 60511232);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_save_metrics_like_hf),
@@ -251,6 +270,7 @@ int main(void) {
         cmocka_unit_test(test_speed_metrics),
         cmocka_unit_test(test_dumps_python_style),
         cmocka_unit_test(test_trainer_state_like_hf),
+        cmocka_unit_test(test_hf_total_flos),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

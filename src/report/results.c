@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "../base/common.h"
+#include "../../model/params.h"
 #include "trainer_log.h"
 
 // ---------------------------------------------------------------------------------------------
@@ -478,4 +479,35 @@ int trainer_state_load(TrainerState* s, const char* path, char* err, size_t errc
     trainer_state_free(s);
     *s = t;
     return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// total_flos (HF's estimate)
+
+int64_t results_hf_nonembedding_params(const T5Config* cfg) {
+    // one table per distinct config (the trainer asks once per micro-batch)
+    static T5Config last;
+    static int64_t last_count = -1;
+    if (last_count >= 0 && memcmp(&last, cfg, sizeof last) == 0) return last_count;
+    ParamTable t;
+    char err[256];
+    if (params_build(&t, cfg, err, sizeof err) != 0) return -1;
+    int64_t n = 0;
+    for (int i = 0; i < t.num_params; i++) {
+        const char* name = t.params[i].name;
+        size_t len = strlen(name);
+        static const char RB[] = "relative_attention_bias.weight";
+        bool embedding = strcmp(name, "shared.weight") == 0 || strstr(name, "embed_tokens.weight") != NULL ||
+                         (len >= sizeof RB - 1 && strcmp(name + len - (sizeof RB - 1), RB) == 0);
+        if (!embedding) n += (int64_t)t.params[i].numel;
+    }
+    params_free(&t);
+    memcpy(&last, cfg, sizeof last);
+    last_count = n;
+    return n;
+}
+
+double results_hf_floating_point_ops(const T5Config* cfg, int64_t input_ids_numel) {
+    int64_t p = results_hf_nonembedding_params(cfg);
+    return p < 0 ? 0.0 : 6.0 * (double)input_ids_numel * (double)p;
 }

@@ -21,6 +21,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "../../model/t5_config.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -82,6 +84,14 @@ json_t* trainer_state_to_json(const TrainerState* s);
 int trainer_state_save(const TrainerState* s, const char* path, char* err, size_t errcap);
 // Reads a trainer_state.json (ours or HF's) back, e.g. on resume; unknown keys are ignored.
 int trainer_state_load(TrainerState* s, const char* path, char* err, size_t errcap);
+
+// total_flos, HF's way (PreTrainedModel.floating_point_ops, added by the Trainer for every micro-batch it trains):
+// 6 * input_ids.numel() * num_parameters(exclude_embeddings=True). input_ids.numel() is the padded source batch
+// (rows x padded source length, padding included); the parameter count leaves out the tensors of nn.Embedding
+// modules (shared / embed_tokens, relative_attention_bias) and counts a tied lm_head once, as the shared
+// embedding (so not at all); an untied lm_head (v1.1, flan-t5) is counted. A model estimate, not what runs.
+int64_t results_hf_nonembedding_params(const T5Config* cfg);  // -1: not a valid T5 config
+double results_hf_floating_point_ops(const T5Config* cfg, int64_t input_ids_numel);
 
 #ifdef __cplusplus
 }

@@ -630,6 +630,7 @@ static double train_step(Trainer* t, int64_t n_micro, double* norm_out, bool* sk
         }
         t->rng.micro_counter++;
         t->st.tokens_seen += b->n_src_tokens + b->n_tgt_tokens;
+        t->hf.total_flos += results_hf_floating_point_ops(&a->model, (int64_t)b->B * b->Ts);  // HF: per micro-batch
         t->st.samples_seen += b->B;
     }
     if (dump_step) json_array_append_new(t->dump, dump_step);
@@ -913,7 +914,7 @@ int trainer_run(const TrainerArgs* a) {
                          t->st.global_step ? t->st.total_loss_sum / (double)t->st.global_step : NAN);
         results_speed_metrics(train_metrics, "train", runtime, session_samples, t->st.global_step - start_step, -1);
         results_set_int(train_metrics, "train_samples", dataset_size(t->train_ds));
-        results_set_real(train_metrics, "total_flos", 0.0);
+        results_set_real(train_metrics, "total_flos", t->hf.total_flos);
         json_t* e = json_deep_copy(train_metrics);
         json_object_del(e, "train_samples");
         hf_log_entry(t, e);
