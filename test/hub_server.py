@@ -7,7 +7,7 @@ Serves DIR/<repo id>/<file> ("DIR/org/name/config.json" is repo "org/name"):
   HEAD|GET /<repo>/resolve/<rev>/<file>
       rev: "main" or the repo's commit (sha1 of its sorted file names and contents), else 404 RevisionNotFound.
       Small files (not *.safetensors, *.bin, *.model): 200, ETag "<git blob sha1>", X-Repo-Commit, body.
-      LFS files: 302, Location /lfs/<sha256>, X-Linked-Etag "<sha256>", X-Linked-Size, X-Repo-Commit.
+      LFS files: 302, Location http://<other host name>/lfs/<sha256> (as the Hub's CDN), X-Linked-Etag "<sha256>", X-Linked-Size, X-Repo-Commit.
       Unknown file: 404 X-Error-Code EntryNotFound (with X-Repo-Commit); unknown repo: 401 RepoNotFound.
       Repos under "private/" need "Authorization: Bearer <token>" (else 401 RepoNotFound, as the Hub).
   GET /lfs/<sha256>: the LFS content, with Range support (206).
@@ -71,6 +71,14 @@ class State:
         if self.log:
             with self.lock, open(self.log, "a") as f:
                 f.write(line + "\n")
+
+
+def cdn_host(host):
+    """The LFS redirect goes to another host name for the same server, as the Hub's goes to its CDN: clients
+    (huggingface_hub, t5train) follow only same-host redirects while reading a file's metadata."""
+    name, _, port = host.rpartition(":")
+    other = "localhost" if name == "127.0.0.1" else "127.0.0.1"
+    return "%s:%s" % (other, port) if port else other
 
 
 def repo_files(repo_dir):
@@ -188,7 +196,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if fname.endswith(LFS_EXT):
             sha = hashlib.sha256(data).hexdigest()
             h = {"X-Repo-Commit": commit, "X-Linked-Etag": '"%s"' % sha, "X-Linked-Size": str(len(data)),
-                 "ETag": '"%s"' % sha, "Location": "http://%s/lfs/%s" % (self.headers.get("Host"), sha)}
+                 "ETag": '"%s"' % sha, "Location": "http://%s/lfs/%s" % (cdn_host(self.headers.get("Host", "")), sha)}
             return self.reply(302, h, b"", head=head)
         h = {"X-Repo-Commit": commit, "ETag": '"%s"' % git_blob_sha1(data)}
         return self.send_content(data, h, fault, head)
