@@ -419,14 +419,14 @@ static void test_cli_errors(void** state) {
     assert_int_equal(t5test_run(out, sizeof out, "%s bleu --frobnicate '%s' '%s'", t5test_bin(), g_hyp, g_ref1), 2);
     assert_contains(out, "unknown option '--frobnicate'");
     assert_int_equal(t5test_run(out, sizeof out, "%s bleu -w x '%s' '%s'", t5test_bin(), g_hyp, g_ref1), 2);
-    // bad files: exit 1, one line naming the file
-    assert_int_equal(t5test_run(out, sizeof out, "%s bleu '%s' /nonexistent/ref.txt", t5test_bin(), g_hyp), 1);
+    // bad files: input errors, exit 2, one line naming the file
+    assert_int_equal(t5test_run(out, sizeof out, "%s bleu '%s' /nonexistent/ref.txt", t5test_bin(), g_hyp), 2);
     assert_contains(out, "t5train: error: cannot read reference file '/nonexistent/ref.txt'");
-    assert_int_equal(t5test_run(out, sizeof out, "%s bleu '%s' '%s'", t5test_bin(), g_hyp, t5test_tmpdir()), 1);
+    assert_int_equal(t5test_run(out, sizeof out, "%s bleu '%s' '%s'", t5test_bin(), g_hyp, t5test_tmpdir()), 2);
     assert_contains(out, "is a directory");
     snprintf(p, sizeof p, "%s/short.txt", t5test_tmpdir());
     t5test_write_file(p, "one\ntwo\n");
-    assert_int_equal(t5test_run(out, sizeof out, "%s bleu '%s' '%s'", t5test_bin(), p, g_ref1), 1);
+    assert_int_equal(t5test_run(out, sizeof out, "%s bleu '%s' '%s'", t5test_bin(), p, g_ref1), 2);
     assert_contains(out, "different lengths: hypothesis file");
     assert_contains(out, "has 2 lines");
     snprintf(p, sizeof p, "%s/bad.txt", t5test_tmpdir());
@@ -434,12 +434,12 @@ static void test_cli_errors(void** state) {
     char r2[4096];
     snprintf(r2, sizeof r2, "%s/r2.txt", t5test_tmpdir());
     t5test_write_file(r2, "a\nb\n");
-    assert_int_equal(t5test_run(out, sizeof out, "%s bleu '%s' '%s'", t5test_bin(), p, r2), 1);
+    assert_int_equal(t5test_run(out, sizeof out, "%s bleu '%s' '%s'", t5test_bin(), p, r2), 2);
     assert_contains(out, "hypothesis file");
     assert_contains(out, "line 2 is not valid UTF-8 (byte 5 of the line)");
     snprintf(p, sizeof p, "%s/empty.txt", t5test_tmpdir());
     t5test_write_file(p, "");
-    assert_int_equal(t5test_run(out, sizeof out, "%s bleu '%s' '%s'", t5test_bin(), p, p), 1);
+    assert_int_equal(t5test_run(out, sizeof out, "%s bleu '%s' '%s'", t5test_bin(), p, p), 2);
     assert_contains(out, "contains no sentence");
     // the error is one line, no crash output
     assert_null(strchr(out, '\n') == NULL ? NULL : strchr(strchr(out, '\n') + 1, '\n'));

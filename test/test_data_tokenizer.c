@@ -367,10 +367,10 @@ static void test_tokenize_command(void** state) {
     char* bad = t5_path_join(t5test_tmpdir(), "bad_utf8.txt");
     t5test_write_file(bad, "fine\nalso fine\nbad \xC3\x28 byte\n");
     rc = t5test_run(out, sizeof out, "%s tokenize --tokenizer %s %s", t5test_bin(), model, bad);
-    assert_int_equal(rc, 1);
+    assert_int_equal(rc, 2);  // an input error
     assert_contains(out, "bad_utf8.txt:3: invalid UTF-8");
     rc = t5test_run(out, sizeof out, "%s tokenize --tokenizer /nonexistent/spiece.model </dev/null", t5test_bin());
-    assert_int_equal(rc, 1);
+    assert_int_equal(rc, 2);
     assert_contains(out, "tokenizer file not found: /nonexistent/spiece.model");
     rc = t5test_run(out, sizeof out, "%s tokenize --tokenizer %s --frobnicate", t5test_bin(), model);
     assert_int_equal(rc, 2);

@@ -395,13 +395,49 @@ static void test_open_errors(void** state) {
                                 "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
                                 12, -1),
                       "overlap", "'a'");
-    // an empty tensor inside another does not hide a later overlap
+    // the safetensors crate's rule: sorted by offsets, every tensor starts where the previous one ended, so
+    // an empty tensor inside another is refused too (it is the first one out of place)
     expect_open_error(write_raw("ovl2.st",
                                 "{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,12]},"
                                 "\"z\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[4,4]},"
                                 "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}",
                                 16, -1),
-                      "overlap", "'b'");
+                      "overlap", "'z'");
+    // an empty tensor at the end of the data is fine
+    assert_int_equal(safetensors_open(&st,
+                                      write_raw("empty_end.st",
+                                                "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                                                "\"z\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[8,8]}}",
+                                                8, -1),
+                                      err, sizeof err),
+                     0);
+    safetensors_close(st);
+    // a gap between tensors, a late first tensor, bytes after the last one, two names for one range
+    expect_open_error(write_raw("gap.st",
+                                "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                                "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}}",
+                                12, -1),
+                      "4 unused bytes before tensor 'b'", NULL);
+    expect_open_error(write_raw("late.st", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8, -1),
+                      "unused bytes before tensor 'a'", NULL);
+    expect_open_error(write_raw("tail.st", ok, 20, -1), "4 bytes after the last tensor", NULL);
+    expect_open_error(write_raw("alias.st",
+                                "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                                "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
+                                8, -1),
+                      "overlap", NULL);
+    // duplicate names (JSON would keep the last), an empty name, a shape whose size overflows 64 bits
+    expect_open_error(write_raw("dup.st",
+                                "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                                "\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+                                8, -1),
+                      "corrupt safetensors header", "duplicate");
+    expect_open_error(write_raw("noname.st", "{\"\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, -1),
+                      "empty name", NULL);
+    expect_open_error(write_raw("ovf.st",
+                                "{\"w\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296,2],\"data_offsets\":[0,4]}}",
+                                4, -1),
+                      "tensor 'w'", "overflows");
     expect_open_error(write_raw("keys.st", "{\"w\":{\"dtype\":\"F32\",\"shape\":[1]}}", 4, -1), "tensor 'w' needs", NULL);
     expect_open_error(write_raw("neg.st", "{\"w\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}", 4, -1),
                       "invalid shape", NULL);

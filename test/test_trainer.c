@@ -77,7 +77,7 @@ static void test_args_default_like_hf(void** state) {
     assert_int_equal(a.gradient_accumulation_steps, 1);
 }
 
-// run.c refuses what is not built, before touching the GPU (exit 1, one line)
+// run.c refuses what is not built, before touching the GPU or creating anything (exit 2, one line)
 static void test_binary_not_implemented_parts(void** state) {
     (void)state;
     static char text[65536];
@@ -86,17 +86,19 @@ static void test_binary_not_implemented_parts(void** state) {
                         "%s --model t5-small --init random --dataset wmt16-ro-en --do_train --label_smoothing_factor 0.1 "
                         "--overwrite_output_dir --output_dir %s 2>&1",
                         t5test_bin(), out);
-    assert_int_equal(rc, 1);
+    assert_int_equal(rc, 2);
     assert_contains(text, "not implemented yet: label_smoothing_factor");
+    assert_false(t5_path_exists(out));
     rc = t5test_run(text, sizeof text, "WORLD_SIZE=2 %s --model t5-small --init random --dataset wmt16-ro-en --do_train --overwrite_output_dir --output_dir %s 2>&1",
                     t5test_bin(), out);
-    assert_int_equal(rc, 1);
+    assert_int_equal(rc, 2);
     assert_contains(text, "not implemented yet: multi-GPU training");
+    assert_false(t5_path_exists(out));
     free(out);
 }
 
-// --resume_from_checkpoint last with nothing to resume from: one sentence, exit 1 (needs the data only to
-// reach the resume step; the GPU check comes first on a machine without one, so accept either sentence)
+// --resume_from_checkpoint last with nothing to resume from: one sentence, exit 2, found by the checks
+// that run before anything is created or any GPU is touched (issue 14), so the same with or without a GPU
 static void test_binary_resume_without_checkpoint(void** state) {
     (void)state;
     T5_REQUIRE_DATA();
@@ -108,9 +110,19 @@ static void test_binary_resume_without_checkpoint(void** state) {
              "--train_file %s/wmt16-ro-en/validation.en --source_lang en --target_lang ro --max_train_samples 16 --do_train --max_steps 2 "
              "--output_dir %s --resume_from_checkpoint last 2>&1",
              t5test_bin(), t5test_repo_dir(), t5test_data_dir(), t5test_data_dir(), out);
+    // output_dir does not exist: nothing to resume from, and nothing is created
     int rc = t5test_run(text, sizeof text, "%s", cmd);
-    assert_int_equal(rc, 1);
-    if (!strstr(text, "need a CUDA GPU")) assert_contains(text, "no complete checkpoint in");
+    assert_int_equal(rc, 2);
+    assert_contains(text, "t5train: error: --resume_from_checkpoint last: output_dir");
+    assert_contains(text, "does not exist");
+    assert_false(t5_path_exists(out));
+    // output_dir exists and holds no checkpoint: the same, and output_dir stays empty
+    assert_int_equal(t5_mkdir_p(out), 0);
+    rc = t5test_run(text, sizeof text, "%s", cmd);
+    assert_int_equal(rc, 2);
+    assert_contains(text, "no complete checkpoint in");
+    assert_int_equal(t5test_run(text, sizeof text, "ls -A '%s' | wc -l", out), 0);
+    assert_string_equal(text, "0\n");
     free(out);
 }
 

@@ -9,8 +9,10 @@
 #include <unistd.h>
 
 int t5_rank = 0;
+int t5_error_reported = 0;
 
 static void vprint_line(const char* tag, const char* fmt, va_list ap) {
+    if (strcmp(tag, "error") == 0) t5_error_reported = 1;
     fflush(stdout);
     fprintf(stderr, "t5train: %s: ", tag);
     vfprintf(stderr, fmt, ap);
@@ -79,6 +81,7 @@ FILE* fopen_check_(const char* path, const char* mode, const char* file, int lin
         fprintf(stderr, "t5train: error: cannot open %s for %s: %s (%s:%d)\n", path,
                 mode[0] == 'r' ? "reading" : "writing", strerror(e), file, line);
         if (e == ENOENT && mode[0] == 'r') fprintf(stderr, "HINT: check the path; relative paths are taken from the current directory\n");
+        t5_error_reported = 1;
         exit(T5_EXIT_FAILURE);
     }
     return f;
@@ -90,6 +93,7 @@ void fread_check_(void* ptr, size_t size, size_t n, FILE* f, const char* path, c
         fflush(stdout);
         fprintf(stderr, "t5train: error: short read from %s: wanted %zu items of %zu bytes, got %zu%s (%s:%d)\n",
                 path, n, size, got, feof(f) ? " (file truncated?)" : "", file, line);
+        t5_error_reported = 1;
         exit(T5_EXIT_FAILURE);
     }
 }
@@ -101,6 +105,7 @@ void fwrite_check_(const void* ptr, size_t size, size_t n, FILE* f, const char* 
         fflush(stdout);
         fprintf(stderr, "t5train: error: short write to %s: %s (%s:%d)\n", path, strerror(e), file, line);
         fprintf(stderr, "HINT: is the disk full?\n");
+        t5_error_reported = 1;
         exit(T5_EXIT_FAILURE);
     }
 }
@@ -110,6 +115,7 @@ void fclose_check_(FILE* f, const char* path, const char* file, int line) {
         int e = errno;
         fflush(stdout);
         fprintf(stderr, "t5train: error: closing %s failed: %s (%s:%d)\n", path, strerror(e), file, line);
+        t5_error_reported = 1;
         exit(T5_EXIT_FAILURE);
     }
 }
@@ -117,6 +123,7 @@ void fclose_check_(FILE* f, const char* path, const char* file, int line) {
 static void oom(size_t size, const char* file, int line) {
     fflush(stdout);
     fprintf(stderr, "t5train: error: out of host memory allocating %zu bytes (%s:%d)\n", size, file, line);
+    t5_error_reported = 1;
     exit(T5_EXIT_FAILURE);
 }
 

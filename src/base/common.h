@@ -23,6 +23,8 @@ enum { T5_EXIT_OK = 0, T5_EXIT_FAILURE = 1, T5_EXIT_USAGE = 2 };
 
 // rank of this process, for error messages (0 until the NCCL bootstrap sets it)
 extern int t5_rank;
+// set once a "t5train: error:" line has been printed (the exit-time stdout check adds no second one)
+extern int t5_error_reported;
 
 // Prints "t5train: error: <msg>" to stderr and exits with `code`.
 __attribute__((noreturn, format(printf, 2, 3))) void t5_die(int code, const char* fmt, ...);

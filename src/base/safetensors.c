@@ -223,8 +223,19 @@ static int st_open_file(SafeTensors* st, int fi, bool add_all, char* err, size_t
                (unsigned long long)hlen, size - 8);
         goto out;
     }
+    // the safetensors crate's order: the header is UTF-8 text starting with '{' (a NUL or any other
+    // control byte is invalid JSON anyway; jansson would also stop at an embedded NUL)
+    if (hlen == 0 || map[8] != '{') {
+        t5_set_err(err, errlen, "corrupt safetensors header in %s: the header does not start with '{'", p);
+        goto out;
+    }
+    if (memchr(map + 8, 0, (size_t)hlen) != NULL) {
+        t5_set_err(err, errlen, "corrupt safetensors header in %s: the header holds a NUL byte", p);
+        goto out;
+    }
     json_error_t jerr;
-    root = json_loadb((const char*)map + 8, (size_t)hlen, 0, &jerr);
+    // duplicate names are an error (jansson would keep the last one silently)
+    root = json_loadb((const char*)map + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
         t5_set_err(err, errlen, "corrupt safetensors header in %s: invalid JSON at byte %d: %s", p, jerr.position,
                jerr.text);
@@ -240,6 +251,10 @@ static int st_open_file(SafeTensors* st, int fi, bool add_all, char* err, size_t
     const char* key;
     json_t* v;
     json_object_foreach(root, key, v) {
+        if (key[0] == 0) {
+            t5_set_err(err, errlen, "corrupt safetensors header in %s: a tensor has an empty name", p);
+            goto out;
+        }
         if (strcmp(key, "__metadata__") == 0) {
             if (!json_is_object(v)) {
                 t5_set_err(err, errlen, "corrupt safetensors header in %s: __metadata__ is not an object", p);
@@ -288,9 +303,20 @@ static int st_open_file(SafeTensors* st, int fi, bool add_all, char* err, size_t
                 goto out;
             }
             info.shape[d] = (int64_t)json_integer_value(e);
-            info.numel *= (size_t)info.shape[d];
         }
-        info.nbytes = info.numel * dtype_size(info.dtype);
+        // element and byte counts with overflow checks (the crate's ValidationOverflow): [2^32, 2^32, 2]
+        // must not wrap to 0 elements and pass as an empty tensor
+        bool overflow = false;
+        for (int d = 0; d < info.ndim; d++)
+            overflow |= __builtin_mul_overflow(info.numel, (size_t)info.shape[d], &info.numel);
+        overflow |= __builtin_mul_overflow(info.numel, dtype_size(info.dtype), &info.nbytes);
+        if (overflow) {
+            char sh[256];
+            shape_str(sh, sizeof sh, info.ndim, info.shape);
+            t5_set_err(err, errlen, "corrupt safetensors header in %s: tensor '%s' has shape %s, whose size overflows",
+                       p, key, sh);
+            goto out;
+        }
         json_t* j0 = json_array_get(jo, 0);
         json_t* j1 = json_array_get(jo, 1);
         if (!json_is_integer(j0) || !json_is_integer(j1) || json_integer_value(j0) < 0 ||
@@ -340,18 +366,32 @@ static int st_open_file(SafeTensors* st, int fi, bool add_all, char* err, size_t
             en->offset = data_start + b;
         }
     }
+    // the crate's layout rule: sorted by offsets, the tensors tile the data area exactly, from byte 0 to
+    // the end of the file: every tensor begins where the previous one ended (no gap, no overlap, no two
+    // names for one range; empty tensors sit at the current end) and nothing follows the last one
     qsort(ranges, nr, sizeof(StRange), cmp_range);
-    size_t far = 0;  // the furthest end so far among non-empty tensors, and whose it is
-    const char* far_name = NULL;
+    size_t at = 0;
+    const char* prev = NULL;
     for (size_t i = 0; i < nr; i++) {
-        if (ranges[i].end == ranges[i].begin) continue;  // empty tensors occupy nothing
-        if (far_name && ranges[i].begin < far) {
-            t5_set_err(err, errlen, "corrupt safetensors header in %s: tensors '%s' and '%s' overlap", p, far_name,
-                   ranges[i].name);
+        if (ranges[i].begin != at) {
+            if (ranges[i].begin < at)
+                t5_set_err(err, errlen, "corrupt safetensors header in %s: tensors '%s' and '%s' overlap", p,
+                           prev ? prev : "?", ranges[i].name);
+            else
+                t5_set_err(err, errlen,
+                           "corrupt safetensors header in %s: %zu unused bytes before tensor '%s' (data byte %zu)", p,
+                           ranges[i].begin - at, ranges[i].name, at);
             goto out;
         }
-        far = ranges[i].end;
-        far_name = ranges[i].name;
+        at = ranges[i].end;
+        if (ranges[i].end > ranges[i].begin) prev = ranges[i].name;
+    }
+    if (at != data_len) {
+        t5_set_err(err, errlen,
+                   "corrupt safetensors file %s: %zu bytes after the last tensor (the tensors end at data byte %zu of "
+                   "%zu)",
+                   p, data_len - at, at, data_len);
+        goto out;
     }
     // for a shard, every tensor the index maps here must be present
     for (int i = 0; i < st->n; i++) {

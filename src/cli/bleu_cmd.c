@@ -45,13 +45,14 @@ typedef struct {
     int n;
 } LineFile;
 
-// Reads path as sacreBLEU does (utf-8, newline="\n", line.rstrip()); dies with exit 1 on errors.
+// Reads path as sacreBLEU does (utf-8, newline="\n", line.rstrip()); an unusable file is an input
+// error (exit 2).
 static void line_file_read(LineFile* lf, const char* path, const char* what) {
     lf->path = path;
-    if (t5_is_dir(path)) t5_die(T5_EXIT_FAILURE, "%s file '%s' is a directory", what, path);
+    if (t5_is_dir(path)) t5_die(T5_EXIT_USAGE, "%s file '%s' is a directory", what, path);
     size_t len = 0;
     lf->text = t5_read_file(path, &len);
-    if (!lf->text) t5_die(T5_EXIT_FAILURE, "cannot read %s file '%s': %s", what, path, strerror(errno));
+    if (!lf->text) t5_die(T5_EXIT_USAGE, "cannot read %s file '%s': %s", what, path, strerror(errno));
     int cap = 1024, n = 0;
     lf->lines = malloc_check(cap * sizeof(char*));
     size_t start = 0;
@@ -63,11 +64,11 @@ static void line_file_read(LineFile* lf, const char* path, const char* what) {
         char* line = lf->text + start;
         size_t ll = end - start;
         if (memchr(line, '\0', ll))
-            t5_die(T5_EXIT_FAILURE, "%s file '%s' line %d contains a NUL byte (not a text file?)", what, path,
+            t5_die(T5_EXIT_USAGE, "%s file '%s' line %d contains a NUL byte (not a text file?)", what, path,
                    lineno);
         size_t bad = 0;
         if (!bleu_utf8_valid(line, ll, &bad))
-            t5_die(T5_EXIT_FAILURE, "%s file '%s' line %d is not valid UTF-8 (byte %zu of the line)", what, path,
+            t5_die(T5_EXIT_USAGE, "%s file '%s' line %d is not valid UTF-8 (byte %zu of the line)", what, path,
                    lineno, bad + 1);
         line[ll] = '\0';
         bleu_rstrip(line);
@@ -146,10 +147,10 @@ int bleu_main(int argc, char** argv) {
     LineFile* refs = calloc_check((size_t)n_refs, sizeof(LineFile));
     line_file_read(&hyp, files[0], "hypothesis");
     for (int r = 0; r < n_refs; r++) line_file_read(&refs[r], files[r + 1], "reference");
-    if (hyp.n == 0) t5_die(T5_EXIT_FAILURE, "hypothesis file '%s' contains no sentence", hyp.path);
+    if (hyp.n == 0) t5_die(T5_EXIT_USAGE, "hypothesis file '%s' contains no sentence", hyp.path);
     for (int r = 0; r < n_refs; r++) {
         if (refs[r].n != hyp.n)
-            t5_die(T5_EXIT_FAILURE,
+            t5_die(T5_EXIT_USAGE,
                    "system and reference streams have different lengths: hypothesis file '%s' has %d "
                    "lines, reference file '%s' has %d",
                    hyp.path, hyp.n, refs[r].path, refs[r].n);

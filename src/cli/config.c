@@ -578,9 +578,16 @@ int config_write_json(const RunConfig* c, const char* path, char* err, size_t n)
     }
     if (!c->has_deepspeed) json_object_set_new(root, "deepspeed", json_null());
     else if (!json_object_get(root, "deepspeed")) json_object_set_new(root, "deepspeed", json_object());
-    char* tmp = malloc_check(strlen(path) + 8);
-    sprintf(tmp, "%s.tmp", path);
-    int rc = json_dump_file(root, tmp, JSON_INDENT(2) | JSON_REAL_PRECISION(12));
+    // like every other file t5train writes: a per-process temporary name, fsync'ed, then renamed
+    char* tmp = malloc_check(strlen(path) + 32);
+    sprintf(tmp, "%s.tmp.%d", path, (int)getpid());
+    int rc = -1;
+    FILE* f = fopen(tmp, "wb");
+    if (f) {
+        rc = json_dumpf(root, f, JSON_INDENT(2) | JSON_REAL_PRECISION(12));
+        if (fflush(f) != 0 || ferror(f) || fsync(fileno(f)) != 0) rc = -1;
+        if (fclose(f) != 0) rc = -1;
+    }
     json_decref(root);
     if (rc != 0 || rename(tmp, path) != 0) {
         int e = errno;

@@ -350,6 +350,10 @@ static json_t* cli_value_to_json(const ConfigKey* k, const char* s, const char* 
                 *rc = t5_errf(err, n, T5_EXIT_USAGE, "command line: --%s: expected %s, got '%s'", flag, kind_name(k), s);
                 return NULL;
             }
+            if (!isfinite(d)) {  // jansson has no NaN/inf (json_real would return NULL): an error, never a skip
+                *rc = t5_errf(err, n, T5_EXIT_USAGE, "command line: --%s: expected a finite number, got '%s'", flag, s);
+                return NULL;
+            }
             if (k->kind == CONFIG_INT && d == floor(d) && fabs(d) < 9.2e18) return json_integer((json_int_t)d);
             return json_real(d);
         }
@@ -378,7 +382,24 @@ int config_parse_args(RunConfig* c, int argc, char** argv, char* err, size_t err
                 c->src[dk] = CONFIG_SRC_CLI;
                 continue;
             }
-            if ((rc = load_deepspeed_path(c, v, err, errlen))) goto done;
+            const char* t = v;
+            while (*t == ' ' || *t == '\t' || *t == '\n') t++;
+            if (*t == '{') {  // an inline JSON object, as HF's --deepspeed accepts a dict
+                json_error_t jerr;
+                json_t* root = json_loads(v, JSON_REJECT_DUPLICATES, &jerr);
+                if (!root) {
+                    rc = t5_errf(err, errlen, T5_EXIT_USAGE, "command line: --deepspeed: invalid JSON at column %d: %s",
+                                 jerr.column, jerr.text);
+                    goto done;
+                }
+                config_reset_deepspeed(c);
+                c->has_deepspeed = true;
+                rc = apply_object(c, root, DS_PREFIX, DS_PREFIX_LEN, "command line: --deepspeed", NULL, err, errlen);
+                json_decref(root);
+                if (rc) goto done;
+            } else if ((rc = load_deepspeed_path(c, v, err, errlen))) {
+                goto done;
+            }
             c->src[dk] = CONFIG_SRC_CLI;
         }
     // pass 2: every other flag, in order
@@ -397,6 +418,10 @@ int config_parse_args(RunConfig* c, int argc, char** argv, char* err, size_t err
             // short form: --dataset wmt16-ro-en = --dataset_name wmt16 --dataset_config_name ro-en (en -> ro)
             const char* v = f->value;
             size_t l = strlen(v);
+            if (l == 0) {  // the short form names a dataset; an empty one is a typo, not "no dataset"
+                rc = t5_errf(err, errlen, T5_EXIT_USAGE, "%s: --dataset needs a name, e.g. wmt16-ro-en", where);
+                goto done;
+            }
             bool pair = l > 6 && v[l - 3] == '-' && v[l - 6] == '-' && isalpha((unsigned char)v[l - 1]) &&
                         isalpha((unsigned char)v[l - 4]);
             json_t* name = pair ? json_stringn(v, l - 6) : json_string(v);
@@ -422,7 +447,11 @@ int config_parse_args(RunConfig* c, int argc, char** argv, char* err, size_t err
             const ConfigKey* k = &CONFIG_KEYS[f->ki];
             json_t* v;
             if (k->kind == CONFIG_BOOL && !f->value) v = json_boolean(!f->negated);
-            else if ((v = cli_value_to_json(k, f->value, f->name, err, errlen, &rc)) == NULL) goto done;
+            else if ((v = cli_value_to_json(k, f->value, f->name, err, errlen, &rc)) == NULL) {
+                // a value that cannot become JSON is an error: the rest of the line is never dropped
+                if (!rc) rc = t5_errf(err, errlen, T5_EXIT_USAGE, "%s: invalid value '%s'", where, f->value);
+                goto done;
+            }
             rc = config_set_json(c, f->ki, v, CONFIG_SRC_CLI, where, err, errlen);
             json_decref(v);
             if (rc) goto done;

@@ -355,6 +355,10 @@ int config_resolve(RunConfig* c, char* err, size_t n) {
         add_note(c, "both warmup_steps and warmup_ratio given: warmup_steps wins (as HF)");
 
     find_model(c);
+    if (c->do_train && c->max_steps <= 0 && !(c->num_train_epochs > 0))
+        return t5_errf(err, n, T5_EXIT_USAGE,
+                       "do_train with max_steps %lld and num_train_epochs %g trains nothing (give --max_steps N or "
+                       "--num_train_epochs N, N > 0)", (long long)c->max_steps, c->num_train_epochs);
     if (c->do_train) compute_training_steps(c);
     if (c->has_deepspeed) {
         int rc = resolve_deepspeed(c, err, n);
@@ -451,6 +455,6 @@ int config_check_implemented(const RunConfig* c, char* err, size_t n) {
     if (c->resume_from_checkpoint[0] && !T5_BUILD_FEATURES.resume) MISSING("resume_from_checkpoint");
     if (c->report_to[0] && strcmp(c->report_to, "none") != 0) MISSING("report_to %s", c->report_to);
 #undef MISSING
-    if (count) return t5_errf(err, n, T5_EXIT_FAILURE, "not implemented yet: %s", list);
+    if (count) return t5_errf(err, n, T5_EXIT_USAGE, "not implemented yet: %s", list);
     return 0;
 }

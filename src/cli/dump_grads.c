@@ -159,12 +159,11 @@ int t5_batch_load_json(const char* path, T5Batch* out, char* err, size_t errlen)
 // ---------------------------------------------------------------------------------------------
 // the command
 
-static void usage_die(const char* msg) {
-    t5_die_hint(T5_EXIT_USAGE,
-                "usage: t5train dump-grads --model DIR --batch FILE.json --out FILE.safetensors "
-                "[--dtype fp32|fp16|bf16] [--grad-dtype same|fp32] [--dropout P] [--seed N] [--gradient-checkpointing]",
-                "dump-grads: %s", msg);
-}
+#define DUMP_GRADS_USAGE                                                                                   \
+    "usage: t5train dump-grads --model DIR --batch FILE.json --out FILE.safetensors "                      \
+    "[--dtype fp32|fp16|bf16] [--grad-dtype same|fp32] [--dropout P] [--seed N] [--gradient-checkpointing]"
+
+static void usage_die(const char* msg) { t5_die_hint(T5_EXIT_USAGE, DUMP_GRADS_USAGE, "dump-grads: %s", msg); }
 
 int dump_grads_main(int argc, char** argv) {
     const char *model = NULL, *batch_path = NULL, *out_path = NULL, *dtype_s = "fp32", *gdtype_s = "same";
@@ -175,6 +174,11 @@ int dump_grads_main(int argc, char** argv) {
     for (int i = 1; i < argc; i++) {
         const char* a = argv[i];
         bool has_val = i + 1 < argc;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            printf("%s\n\nOne forward+backward of a T5 model on a JSON batch; writes the loss, the logits and every "
+                   "parameter gradient to FILE.safetensors (docs/model.md).\n", DUMP_GRADS_USAGE);
+            return T5_EXIT_OK;
+        }
         if (strcmp(a, "--gradient-checkpointing") == 0 || strcmp(a, "--gradient_checkpointing") == 0) {
             ckpt = true;
             continue;
@@ -229,15 +233,15 @@ int dump_grads_main(int argc, char** argv) {
 
     static char err[MODEL_LOOKUP_ERRLEN];
     ModelLocation loc;
-    if (model_lookup(model, MODEL_NEED_WEIGHTS, &loc, err, sizeof err)) t5_die(T5_EXIT_FAILURE, "%s", err);
+    if (model_lookup(model, MODEL_NEED_WEIGHTS, &loc, err, sizeof err)) t5_die(T5_EXIT_USAGE, "%s", err);
     T5Config cfg;
-    if (t5_config_load_json(loc.config_path, &cfg, err, sizeof err)) t5_die(T5_EXIT_FAILURE, "%s", err);
+    if (t5_config_load_json(loc.config_path, &cfg, err, sizeof err)) t5_die(T5_EXIT_USAGE, "%s", err);
     T5Batch batch;
     if (t5_batch_load_json(batch_path, &batch, err, sizeof err)) t5_die(T5_EXIT_USAGE, "%s", err);
     if (!batch.labels) t5_die(T5_EXIT_USAGE, "%s: dump-grads needs \"labels\" (the loss is what is differentiated)",
                               batch_path);
     ParamTable t;
-    if (params_build(&t, &cfg, err, sizeof err)) t5_die(T5_EXIT_FAILURE, "%s: %s", loc.config_path, err);
+    if (params_build(&t, &cfg, err, sizeof err)) t5_die(T5_EXIT_USAGE, "%s: %s", loc.config_path, err);
 
     int dev_count = 0;
     if (cudaGetDeviceCount(&dev_count) != cudaSuccess || dev_count == 0)
@@ -252,7 +256,7 @@ int dump_grads_main(int argc, char** argv) {
     }
     ZeroEngine* Z = zero_create_ex(0, dt, gdt, t.num_units, numel, names, err, sizeof err);
     if (!Z) t5_die(T5_EXIT_FAILURE, "%s", err);
-    if (t5_weights_load(Z, &t, loc.weights_path, s, err, sizeof err)) t5_die(T5_EXIT_FAILURE, "%s", err);
+    if (t5_weights_load(Z, &t, loc.weights_path, s, err, sizeof err)) t5_die(T5_EXIT_USAGE, "%s", err);
 
     T5ModelOptions opt = {.max_B = batch.B, .max_Ts = batch.Ts, .max_Tt = batch.Tt, .dtype = dt,
                           .gradient_checkpointing = ckpt, .keep_logits = true, .dropout_rate = dropout};

@@ -4,7 +4,9 @@
  */
 #include <stdbool.h>
 #include <stdio.h>
+#include <errno.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "commands.h"
 #include "../base/common.h"
@@ -27,8 +29,26 @@ static void print_usage(void) {
         printf("       t5train %-10s ...   %s\n", SUBCOMMANDS[i].name, SUBCOMMANDS[i].help);
 }
 
+// Every write to stdout is checked (issue 14): at exit, a flush or close that fails (a full disk, a
+// closed pipe, /dev/full) turns a would-be success into exit 1 with one line; EPIPE too, since a reader
+// that went away did not get the whole answer.
+static void close_stdout_check(void) {
+    int failed = fflush(stdout) != 0 || ferror(stdout);
+    int e = errno;
+    if (fclose(stdout) != 0 && !failed) {
+        failed = 1;
+        e = errno;
+    }
+    if (failed && t5_error_reported) return;  // the error line is out already; its exit code stands
+    if (failed) {
+        fprintf(stderr, "t5train: error: cannot write to standard output: %s\n", e ? strerror(e) : "write error");
+        _exit(T5_EXIT_FAILURE);
+    }
+}
+
 int main(int argc, char** argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
+    atexit(close_stdout_check);
     // a first argument that is a flag or a .json file (HF's `run_translation.py job.json`) is a run
     size_t n1 = argc >= 2 ? strlen(argv[1]) : 0;
     bool is_json = n1 > 5 && strcmp(argv[1] + n1 - 5, ".json") == 0;

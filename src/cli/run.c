@@ -13,11 +13,14 @@
  *   env T5TRAIN_STOP_AFTER_STEPS=k                  behave as if SIGTERM came during update k
  */
 #include <errno.h>
+#include <jansson.h>
+#include <stdarg.h>
 #include <libgen.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../data/readers.h"
 #include "../../data/tokenizer.h"
 #include "../../model/model_lookup.h"
 #include "commands.h"
@@ -25,6 +28,13 @@
 #include "config.h"
 #include "fetch_inputs.h"
 #include "../train/trainer.h"
+#include "../train/checkpoint.h"
+#include "../base/safetensors.h"
+#include "../../model/params.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 // world size from the launcher's environment (deepspeed/torchrun: WORLD_SIZE; mpirun: OMPI_COMM_WORLD_SIZE)
 static int run_world_size(void) {
@@ -76,13 +86,13 @@ static void run_build_trainer_args(const RunConfig* c, TrainerArgs* a) {
     trainer_args_default(a);
     const DsConfig* ds = &c->ds;
     if (c->world_size > 1)
-        t5_die(T5_EXIT_FAILURE, "not implemented yet: multi-GPU training (world size %d from the launcher)",
+        t5_die(T5_EXIT_USAGE, "not implemented yet: multi-GPU training (world size %d from the launcher)",
                c->world_size);
-    if (c->label_smoothing_factor > 0) t5_die(T5_EXIT_FAILURE, "not implemented yet: label_smoothing_factor > 0");
-    if (c->sortish_sampler) t5_die(T5_EXIT_FAILURE, "not implemented yet: sortish_sampler");
+    if (c->label_smoothing_factor > 0) t5_die(T5_EXIT_USAGE, "not implemented yet: label_smoothing_factor > 0");
+    if (c->sortish_sampler) t5_die(T5_EXIT_USAGE, "not implemented yet: sortish_sampler");
     if (!c->has_deepspeed || !ds->scheduler.present) {
         if (c->lr_scheduler_type == LR_SCHED_INVERSE_SQRT || c->lr_scheduler_type == LR_SCHED_REDUCE_LR_ON_PLATEAU)
-            t5_die(T5_EXIT_FAILURE, "not implemented yet: lr_scheduler_type %s",
+            t5_die(T5_EXIT_USAGE, "not implemented yet: lr_scheduler_type %s",
                    c->lr_scheduler_type == LR_SCHED_INVERSE_SQRT ? "inverse_sqrt" : "reduce_lr_on_plateau");
     }
 
@@ -98,10 +108,10 @@ static void run_build_trainer_args(const RunConfig* c, TrainerArgs* a) {
                    t5_config_preset_names());
         a->model = c->model;
     } else {
-        if (model_lookup(name, MODEL_NEED_WEIGHTS, &loc, err, sizeof err)) t5_die(T5_EXIT_FAILURE, "%s", err);
+        if (model_lookup(name, MODEL_NEED_WEIGHTS, &loc, err, sizeof err)) t5_die(T5_EXIT_USAGE, "%s", err);
         have_loc = true;
         if (t5_config_load_json(c->config_name[0] ? c->config_name : loc.config_path, &a->model, err, sizeof err))
-            t5_die(T5_EXIT_FAILURE, "%s", err);
+            t5_die(T5_EXIT_USAGE, "%s%s", c->config_name[0] ? "--config_name: " : "", err);
         copy_str(a->weights_path, sizeof a->weights_path, loc.weights_path);
     }
     a->dropout_rate = isnan(c->dropout_rate) ? a->model.dropout_rate : (float)c->dropout_rate;
@@ -119,7 +129,7 @@ static void run_build_trainer_args(const RunConfig* c, TrainerArgs* a) {
     }
     char* spm = NULL;
     uint64_t hash;
-    if (tokenizer_file_hash(tokpath, &spm, &hash, err, sizeof err)) t5_die(T5_EXIT_FAILURE, "%s", err);
+    if (tokenizer_file_hash(tokpath, &spm, &hash, err, sizeof err)) t5_die(T5_EXIT_USAGE, "%s", err);
     copy_str(a->tokenizer_file, sizeof a->tokenizer_file, spm);
     char* d = strdup_check(spm);
     copy_str(a->tokenizer_files_dir, sizeof a->tokenizer_files_dir, dirname(d));
@@ -298,6 +308,241 @@ static void run_build_trainer_args(const RunConfig* c, TrainerArgs* a) {
     a->stop_after_steps = env_int("T5TRAIN_STOP_AFTER_STEPS");
 }
 
+
+// ---------------------------------------------------------------------------------------------
+// preflight (issue 14 item 2): every check that needs no GPU, before anything is created. Each
+// failure is one line and exit 2 (an input error); --dry_run runs all of them and lists what it checked.
+
+static char preflight_done[10][400];
+static int preflight_count;
+static void preflight_note(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+static void preflight_note(const char* fmt, ...) {
+    if (preflight_count >= (int)T5_ARRAY_LEN(preflight_done)) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(preflight_done[preflight_count++], sizeof preflight_done[0], fmt, ap);
+    va_end(ap);
+}
+
+// the weights' safetensors header against the model config: every tensor of the parameter table is
+// there with its shape (a tied lm_head may be absent), nothing else but HF's known aliases
+static void preflight_weights(const TrainerArgs* a) {
+    char err[1024];
+    ParamTable t;
+    if (params_build(&t, &a->model, err, sizeof err)) t5_die(T5_EXIT_USAGE, "model config: %s", err);
+    SafeTensors* st = NULL;
+    if (safetensors_open(&st, a->weights_path, err, sizeof err)) {
+        params_free(&t);
+        t5_die(T5_EXIT_USAGE, "%s", err);
+    }
+    for (int i = 0; i < t.num_params; i++) {
+        const ParamDesc* p = &t.params[i];
+        const SafeTensorInfo* info = NULL;
+        if (!safetensors_has(st, p->name))
+            t5_die(T5_EXIT_USAGE, "missing tensor '%s' in %s (the model config asks for it)", p->name, a->weights_path);
+        if (safetensors_info(st, p->name, &info, err, sizeof err)) t5_die(T5_EXIT_USAGE, "%s", err);
+        bool same = info->ndim == p->ndim && info->shape[0] == p->shape[0] && (p->ndim == 1 || info->shape[1] == p->shape[1]);
+        if (!same)
+            t5_die(T5_EXIT_USAGE, "tensor '%s' in %s has %d dimensions [%lld, %lld], the model config asks for [%lld, %lld]",
+                   p->name, a->weights_path, info->ndim, (long long)info->shape[0],
+                   (long long)(info->ndim > 1 ? info->shape[1] : 1), (long long)p->shape[0], (long long)p->shape[1]);
+    }
+    static const char* const ALIASES[] = {"encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "lm_head.weight"};
+    for (int i = 0; i < safetensors_count(st); i++) {
+        const char* name = safetensors_name(st, i);
+        bool known = params_find_name(&t, name) >= 0;
+        for (size_t k = 0; k < T5_ARRAY_LEN(ALIASES) && !known; k++) known = strcmp(name, ALIASES[k]) == 0;
+        if (!known)
+            t5_die(T5_EXIT_USAGE, "unexpected tensor '%s' in %s (not part of a %s model with this config.json)", name,
+                   a->weights_path, a->model.feed_forward == T5_FF_GATED_GELU ? "T5 v1.1" : "T5 v1.0");
+    }
+    preflight_note("weights %s: %d tensors, names and shapes match config.json", a->weights_path, t.num_params);
+    safetensors_close(st);
+    params_free(&t);
+}
+
+static void preflight_tokenizer(const TrainerArgs* a) {
+    char err[1024];
+    Tokenizer* tok = tokenizer_open(a->tokenizer_file, err, sizeof err);
+    if (!tok) t5_die(T5_EXIT_USAGE, "tokenizer: %s", err);
+    int v = tokenizer_vocab_size(tok), mv = a->model.vocab_size;
+    tokenizer_close(tok);
+    if (v > mv)
+        t5_die(T5_EXIT_USAGE, "the tokenizer %s has %d ids but the model's vocab_size is %d (another model's tokenizer?)",
+               a->tokenizer_file, v, mv);
+    if (v < mv / 2)
+        t5_die(T5_EXIT_USAGE, "the tokenizer %s has only %d ids for a model vocabulary of %d: a truncated or foreign "
+                              "spiece.model?", a->tokenizer_file, v, mv);
+    preflight_note("tokenizer %s: %d ids for the model's %d", a->tokenizer_file, v, mv);
+}
+
+static void preflight_jsonl(const char* key, const char* f, const char* sl, const char* tl);
+
+// a data file: exists, is a regular file of a supported type, and its first records parse
+static void preflight_file(const char* key, const char* f, const char* sl, const char* tl) {
+    struct stat st;
+    if (stat(f, &st) != 0) {
+        if (errno == ENOENT) {
+            // the path-prefix form: P names the pair P.<src> + P.<tgt> (dataset.h); checked when resolved
+            char a[4096], b[4096];
+            snprintf(a, sizeof a, "%s.%s", f, sl);
+            snprintf(b, sizeof b, "%s.%s", f, tl);
+            if (t5_is_file(a) && t5_is_file(b)) return;
+            t5_die(T5_EXIT_USAGE, "%s not found: %s", key, f);
+        }
+        t5_die(T5_EXIT_USAGE, "%s %s cannot be read: %s", key, f, strerror(errno));
+    }
+    if (S_ISDIR(st.st_mode)) t5_die(T5_EXIT_USAGE, "%s %s is a directory, not a data file", key, f);
+    if (S_ISFIFO(st.st_mode)) t5_die(T5_EXIT_USAGE, "%s %s is a fifo (named pipe), not a regular file", key, f);
+    if (!S_ISREG(st.st_mode)) t5_die(T5_EXIT_USAGE, "%s %s is not a regular file", key, f);
+    if (access(f, R_OK) != 0) t5_die(T5_EXIT_USAGE, "%s %s cannot be read: %s", key, f, strerror(errno));
+    size_t n = strlen(f);
+    char suf_s[24], suf_t[24];
+    snprintf(suf_s, sizeof suf_s, ".%s", sl);
+    snprintf(suf_t, sizeof suf_t, ".%s", tl);
+    bool jsonl = (n > 5 && !strcmp(f + n - 5, ".json")) || (n > 6 && !strcmp(f + n - 6, ".jsonl"));
+    bool sgm = n > 4 && !strcmp(f + n - 4, ".sgm");
+    bool text = (n > strlen(suf_s) && !strcmp(f + n - strlen(suf_s), suf_s)) ||
+                (n > strlen(suf_t) && !strcmp(f + n - strlen(suf_t), suf_t));
+    if (!jsonl && !sgm && !text) {
+        const char* dot = strrchr(f, '.');
+        t5_die(T5_EXIT_USAGE, "%s %s: unsupported file type '%s' (t5train reads .json/.jsonl lines, parallel text .%s + "
+                              ".%s, and WMT .sgm)", key, f, dot && !strchr(dot, '/') ? dot : "(no extension)", sl, tl);
+    }
+    if (!jsonl) return;  // parallel text and SGML: read whole by preflight_data once resolved
+    preflight_jsonl(key, f, sl, tl);
+}
+
+// the first 16 records of a JSON-lines file parse, with both languages as strings
+static void preflight_jsonl(const char* key, const char* f, const char* sl, const char* tl) {
+    FILE* fp = fopen(f, "rb");
+    if (!fp) t5_die(T5_EXIT_USAGE, "%s %s cannot be read: %s", key, f, strerror(errno));
+    char* line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    int lineno = 0, records = 0;
+    while (records < 16 && (len = getline(&line, &cap, fp)) >= 0) {
+        lineno++;
+        size_t bad;
+        if ((size_t)len != strlen(line))
+            t5_die(T5_EXIT_USAGE, "%s %s line %d: holds a NUL byte", key, f, lineno);
+        if (!utf8_validate(line, (size_t)len, &bad))
+            t5_die(T5_EXIT_USAGE, "%s %s line %d: invalid UTF-8 at byte %zu", key, f, lineno, bad);
+        const char* s = line;
+        while (*s == ' ' || *s == '\t' || *s == '\r' || *s == '\n') s++;
+        if (!*s) continue;
+        json_error_t je;
+        json_t* row = json_loads(line, 0, &je);
+        if (!row) t5_die(T5_EXIT_USAGE, "%s %s line %d: invalid JSON: %s", key, f, lineno, je.text);
+        json_t* tr = json_object_get(row, "translation");
+        if (!json_is_object(row) || !json_is_object(tr))
+            t5_die(T5_EXIT_USAGE, "%s %s line %d: expected {\"translation\": {\"%s\": ..., \"%s\": ...}}", key, f,
+                   lineno, sl, tl);
+        const char* langs[2] = {sl, tl};
+        for (int k = 0; k < 2; k++) {
+            json_t* v = json_object_get(tr, langs[k]);
+            if (!v) t5_die(T5_EXIT_USAGE, "%s %s line %d: the translation has no \"%s\" key", key, f, lineno, langs[k]);
+            if (!json_is_string(v))
+                t5_die(T5_EXIT_USAGE, "%s %s line %d: translation \"%s\" is not a string", key, f, lineno, langs[k]);
+        }
+        json_decref(row);
+        records++;
+    }
+    free(line);
+    fclose(fp);
+    if (records == 0) t5_die(T5_EXIT_USAGE, "%s %s holds no translation pairs", key, f);
+}
+
+// The data of every split the run opens (the trainer's rule: train with do_train, validation with
+// do_eval or an evaluation strategy, test with do_predict), resolved the way dataset_open resolves
+// it (explicit files, else the dataset by name under data_dir, $T5TRAIN_DATA, the default cache):
+// explicit files are checked by preflight_file; parallel text and SGML are read whole by the readers
+// (equal line counts, closed segments, UTF-8), JSON lines found by dataset name have their first
+// records parsed. Tokenizing comes later; what it could still refuse is an empty text side.
+static void preflight_data(const RunConfig* c, const TrainerArgs* a) {
+    char err[2048];
+    if (c->data_dir[0] && !t5_is_dir(c->data_dir))
+        t5_die(T5_EXIT_USAGE, "data_dir %s %s", c->data_dir,
+               t5_path_exists(c->data_dir) ? "is not a directory" : "does not exist");
+    static const char* const keys[3] = {"train_file", "validation_file", "test_file"};
+    static const char* const what[3] = {"training data", "evaluation data", "prediction data"};
+    const char* files[3] = {c->train_file, c->validation_file, c->test_file};
+    bool used[3] = {a->do_train, a->do_eval || a->eval_strategy != TRAINER_INTERVAL_NO, a->do_predict};
+    for (int i = 0; i < 3; i++) {
+        if (files[i][0] && (used[i] || i == 0)) preflight_file(keys[i], files[i], c->source_lang, c->target_lang);
+        if (!used[i]) continue;
+        char *src = NULL, *tgt = NULL, fmt = 0;
+        if (dataset_resolve_files(&a->data, (DataSplit)i, &src, &tgt, &fmt, err, sizeof err))
+            t5_die(T5_EXIT_USAGE, "%s: %s", what[i], err);
+        if (fmt == 'j' && !files[i][0]) preflight_jsonl(keys[i], src, c->source_lang, c->target_lang);
+        if (fmt == 't' || fmt == 's') {
+            TextPairs tp;
+            int rc = fmt == 't' ? text_pairs_read_parallel(src, tgt, &tp, err, sizeof err)
+                                : text_pairs_read_sgml(src, tgt, &tp, err, sizeof err);
+            if (rc) t5_die(T5_EXIT_USAGE, "%s: %s", what[i], err);
+            bool empty = tp.n == 0;
+            text_pairs_free(&tp);
+            if (empty) t5_die(T5_EXIT_USAGE, "%s: %s holds no translation pairs", what[i], src);
+        }
+        preflight_note("%s %s%s%s", what[i], src, tgt ? " + " : "", tgt ? tgt : "");
+        free(src);
+        free(tgt);
+    }
+}
+
+// --resume_from_checkpoint: a complete checkpoint (marker, state file, weights header) of this model
+static void preflight_resume(const RunConfig* c, const TrainerArgs* a) {
+    char err[1024];
+    char* dir = checkpoint_resolve_resume(c->resume_from_checkpoint, c->output_dir, NULL, err, sizeof err);
+    if (!dir)
+        t5_die(T5_EXIT_USAGE, "%s%s", strncmp(err, "--resume_from_checkpoint", 24) ? "--resume_from_checkpoint: " : "",
+               err);
+    char* cj = t5_path_join(dir, "config.json");
+    T5Config ck;
+    if (!t5_is_file(cj)) t5_die(T5_EXIT_USAGE, "--resume_from_checkpoint %s has no config.json", dir);
+    if (t5_config_load_json(cj, &ck, err, sizeof err)) t5_die(T5_EXIT_USAGE, "%s", err);
+    const T5Config* m = &a->model;
+    if (ck.vocab_size != m->vocab_size || ck.d_model != m->d_model || ck.d_kv != m->d_kv || ck.d_ff != m->d_ff ||
+        ck.num_layers != m->num_layers || ck.num_decoder_layers != m->num_decoder_layers ||
+        ck.num_heads != m->num_heads || ck.feed_forward != m->feed_forward ||
+        ck.tie_word_embeddings != m->tie_word_embeddings ||
+        ck.relative_attention_num_buckets != m->relative_attention_num_buckets)
+        t5_die(T5_EXIT_USAGE, "--resume_from_checkpoint %s holds another model (D=%d F=%d H=%d L=%d/%d V=%d) than "
+                              "--model_name_or_path (D=%d F=%d H=%d L=%d/%d V=%d)", dir, ck.d_model, ck.d_ff,
+               ck.num_heads, ck.num_layers, ck.num_decoder_layers, ck.vocab_size, m->d_model, m->d_ff, m->num_heads,
+               m->num_layers, m->num_decoder_layers, m->vocab_size);
+    preflight_note("checkpoint %s: complete, same model", dir);
+    free(cj);
+    free(dir);
+}
+
+// a directory that will be created: its nearest existing ancestor must be a directory we can write
+static void preflight_creatable(const char* key, const char* path) {
+    if (t5_is_dir(path)) return;
+    if (t5_path_exists(path)) t5_die(T5_EXIT_USAGE, "%s %s exists and is not a directory", key, path);
+    char* p = strdup_check(path);
+    for (;;) {
+        char* slash = strrchr(p, '/');
+        if (!slash) { snprintf(p, 2, "."); break; }
+        if (slash == p) { p[1] = 0; break; }
+        *slash = 0;
+        if (t5_path_exists(p)) break;
+    }
+    if (!t5_is_dir(p)) t5_die(T5_EXIT_USAGE, "%s %s cannot be created: %s is not a directory", key, path, p);
+    if (access(p, W_OK | X_OK) != 0)
+        t5_die(T5_EXIT_USAGE, "%s %s cannot be created in %s: %s", key, path, p, strerror(errno));
+    free(p);
+}
+
+static void run_preflight(const RunConfig* c, const TrainerArgs* a) {
+    preflight_creatable("output_dir", c->output_dir);
+    if (c->logging_dir[0]) preflight_creatable("logging_dir", c->logging_dir);
+    if (!a->init_random) preflight_weights(a);
+    preflight_tokenizer(a);
+    preflight_data(c, a);
+    if (c->resume_from_checkpoint[0]) preflight_resume(c, a);
+}
+
 // Removes the trainer's test-hook flags from argv (in place); returns the new argc.
 static int run_strip_hooks(int argc, char** argv, char* dump, size_t cap, int64_t* dump_steps) {
     int k = 1;
@@ -355,19 +600,25 @@ int run_main(int argc, char** argv) {
             t5_warn("You're running a t5 model but didn't provide a source prefix, which is expected, e.g. with "
                     "`--source_prefix 'translate English to Romanian: '`");
     }
-    if (c->dry_run) return T5_EXIT_OK;
+    // every check that needs no GPU, before anything is created (issue 14): what this build runs, the
+    // model, weights header, tokenizer, data files, the checkpoint to resume, the output paths
+    if ((rc = config_check_implemented(c, err, sizeof err))) t5_die(rc, "%s", err);
+    if (!c->do_train && !c->do_eval && !c->do_predict)
+        t5_die_hint(T5_EXIT_USAGE, "add --do_train, --do_eval and/or --do_predict",
+                    "nothing to do: none of do_train, do_eval, do_predict");
+    run_build_trainer_args(c, &targs);
+    run_preflight(c, &targs);
+    if (c->dry_run) {
+        for (int i = 0; i < preflight_count; i++) printf("dry run: checked %s\n", preflight_done[i]);
+        printf("dry run: every check passed; nothing was created\n");
+        return T5_EXIT_OK;
+    }
 
     if (t5_mkdir_p(c->output_dir) != 0)
         t5_die(T5_EXIT_FAILURE, "cannot create output_dir %s: %s", c->output_dir, strerror(errno));
     char* path = t5_path_join(c->output_dir, "t5train_config.json");
     if (t5_rank == 0 && (rc = config_write_json(c, path, err, sizeof err))) t5_die(rc, "%s", err);
     free(path);
-
-    if ((rc = config_check_implemented(c, err, sizeof err))) t5_die(rc, "%s", err);
-    if (!c->do_train && !c->do_eval && !c->do_predict)
-        t5_die_hint(T5_EXIT_USAGE, "add --do_train, --do_eval and/or --do_predict",
-                    "nothing to do: none of do_train, do_eval, do_predict");
-    run_build_trainer_args(c, &targs);
     copy_str(targs.dump_batches, sizeof targs.dump_batches, dump);
     targs.dump_batches_steps = dump_steps;
 

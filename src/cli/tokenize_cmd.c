@@ -62,7 +62,7 @@ int tokenize_main(int argc, char** argv) {
     if (!model) t5_die_hint(T5_EXIT_USAGE, "pass --model DIR (with spiece.model) or --tokenizer FILE", "tokenize: no tokenizer given");
     char err[1024];
     Tokenizer* tok = tokenizer_open(model, err, sizeof err);
-    if (!tok) t5_die(T5_EXIT_FAILURE, "%s", err);
+    if (!tok) t5_die(T5_EXIT_USAGE, "%s", err);
     char defprefix[256];
     if (!prefix) {
         tokenizer_default_prefix(src_lang, tgt_lang, defprefix, sizeof defprefix);
@@ -74,7 +74,7 @@ int tokenize_main(int argc, char** argv) {
     const char* name = "<stdin>";
     if (file) {
         in = fopen(file, "rb");
-        if (!in) t5_die(T5_EXIT_FAILURE, "cannot open %s: %s", file, strerror(errno));
+        if (!in) t5_die(T5_EXIT_USAGE, "cannot open %s: %s", file, strerror(errno));
         name = file;
     }
     static char outbuf[1 << 16];
@@ -99,7 +99,7 @@ int tokenize_main(int argc, char** argv) {
                 errno = 0;
                 long v = strtol(p, &end, 10);
                 if (end == p || errno || v < INT32_MIN || v > INT32_MAX)
-                    t5_die(T5_EXIT_FAILURE, "%s:%ld: not a token id: '%.20s'", name, lineno, p);
+                    t5_die(T5_EXIT_USAGE, "%s:%ld: not a token id: '%.20s'", name, lineno, p);
                 if ((size_t)n + 1 > cap) {
                     cap = cap ? cap * 2 : 256;
                     ids = (int32_t*)realloc_check(ids, cap * sizeof(int32_t));
@@ -114,7 +114,7 @@ int tokenize_main(int argc, char** argv) {
         } else {
             size_t bad;
             if (!utf8_validate(line, (size_t)len, &bad))
-                t5_die(T5_EXIT_FAILURE, "%s:%ld: invalid UTF-8 at byte %zu", name, lineno, bad + 1);
+                t5_die(T5_EXIT_USAGE, "%s:%ld: invalid UTF-8 at byte %zu", name, lineno, bad + 1);
             int n = tokenizer_encode(tok, prefix, line, (size_t)len, (int)max_length, &ids, &cap, err, sizeof err);
             if (n < 0) t5_die(T5_EXIT_FAILURE, "%s:%ld: %s", name, lineno, err);
             for (int i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
@@ -122,7 +122,7 @@ int tokenize_main(int argc, char** argv) {
         }
     }
     if (ferror(in)) t5_die(T5_EXIT_FAILURE, "error reading %s: %s", name, strerror(errno));
-    if (fflush(stdout) != 0) t5_die(T5_EXIT_FAILURE, "error writing the output: %s", strerror(errno));
+    if (fflush(stdout) != 0) t5_die(T5_EXIT_FAILURE, "cannot write the output: %s", strerror(errno));
     if (in != stdin) fclose(in);
     free(line);
     free(ids);
