@@ -114,7 +114,21 @@ static __attribute__((unused)) void hub_server_faults(HubServer* s, const char* 
     nanosleep(&ts, NULL);
 }
 
-static __attribute__((unused)) void hub_server_clear_log(HubServer* s) { unlink(s->log); }
+// the server logs a request after answering it: wait until the log has not grown for 150 ms (at most 2 s), so
+// that the last request of the step before is not logged after the clear
+static __attribute__((unused)) void hub_server_clear_log(HubServer* s) {
+    off_t last = -1;
+    int still = 0;
+    for (int i = 0; i < 80 && still < 3; i++) {
+        struct stat st;
+        off_t now = stat(s->log, &st) == 0 ? st.st_size : 0;
+        still = now == last ? still + 1 : 0;
+        last = now;
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    unlink(s->log);
+}
 
 // number of logged requests whose line contains every one of the given substrings (NULL-terminated)
 static __attribute__((unused)) int hub_server_count(HubServer* s, const char* a, const char* b) {
