@@ -283,6 +283,142 @@ static void test_find_latest_skips_incomplete(void** state) {
     free(out);
 }
 
+// a complete checkpoint of `step` under the name `name` in out, with a file "which" holding `tag` (to tell
+// an old save from a new one of the same step)
+static void complete_as(const char* out, const char* name, int64_t step, const char* tag) {
+    char* scratch = new_outdir("scratch_complete");
+    save_checkpoint(scratch, step);
+    char* src = checkpoint_dir_path(scratch, step);
+    char* which = t5_path_join(src, "which");
+    t5test_write_file(which, tag);
+    char* dst = t5_path_join(out, name);
+    assert_int_equal(rename(src, dst), 0);
+    free(which);
+    free(dst);
+    free(src);
+    checkpoint_remove_tree(scratch);
+    free(scratch);
+}
+
+static void assert_which(const char* dir, const char* tag) {
+    char* which = t5_path_join(dir, "which");
+    char* text = t5_read_file(which, NULL);
+    if (!text) fail_msg("%s has no 'which' file", dir);
+    assert_string_equal(text, tag);
+    free(text);
+    free(which);
+}
+
+// entries of out other than "." and ".."
+static int count_entries(const char* out) {
+    DIR* d = opendir(out);
+    assert_non_null(d);
+    int n = 0;
+    struct dirent* e;
+    while ((e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
+    closedir(d);
+    return n;
+}
+
+// issue 14: a complete checkpoint is never removed before its replacement is complete, whatever moment a
+// re-save of the same step (resume, then a save at that step) was interrupted at
+static void test_resave_never_loses(void** state) {
+    (void)state;
+    char err[512] = "";
+    int64_t step = -1;
+    // 1. the old protocol's window (the issue's report): the complete checkpoint-7 was moved to .old-<pid>,
+    //    the new one renamed in, killed before its marker. Stale cleanup used to delete the .old- one.
+    char* out = new_outdir("resave1");
+    complete_as(out, "checkpoint-7.old-123", 7, "old");
+    complete_as(out, "checkpoint-7", 7, "new");
+    char* d7 = checkpoint_dir_path(out, 7);
+    char* m = t5_path_join(d7, CHECKPOINT_MARKER);
+    assert_int_equal(unlink(m), 0);  // the new one has no marker: incomplete
+    free(m);
+    // resume resolution (the preflight runs it before any cleanup) already finds the complete leftover
+    char* latest = checkpoint_find_latest(out, true, NULL);
+    assert_non_null(latest);
+    assert_non_null(strstr(latest, "checkpoint-7.old-123"));
+    free(latest);
+    assert_int_equal(checkpoint_remove_stale(out, NULL), 1);
+    assert_int_equal(checkpoint_validate(d7, true, &step, err, sizeof err), 0);
+    assert_int_equal(step, 7);
+    assert_which(d7, "old");
+    assert_int_equal(count_entries(out), 1);
+    free(d7);
+    free(out);
+
+    // 2. the fallback without RENAME_EXCHANGE, killed between its renames: checkpoint-7 missing, the old
+    //    one aside, the new one complete under its temporary name: the new one is put back
+    out = new_outdir("resave2");
+    complete_as(out, "checkpoint-7.old-6", 7, "old");
+    complete_as(out, "checkpoint-7.tmp-5", 7, "new");
+    latest = checkpoint_find_latest(out, true, NULL);
+    assert_non_null(strstr(latest, "checkpoint-7.tmp-5"));
+    free(latest);
+    assert_int_equal(checkpoint_remove_stale(out, NULL), 2);  // one restored, one removed
+    d7 = checkpoint_dir_path(out, 7);
+    assert_int_equal(checkpoint_validate(d7, true, NULL, err, sizeof err), 0);
+    assert_which(d7, "new");
+    assert_int_equal(count_entries(out), 1);
+    free(d7);
+    free(out);
+
+    // 3. killed after the new one got its marker, before the swap: checkpoint-7 (complete) stays as it is
+    out = new_outdir("resave3");
+    complete_as(out, "checkpoint-7", 7, "old");
+    complete_as(out, "checkpoint-7.tmp-5", 7, "new");
+    assert_int_equal(checkpoint_remove_stale(out, NULL), 1);
+    d7 = checkpoint_dir_path(out, 7);
+    assert_int_equal(checkpoint_validate(d7, true, NULL, err, sizeof err), 0);
+    assert_which(d7, "old");
+    assert_int_equal(count_entries(out), 1);
+    free(d7);
+    free(out);
+
+    // 4. a leftover whose marker names another step, or a corrupt one, is not put back
+    out = new_outdir("resave4");
+    complete_as(out, "checkpoint-8.old-1", 7, "wrong step");
+    complete_as(out, "checkpoint-9.tmp-1", 9, "corrupt");
+    char* sp = t5_path_join(out, "checkpoint-9.tmp-1/t5train_state.bin");
+    FILE* f = fopen(sp, "r+b");
+    assert_non_null(f);
+    fseek(f, 2000, SEEK_SET);
+    fputc(0x5A, f);  // one byte of the optimizer blob: its CRC no longer matches
+    fclose(f);
+    free(sp);
+    assert_null(checkpoint_find_latest(out, true, NULL));
+    assert_int_equal(checkpoint_remove_stale(out, NULL), 2);
+    assert_int_equal(count_entries(out), 0);
+    free(out);
+
+    // 5. re-saves through checkpoint_commit: the new content replaces the old, nothing left beside it, and
+    //    save_total_limit rotation never counts or touches a leftover
+    out = new_outdir("resave5");
+    for (int round = 0; round < 3; round++) {
+        CheckpointWriter w;
+        assert_int_equal(checkpoint_begin(&w, out, 7, 1, 100 + round, err, sizeof err), 0);
+        write_state_file(w.tmp_dir, 7, 0, 1);
+        char* which = t5_path_join(w.tmp_dir, "which");
+        char tag[16];
+        snprintf(tag, sizeof tag, "round %d", round);
+        t5test_write_file(which, tag);
+        free(which);
+        assert_int_equal(checkpoint_commit(&w, err, sizeof err), 0);
+        checkpoint_writer_free(&w);
+        d7 = checkpoint_dir_path(out, 7);
+        assert_int_equal(checkpoint_validate(d7, true, NULL, err, sizeof err), 0);
+        assert_which(d7, tag);
+        assert_int_equal(count_entries(out), 1);
+        free(d7);
+    }
+    complete_as(out, "checkpoint-3.old-9", 3, "aside");
+    assert_int_equal(checkpoint_rotate(out, 1, 7, -1, NULL, err, sizeof err), 0);
+    assert_int_equal(count_entries(out), 2);
+    free(out);
+}
+
 static void test_truncated_state_skipped(void** state) {
     (void)state;
     char* out = messy_outdir("trunc");
@@ -652,6 +788,7 @@ int main(void) {
         cmocka_unit_test(test_names),
         cmocka_unit_test(test_blobs_round_trip),
         cmocka_unit_test(test_find_latest_skips_incomplete),
+        cmocka_unit_test(test_resave_never_loses),
         cmocka_unit_test(test_truncated_state_skipped),
         cmocka_unit_test(test_corruption_detected),
         cmocka_unit_test(test_corrupt_weights_skipped),

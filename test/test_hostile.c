@@ -526,7 +526,11 @@ static void make_fixtures(const char* data, const char* repo) {
     snprintf(p, sizeof p, "%s/f/ck_badweights/checkpoint-4", H), fake_checkpoint(p, 4, cfg);
     sh("head -c 50 '%s/m/model.safetensors' > '%s/f/ck_badweights/checkpoint-4/model.safetensors'", H, H);
     sh("mkdir -p '%s/f/ck_empty' '%s/f/ck_badname/checkpoint-x'", H, H);
-    sh("mkdir -p '%s/f/ck_tmponly' && cp -r '%s/f/ck/checkpoint-4' '%s/f/ck_tmponly/checkpoint-4.tmp-1'", H, H, H);
+    // a save that did not finish (no marker in its temporary directory) and one that finished writing but
+    // was stopped before its rename (marker present: complete under a leftover name, resumable, issue 14)
+    sh("mkdir -p '%s/f/ck_tmponly' && cp -r '%s/f/ck/checkpoint-4' '%s/f/ck_tmponly/checkpoint-4.tmp-1' && "
+       "rm '%s/f/ck_tmponly/checkpoint-4.tmp-1/t5train_done'", H, H, H, H);
+    sh("mkdir -p '%s/f/ck_tmpdone' && cp -r '%s/f/ck/checkpoint-4' '%s/f/ck_tmpdone/checkpoint-4.tmp-1'", H, H, H);
 
     // the pre-existing run directory: a finished run with one complete checkpoint and results
     sh("cp -r '%s/f/ck/checkpoint-4' '%s/R/' && cp '%s/m/model.safetensors' '%s/m/config.json' '%s/R/' && "
@@ -749,8 +753,10 @@ static void make_cases(void) {
     add("resume: not named checkpoint-N", 2, "", "$T $B --resume_from_checkpoint $F/ck_badname/checkpoint-x --dry_run");
     add("resume: a plain directory", 2, "", "$T $B --resume_from_checkpoint $F/ck_empty --dry_run");
     add("resume: last with no checkpoint", 2, "", "$T $B --output_dir $F/ck_empty --resume_from_checkpoint last --dry_run");
-    add("resume: last with only a tmp dir", 2, "",
+    add("resume: last with only an unfinished tmp dir", 2, "no complete checkpoint",
         "$T $B --output_dir $F/ck_tmponly --resume_from_checkpoint last --dry_run");
+    add("control: resume last from a complete checkpoint left under its tmp name, --dry_run", 0, "",
+        "$T $B --output_dir $F/ck_tmpdone --resume_from_checkpoint last --dry_run");
     add("resume: output_dir is a file", 2, "output_dir",
         "$T $B --output_dir $R/all_results.json --resume_from_checkpoint $F/ck/checkpoint-4 --dry_run");
     add("resume: checkpoint given as a file", 2, "", "$T $B --resume_from_checkpoint $R/main.log --dry_run");

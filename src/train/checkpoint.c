@@ -1,10 +1,16 @@
 /*
  * checkpoint.c: checkpoint directory protocol and the t5train_state.bin format (contract in checkpoint.h).
  *
- * Why this order: a checkpoint directory only gets its final name after every byte in it is on disk
- * (fsync), and only gets its marker after the rename is durable, so "checkpoint-N with t5train_done" always
- * means complete. Anything else (a .tmp- directory, a directory without marker, a truncated or corrupted
- * state file) is reported and skipped on resume, falling back to the previous complete checkpoint.
+ * Why this order: the completion marker is written into the temporary directory after every other file,
+ * and the directory gets its final name only after every byte in it (marker included) is on disk (fsync),
+ * so "checkpoint-N with t5train_done" always means complete. A re-save of a step that already has a
+ * complete checkpoint (resume, then a save at that step) swaps the two directories' names in one
+ * renameat2(RENAME_EXCHANGE), so checkpoint-N is complete at every instant; only then is the old one
+ * removed. A complete checkpoint is never removed before its replacement is complete and in place
+ * (issue 14); checkpoint_remove_stale puts a complete leftover back where checkpoint-N is missing or
+ * incomplete instead of deleting it. Anything else (a .tmp- directory without marker, a directory without
+ * marker, a truncated or corrupted state file) is reported and skipped on resume, falling back to the
+ * previous complete checkpoint.
  * Deleting (rotation) removes the marker first, so an interrupted delete leaves an incomplete checkpoint,
  * never a false complete one.
  */
@@ -127,6 +133,20 @@ static bool is_leftover_name(const char* name, const char* kind) {
     return strncmp(p, kind, strlen(kind)) == 0;
 }
 
+// the step of a leftover name ("checkpoint-<N>.tmp-..." / ".old-..."), or -1
+static int64_t leftover_step(const char* name) {
+    if (!is_leftover_name(name, ".tmp-") && !is_leftover_name(name, ".old-")) return -1;
+    const char* p = name + strlen(CHECKPOINT_PREFIX "-");
+    int64_t v = 0;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        if (v > (INT64_MAX - 9) / 10) return -1;
+        v = v * 10 + (*p - '0');
+    }
+    return v;
+}
+
+static int validate_dir(const char* dir, int64_t step, bool verify_checksums, char* err, size_t errcap);
+
 // ---------------------------------------------------------------------------------------------
 // filesystem helpers
 
@@ -186,45 +206,79 @@ int checkpoint_begin(CheckpointWriter* w, const char* output_dir, int64_t step, 
     return 0;
 }
 
+// the two paths swap names atomically; -1 with errno (EINVAL/ENOSYS/ENOTSUP: not supported there)
+static int rename_exchange(const char* a, const char* b) {
+#ifdef RENAME_EXCHANGE
+    return renameat2(AT_FDCWD, a, AT_FDCWD, b, RENAME_EXCHANGE);
+#else
+    (void)a;
+    (void)b;
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
+static bool exchange_unsupported(int e) { return e == EINVAL || e == ENOSYS || e == ENOTSUP || e == EOPNOTSUPP; }
+
 int checkpoint_commit(CheckpointWriter* w, char* err, size_t errcap) {
-    // 1. every file written into the temporary directory reaches the disk
+    // 1. the completion marker, last of the files, into the temporary directory
+    char text[128];
+    int len = snprintf(text, sizeof text, "t5train checkpoint\nstep %lld\nworld_size %d\n", (long long)w->step,
+                       w->world_size);
+    char* marker = t5_path_join(w->tmp_dir, CHECKPOINT_MARKER);
+    int rc = results_write_atomic(marker, text, (size_t)len, err, errcap);
+    free(marker);
+    if (rc) return -1;
+    // 2. every file of it reaches the disk: from here the temporary directory is a complete checkpoint
     fsync_walk_rc = 0;
     if (nftw(w->tmp_dir, fsync_walk_cb, 32, FTW_DEPTH | FTW_PHYS) != 0 || fsync_walk_rc != 0) {
         snprintf(err, errcap, "cannot flush checkpoint %s to disk: %s", w->tmp_dir, strerror(errno));
         return -1;
     }
-    // 2. an older directory of the same name (a re-save of this step) is moved aside, removed at the end
-    char* aside = NULL;
-    if (t5_path_exists(w->final_dir)) {
-        size_t n = strlen(w->final_dir) + 32;
-        aside = (char*)malloc_check(n);
-        snprintf(aside, n, "%s.old-%d", w->final_dir, (int)getpid());
-        checkpoint_remove_tree(aside);
-        if (rename(w->final_dir, aside) != 0) {
-            snprintf(err, errcap, "cannot move the existing %s aside: %s", w->final_dir, strerror(errno));
-            free(aside);
+    // 3a. a new step: the final name, durable
+    if (!t5_path_exists(w->final_dir)) {
+        if (rename(w->tmp_dir, w->final_dir) != 0) {
+            snprintf(err, errcap, "cannot rename %s to %s: %s", w->tmp_dir, w->final_dir, strerror(errno));
             return -1;
         }
+        fsync_path(w->output_dir, true);
+        return 0;
     }
-    // 3. the final name, durable
+    // 3b. a re-save of this step: the new and the old directory swap names in one step, so checkpoint-N is
+    //     complete at every instant; the old one, now under the temporary name, is removed after
+    if (rename_exchange(w->tmp_dir, w->final_dir) == 0) {
+        fsync_path(w->output_dir, true);
+        checkpoint_remove_tree(w->tmp_dir);
+        fsync_path(w->output_dir, true);
+        return 0;
+    }
+    if (!exchange_unsupported(errno)) {
+        snprintf(err, errcap, "cannot swap %s into %s: %s", w->tmp_dir, w->final_dir, strerror(errno));
+        return -1;
+    }
+    // 3c. a filesystem without RENAME_EXCHANGE: the old one aside, the new one in. Between the two renames
+    //     both are complete under leftover names; checkpoint_remove_stale puts one back at the next start
+    size_t n = strlen(w->final_dir) + 32;
+    char* aside = (char*)malloc_check(n);
+    snprintf(aside, n, "%s.old-%d", w->final_dir, (int)getpid());
+    checkpoint_remove_tree(aside);
+    if (rename(w->final_dir, aside) != 0) {
+        snprintf(err, errcap, "cannot move the existing %s aside: %s", w->final_dir, strerror(errno));
+        free(aside);
+        return -1;
+    }
     if (rename(w->tmp_dir, w->final_dir) != 0) {
-        snprintf(err, errcap, "cannot rename %s to %s: %s", w->tmp_dir, w->final_dir, strerror(errno));
+        int e = errno;
+        if (rename(aside, w->final_dir) != 0) {}  // the old one back; if even that fails, remove_stale will
+        snprintf(err, errcap, "cannot rename %s to %s: %s", w->tmp_dir, w->final_dir, strerror(e));
         free(aside);
         return -1;
     }
     fsync_path(w->output_dir, true);
-    // 4. the completion marker, last
-    char text[128];
-    int len = snprintf(text, sizeof text, "t5train checkpoint\nstep %lld\nworld_size %d\n", (long long)w->step,
-                       w->world_size);
-    char* marker = t5_path_join(w->final_dir, CHECKPOINT_MARKER);
-    int rc = results_write_atomic(marker, text, (size_t)len, err, errcap);
-    free(marker);
-    if (aside) {
-        checkpoint_remove_tree(aside);
-        free(aside);
-    }
-    return rc;
+    checkpoint_remove_tree(aside);
+    fsync_path(w->output_dir, true);
+    free(aside);
+    return 0;
 }
 
 void checkpoint_abort(CheckpointWriter* w) {
@@ -588,6 +642,13 @@ int checkpoint_validate(const char* dir, bool verify_checksums, int64_t* step_ou
         snprintf(err, errcap, "%s is not named checkpoint-<step>", dir);
         return -1;
     }
+    if (validate_dir(dir, step, verify_checksums, err, errcap)) return -1;
+    if (step_out) *step_out = step;
+    return 0;
+}
+
+// dir holds a complete checkpoint of `step` (whatever its name: a leftover is checked the same way)
+static int validate_dir(const char* dir, int64_t step, bool verify_checksums, char* err, size_t errcap) {
     if (!t5_is_dir(dir)) {
         snprintf(err, errcap, "%s is not a directory", dir);
         return -1;
@@ -640,18 +701,22 @@ int checkpoint_validate(const char* dir, bool verify_checksums, int64_t* step_ou
         }
         free(wp);
     }
-    if (step_out) *step_out = step;
     return 0;
 }
 
 typedef struct {
     int64_t step;
     char* path;
+    bool leftover;  // a complete checkpoint-N.tmp-* / .old-* directory
 } Candidate;
 
+// newest step first; for one step checkpoint-N first, then leftovers (.tmp- before .old-: the newer save)
 static int cmp_cand_desc(const void* a, const void* b) {
-    int64_t x = ((const Candidate*)a)->step, y = ((const Candidate*)b)->step;
-    return x < y ? 1 : x > y ? -1 : 0;
+    const Candidate *x = (const Candidate*)a, *y = (const Candidate*)b;
+    if (x->step != y->step) return x->step < y->step ? 1 : -1;
+    if (x->leftover != y->leftover) return x->leftover ? 1 : -1;
+    int r = strcmp(x->path, y->path);  // descending: ".tmp-" sorts before ".old-"
+    return r > 0 ? -1 : r < 0 ? 1 : 0;
 }
 
 // checkpoint-<N> directories of output_dir, newest first; leftovers reported
@@ -669,11 +734,29 @@ static Candidate* list_checkpoints(const char* output_dir, int* n_out, FILE* rep
             if (n == cap) c = (Candidate*)realloc_check(c, (cap *= 2) * sizeof *c);
             c[n].step = step;
             c[n].path = p;
+            c[n].leftover = false;
             n++;
             continue;
         }
-        if (report && is_leftover_name(e->d_name, ".tmp-") && t5_is_dir(p))
-            fprintf(report, "t5train: warning: skipping %s: temporary directory of a save that did not finish\n", p);
+        int64_t lstep = leftover_step(e->d_name);
+        if (lstep >= 0 && t5_is_dir(p)) {
+            // a complete leftover (a crash between a re-save's renames) is a candidate after checkpoint-N of
+            // the same step: checkpoint_remove_stale puts it back under its name at the next start
+            int64_t ms;
+            int mw;
+            char why[256];
+            if (read_marker(p, &ms, &mw, why, sizeof why) == 0 && ms == lstep) {
+                if (n == cap) c = (Candidate*)realloc_check(c, (cap *= 2) * sizeof *c);
+                c[n].step = lstep;
+                c[n].path = p;
+                c[n].leftover = true;
+                n++;
+                continue;
+            }
+            if (report && is_leftover_name(e->d_name, ".tmp-"))
+                fprintf(report, "t5train: warning: skipping %s: temporary directory of a save that did not finish\n",
+                        p);
+        }
         free(p);
     }
     closedir(d);
@@ -693,7 +776,7 @@ char* checkpoint_find_latest(const char* output_dir, bool verify_checksums, FILE
     char* found = NULL;
     for (int i = 0; i < n && !found; i++) {
         char err[1024];
-        if (checkpoint_validate(c[i].path, verify_checksums, NULL, err, sizeof err) == 0)
+        if (validate_dir(c[i].path, c[i].step, verify_checksums, err, sizeof err) == 0)
             found = strdup_check(c[i].path);
         else if (report)
             fprintf(report, "t5train: warning: skipping incomplete or corrupt checkpoint: %s\n", err);
@@ -738,7 +821,8 @@ int checkpoint_rotate(const char* output_dir, int limit, int64_t keep_step, int6
         int64_t s;
         int w;
         char why[256];
-        if (read_marker(c[i].path, &s, &w, why, sizeof why) == 0 && s == c[i].step) done[m++] = c[i];
+        if (!c[i].leftover && read_marker(c[i].path, &s, &w, why, sizeof why) == 0 && s == c[i].step)
+            done[m++] = c[i];
     }
     int deleted = 0, remaining = m;
     for (int i = 0; i < m && remaining > limit; i++) {
@@ -763,20 +847,66 @@ int checkpoint_rotate(const char* output_dir, int limit, int64_t keep_step, int6
     return deleted;
 }
 
-int checkpoint_remove_stale(const char* output_dir, FILE* report) {
-    DIR* d = opendir(output_dir);
-    if (!d) return 0;
-    int removed = 0;
-    struct dirent* e;
-    while ((e = readdir(d))) {
-        if (!is_leftover_name(e->d_name, ".tmp-") && !is_leftover_name(e->d_name, ".old-")) continue;
-        char* p = t5_path_join(output_dir, e->d_name);
-        if (t5_is_dir(p) && checkpoint_remove_tree(p) == 0) {
-            if (report) fprintf(report, "t5train: removed %s left by an interrupted save\n", p);
-            removed++;
+// one leftover: removed when checkpoint-N is complete or the leftover is not; otherwise (checkpoint-N missing
+// or incomplete, the leftover complete) it is put back as checkpoint-N
+static int settle_leftover(const char* output_dir, const char* name, FILE* report) {
+    int64_t step = leftover_step(name);
+    char* p = t5_path_join(output_dir, name);
+    char* final_dir = checkpoint_dir_path(output_dir, step);
+    int done = 0;
+    char why[1024];
+    if (!t5_is_dir(p)) goto out;
+    bool final_complete = t5_is_dir(final_dir) && validate_dir(final_dir, step, false, why, sizeof why) == 0;
+    if (!final_complete && validate_dir(p, step, true, why, sizeof why) == 0) {
+        int rc;
+        if (!t5_path_exists(final_dir)) {
+            rc = rename(p, final_dir);
+        } else {  // an incomplete checkpoint-N (no marker): the complete one takes its name, then it goes
+            rc = rename_exchange(p, final_dir);
+            if (rc != 0 && exchange_unsupported(errno) && checkpoint_remove_tree(final_dir) == 0)
+                rc = rename(p, final_dir);
         }
-        free(p);
+        fsync_path(output_dir, true);
+        if (rc == 0) {
+            if (t5_path_exists(p)) checkpoint_remove_tree(p);  // the incomplete one, swapped out
+            if (report) fprintf(report, "t5train: restored %s from %s left by an interrupted save\n", final_dir, p);
+            done = 1;
+        } else if (report) {
+            fprintf(report, "t5train: warning: cannot restore %s from %s: %s\n", final_dir, p, strerror(errno));
+        }
+        goto out;
     }
-    closedir(d);
-    return removed;
+    if (checkpoint_remove_tree(p) == 0) {
+        if (report) fprintf(report, "t5train: removed %s left by an interrupted save\n", p);
+        done = 1;
+    }
+out:
+    free(final_dir);
+    free(p);
+    return done;
+}
+
+int checkpoint_remove_stale(const char* output_dir, FILE* report) {
+    // .tmp- first: where both a .tmp- and an .old- of one step are complete, the .tmp- holds the newer save
+    static const char* const KINDS[2] = {".tmp-", ".old-"};
+    int settled = 0;
+    for (int k = 0; k < 2; k++) {
+        DIR* d = opendir(output_dir);
+        if (!d) return 0;
+        char** names = NULL;
+        int n = 0, cap = 0;
+        struct dirent* e;
+        while ((e = readdir(d))) {
+            if (!is_leftover_name(e->d_name, KINDS[k])) continue;
+            if (n == cap) names = (char**)realloc_check(names, (size_t)(cap = cap ? 2 * cap : 8) * sizeof *names);
+            names[n++] = strdup_check(e->d_name);
+        }
+        closedir(d);
+        for (int i = 0; i < n; i++) {
+            settled += settle_leftover(output_dir, names[i], report);
+            free(names[i]);
+        }
+        free(names);
+    }
+    return settled;
 }

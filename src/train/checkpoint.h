@@ -14,8 +14,9 @@
  * Save:  checkpoint_begin     -> mkdir output_dir/checkpoint-<N>.tmp-<nonce>
  *        (every rank)            fill w.tmp_dir: weights, trainer_state.json, checkpoint_state_* per rank
  *        (barrier)
- *        checkpoint_commit    -> (rank 0) fsync every file, rename to checkpoint-<N>, fsync output_dir,
- *                                write t5train_done atomically
+ *        checkpoint_commit    -> (rank 0) write t5train_done into the tmp dir, fsync every file, rename to
+ *                                checkpoint-<N> (a re-save of N: swap the two names atomically with
+ *                                renameat2 RENAME_EXCHANGE, then remove the old one), fsync output_dir
  *        checkpoint_rotate    -> save_total_limit: delete the oldest complete checkpoints (never the one just
  *                                written, nor the newest, nor best_step)
  * Resume: checkpoint_resolve_resume("last" | DIR) -> newest complete checkpoint; incomplete or corrupt ones
@@ -82,9 +83,11 @@ typedef struct {
 // passes the same nonce (rank 0's, broadcast) so they fill one directory.
 int checkpoint_begin(CheckpointWriter* w, const char* output_dir, int64_t step, int world_size, long nonce,
                      char* err, size_t errcap);
-// Rank 0, after every rank has written its files: fsync all, rename to final_dir (an existing final_dir is
-// moved aside and deleted after), fsync output_dir, then the marker. On error the tmp dir stays for
-// inspection and is reported as incomplete by checkpoint_find_latest.
+// Rank 0, after every rank has written its files: the marker into the tmp dir, fsync all, then the final
+// name: a rename, or for an existing final_dir (a re-save of the step) an atomic swap of the two names
+// (RENAME_EXCHANGE; where the filesystem lacks it, old aside then new in) before the old one is removed.
+// A complete checkpoint-<N> is never removed before its replacement is complete and in place. On error
+// the tmp dir stays; checkpoint_remove_stale settles it at the next start.
 int checkpoint_commit(CheckpointWriter* w, char* err, size_t errcap);
 // Removes the temporary directory (a failed save).
 void checkpoint_abort(CheckpointWriter* w);
@@ -155,7 +158,9 @@ char* checkpoint_resolve_resume(const char* arg, const char* output_dir, FILE* r
 // Returns the number deleted, or -1 with err set.
 int checkpoint_rotate(const char* output_dir, int limit, int64_t keep_step, int64_t best_step, FILE* report,
                       char* err, size_t errcap);
-// Deletes leftover checkpoint-*.tmp-* / .old-* directories (rank 0, at start, before this run saves).
+// Settles leftover checkpoint-*.tmp-* / .old-* directories (rank 0, at start, before this run saves): a
+// complete leftover whose checkpoint-<N> is missing or incomplete is renamed back to checkpoint-<N> (.tmp-
+// first: the newer save); every other leftover is deleted. Returns how many were settled.
 int checkpoint_remove_stale(const char* output_dir, FILE* report);
 // rm -rf path (no symlinks followed). Returns 0 or -1.
 int checkpoint_remove_tree(const char* path);
