@@ -11,7 +11,7 @@
  * Numerics: the same kernels and roundings as t5.c's eval forward: fp32 residual stream; RMSNorm weights,
  * the relative-bias table and the embedding lookup read the fp32 view of the parameters; Q K^T is rounded
  * to X and the bias and masks are added in fp32 inside the softmax; P is rounded to X for P V; the final
- * norm (and the tied D^-0.5 scale) in fp32, rounded once to X for lm_head. Dropout is off.
+ * norm (and the D^-0.5 scale of scale_decoder_outputs) in fp32, rounded once to X for lm_head. Dropout is off.
  *
  * Data flow of one decoder step (rows r = slot * nb + beam):
  *   x (R, D) fp32 = embed(tok)
@@ -132,7 +132,8 @@ struct T5Generator {
     size_t xs;
     int D, H, Dk, HD, F, V, L, Ld, NB, max_dist;
     float eps;
-    bool gated, tied;
+    bool gated, tied;  // tied: shared.weight projects (no lm_head parameter)
+    bool scale_out;    // the decoder output is scaled by D^-0.5 before the projection (v1.0)
     int pad_id, eos_id, start_id, fill_id;
     int max_B, max_Ts, nb, max_R, Tmax, K;
 
@@ -400,6 +401,7 @@ T5Generator* t5_generator_create(const ParamTable* t, ZeroEngine* Z, int max_B, 
     G->eps = c->layer_norm_epsilon;
     G->gated = c->feed_forward == T5_FF_GATED_GELU;
     G->tied = c->tie_word_embeddings;
+    G->scale_out = c->scale_decoder_outputs;
     G->pad_id = c->pad_token_id;
     G->eos_id = c->eos_token_id;
     G->start_id = c->decoder_start_token_id;
@@ -757,10 +759,10 @@ static void decoder_step_fused(T5Generator* G, int I, int Ts, int sgen, int cgen
         step_proj(G, G->d_lin, G->d_ffa, wp(G, wb, pi->wo), R, D, G->F, false, s);
         zero_release(Z, u, s);
     }
-    // last residual add + final norm (fp32) [* D^-0.5 when tied] rounded once to X: one kernel
+    // last residual add + final norm (fp32) [* D^-0.5 when scale_out] rounded once to X: one kernel
     unit_fetch(G, G->u_final, s);
     decode_add_rmsnorm(G->d_lmx, X, G->d_x, G->d_lin, X, nwp(G, G->p_dec_final), R, D, G->eps,
-                       G->tied ? 1.0f / sqrtf((float)D) : 1.0f, s);
+                       G->scale_out ? 1.0f / sqrtf((float)D) : 1.0f, s);
     zero_release(Z, G->u_final, s);
     void* wb = unit_fetch(G, G->u_lm, s);
     step_proj(G, G->d_logits, G->d_lmx, wp(G, wb, G->p_lm_head), R, G->V, D, false, s);
@@ -822,7 +824,7 @@ static void decoder_step(T5Generator* G, int I, int Ts, int Tk, int sgen, int cg
     unit_fetch(G, G->u_final, s);
     rmsnorm_forward(G->d_lm32, DT_F32, G->d_rstd, G->d_x, nwp(G, G->p_dec_final), DT_F32, R, D, G->eps, s);
     zero_release(Z, G->u_final, s);
-    if (G->tied) scale_inplace(G->d_lm32, DT_F32, (size_t)R * D, 1.0f / sqrtf((float)D), s);
+    if (G->scale_out) scale_inplace(G->d_lm32, DT_F32, (size_t)R * D, 1.0f / sqrtf((float)D), s);
     cast(G->d_lmx, X, G->d_lm32, DT_F32, (size_t)R * D, s);
     void* wb = unit_fetch(G, G->u_lm, s);
     linear_forward(G->d_logits, X, G->d_lmx, wp(G, wb, G->p_lm_head), X, R, G->V, D, s);

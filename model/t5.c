@@ -150,7 +150,8 @@ struct T5Model {
     bool cur_f32;   // its non-GEMM weights are read in fp32 (zero_fp32_tensor), i.e. NX is fp32
     int D, H, Dk, HD, F, V, L, Ld, NB, max_dist;
     float eps;
-    bool gated, tied;
+    bool gated, tied;  // tied: shared.weight projects (no lm_head parameter)
+    bool scale_out;    // the decoder output is scaled by D^-0.5 before the projection (v1.0)
     bool train;
 
     BlockParamIdx* enc_idx;  // (L)
@@ -181,7 +182,7 @@ struct T5Model {
     float* rstd_decf;     // (B*Tt) fp32
     float* enc_out32;     // (B*Ts, D) fp32 dropout(final_norm(encoder))
     void* enc_out;        // (B*Ts, D) X  enc_out32 rounded: keys/values source of cross-attention
-    float* lm_in32;       // (B*Tt, D) fp32 dropout(final_norm(decoder)) (* D^-0.5 when tied)
+    float* lm_in32;       // (B*Tt, D) fp32 dropout(final_norm(decoder)) (* D^-0.5 when scale_out)
     void* lm_in;          // (B*Tt, D) X  lm_in32 rounded: the lm_head input
     void* logits;         // (B*Tt, V) X
     void* dlogits;        // (B*Tt, V) X  == logits unless keep_logits
@@ -583,6 +584,7 @@ T5Model* t5_model_create(const ParamTable* t, ZeroEngine* Z, const T5ModelOption
     M->eps = c->layer_norm_epsilon;
     M->gated = c->feed_forward == T5_FF_GATED_GELU;
     M->tied = c->tie_word_embeddings;
+    M->scale_out = c->scale_decoder_outputs;
     M->train = true;
 
     M->enc_idx = calloc_check((size_t)M->L, sizeof(BlockParamIdx));
@@ -1145,8 +1147,9 @@ static void forward_body(T5Model* M, float grad_scale, cudaStream_t s) {
     if (M->p > 0)
         dropout_forward(M->lm_in32, M->lm_in32, DT_F32, Nt * D, M->p, seed, site_offset(STACK_DECODER, -1, SITE_FINAL),
                         s);
-    // tied (v1.0): sequence_output * D^-0.5 before the shared-embedding lm_head; untied (v1.1): no scaling
-    if (M->tied) scale_inplace(M->lm_in32, DT_F32, Nt * D, 1.0f / sqrtf((float)D), s);
+    // scale_decoder_outputs (v1.0): sequence_output * D^-0.5 before the projection; v1.1 and the 5.x tied-unscaled
+    // model: no scaling (transformers keeps the scale apart from the tying)
+    if (M->scale_out) scale_inplace(M->lm_in32, DT_F32, Nt * D, 1.0f / sqrtf((float)D), s);
     cast(M->lm_in, X, M->lm_in32, DT_F32, Nt * D, s);
     wb = unit_fetch(M, M->u_lm, s);
     linear_forward(M->logits, X, M->lm_in, wptr(M, wb, M->p_lm_head), X, (int)Nt, V, D, s);
@@ -1192,7 +1195,7 @@ static void backward_body(T5Model* M, cudaStream_t s) {
     zero_release(Z, M->u_lm, s);
     if (!M->tied) unit_grad_ready(M, M->u_lm, s);
     cast(M->dlm32, DT_F32, M->dln, X, Nt * D, s);
-    if (M->tied) scale_inplace(M->dlm32, DT_F32, Nt * D, 1.0f / sqrtf((float)D), s);
+    if (M->scale_out) scale_inplace(M->dlm32, DT_F32, Nt * D, 1.0f / sqrtf((float)D), s);
     if (M->p > 0)
         dropout_backward(M->dlm32, M->dlm32, DT_F32, Nt * D, M->p, M->seed, site_offset(STACK_DECODER, -1, SITE_FINAL),
                          s);

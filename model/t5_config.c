@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "../src/base/common.h"
+#include "../src/base/safetensors.h"
 
 // ---------------------------------------------------------------------------------------------
 // presets
@@ -63,6 +64,8 @@ static void config_defaults(T5Config* cfg) {
     cfg->layer_norm_epsilon = 1e-6f;
     cfg->feed_forward = T5_FF_RELU;
     cfg->tie_word_embeddings = true;
+    cfg->scale_decoder_outputs = true;
+    cfg->tie_from_weights = false;
     cfg->pad_token_id = 0;
     cfg->eos_token_id = 1;
     cfg->decoder_start_token_id = 0;  // T5 convention; every hub config.json sets it to 0
@@ -91,6 +94,7 @@ bool t5_config_preset(const char* name, T5Config* cfg) {
         cfg->num_heads = p->H;
         cfg->feed_forward = p->ff;
         cfg->tie_word_embeddings = p->tied;
+        cfg->scale_decoder_outputs = p->tied;  // v1.0: tied and scaled; v1.1 / flan-t5: untied, unscaled
         return true;
     }
     return false;
@@ -182,17 +186,20 @@ int t5_config_load_json(const char* path, T5Config* cfg, char* err, size_t errle
         }
         c.tie_word_embeddings = json_is_true(tie);
     }
-    // transformers >= 5 forces tie_word_embeddings to true in memory and keeps the v1.0 / v1.1 distinction as
-    // "scale_decoder_outputs" (= the tie_word_embeddings it was given). When present, it is the one that
-    // says "v1.0 (scaled, tied)" vs "v1.1 (unscaled)"; whether lm_head.weight exists is then decided by the
-    // checkpoint (5.x keeps a distinct lm_head when the file has one).
+    // Older files: tie_word_embeddings says both (tied = shared.weight projects and the input is scaled).
+    // transformers >= 5 writes "scale_decoder_outputs" (= the tie_word_embeddings the T5Config was given) and
+    // always "tie_word_embeddings": true; the projection is then lm_head.weight when the checkpoint holds it,
+    // else shared.weight (t5_config_resolve_head, once the weights are known). T5Config(tie_word_embeddings=
+    // False) saved by 5.x is tied and unscaled.
+    c.scale_decoder_outputs = c.tie_word_embeddings;
     json_t* scale = json_object_get(root, "scale_decoder_outputs");
     if (scale && !json_is_null(scale)) {
         if (!json_is_boolean(scale)) {
             t5_set_err(err, errlen, "%s: key \"scale_decoder_outputs\" must be true or false", path);
             goto done;
         }
-        c.tie_word_embeddings = json_is_true(scale);
+        c.scale_decoder_outputs = json_is_true(scale);
+        c.tie_from_weights = true;
     }
     // feed_forward_proj: "<act>" or "gated-<act>" as HF parses it; "gated-gelu" means gated gelu_new.
     json_t* ff = json_object_get(root, "feed_forward_proj");
@@ -268,7 +275,7 @@ int t5_config_save_json(const T5Config* cfg, const char* path, char* err, size_t
     json_object_set_new(o, "relative_attention_max_distance", json_integer(cfg->relative_attention_max_distance));
     json_object_set_new(o, "relative_attention_num_buckets", json_integer(cfg->relative_attention_num_buckets));
     json_object_set_new(o, "tie_word_embeddings", json_boolean(cfg->tie_word_embeddings));
-    json_object_set_new(o, "scale_decoder_outputs", json_boolean(cfg->tie_word_embeddings));  // transformers 5.x
+    json_object_set_new(o, "scale_decoder_outputs", json_boolean(cfg->scale_decoder_outputs));  // transformers 5.x
     json_object_set_new(o, "use_cache", json_true());
     json_object_set_new(o, "vocab_size", json_integer(cfg->vocab_size));
 
@@ -313,4 +320,13 @@ size_t t5_config_num_params(const T5Config* c) {
     n += (size_t)c->num_decoder_layers * dec_block + NB * H + D;  // same for the decoder
     if (!c->tie_word_embeddings) n += V * D;                      // lm_head
     return n;
+}
+
+int t5_config_resolve_head(T5Config* cfg, const char* weights_path, char* err, size_t errlen) {
+    if (!cfg->tie_from_weights || !weights_path || !weights_path[0]) return 0;
+    SafeTensors* st = NULL;
+    if (safetensors_open(&st, weights_path, err, errlen)) return -1;
+    cfg->tie_word_embeddings = !safetensors_has(st, "lm_head.weight");
+    safetensors_close(st);
+    return 0;
 }

@@ -31,7 +31,12 @@ typedef struct {
     float dropout_rate;                   // 0.1
     float layer_norm_epsilon;             // 1e-6
     T5FeedForward feed_forward;           // "relu" or "gated-gelu" (gelu_new)
-    bool tie_word_embeddings;             // true for v1.0
+    // The output projection and its input scale are two notions (transformers >= 5 keeps them apart):
+    bool tie_word_embeddings;    // the projection is shared.weight (no lm_head.weight parameter): v1.0, and the
+                                 // 5.x "tied-unscaled" T5Config(tie_word_embeddings=False)
+    bool scale_decoder_outputs;  // the decoder output is scaled by d_model^-0.5 before the projection: v1.0
+    bool tie_from_weights;       // config.json has "scale_decoder_outputs" (written by transformers >= 5): whether
+                                 // the weights hold lm_head.weight decides tie_word_embeddings (t5_config_resolve_head)
     int pad_token_id;                     // 0
     int eos_token_id;                     // 1
     int decoder_start_token_id;           // 0
@@ -43,6 +48,11 @@ bool t5_config_preset(const char* name, T5Config* cfg);
 const char* t5_config_preset_names(void);
 // Reads a HF config.json. Returns 0, or -1 with a one-line message in err naming the file and key.
 int t5_config_load_json(const char* path, T5Config* cfg, char* err, size_t errlen);
+// The output projection of a checkpoint whose config.json came from transformers >= 5 (tie_from_weights):
+// lm_head.weight when the weights (a file, a folder, or a sharded index) hold it, else shared.weight, as
+// transformers loads it. No-op for older config.json files (tie_word_embeddings says it) and for a NULL
+// weights_path (random init). 0, or -1 with err naming the file.
+int t5_config_resolve_head(T5Config* cfg, const char* weights_path, char* err, size_t errlen);
 // Writes cfg as a HF config.json that transformers loads (architectures T5ForConditionalGeneration,
 // model_type t5). Returns 0 or -1 with err.
 int t5_config_save_json(const T5Config* cfg, const char* path, char* err, size_t errlen);

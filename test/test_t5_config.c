@@ -131,12 +131,113 @@ static void test_defaults_like_hf(void** state) {
                                          &c, err, sizeof err),
                      0);
     assert_int_equal(c.feed_forward, T5_FF_GATED_GELU);
-    // transformers 5.x: scale_decoder_outputs carries the v1.0/v1.1 distinction
+    // transformers 5.x: scale_decoder_outputs is read apart from tie_word_embeddings; the weights decide the
+    // projection (test_output_projection)
     assert_int_equal(t5_config_load_json(tmp_file("s.json", "{\"tie_word_embeddings\": true, "
                                                             "\"scale_decoder_outputs\": false}"),
                                          &c, err, sizeof err),
                      0);
-    assert_false(c.tie_word_embeddings);
+    assert_true(c.tie_word_embeddings);
+    assert_false(c.scale_decoder_outputs);
+    assert_true(c.tie_from_weights);
+}
+
+// a safetensors file holding the named F32 tensors of shape [2] (a stand-in for a checkpoint's weights)
+static void write_weights(const char* path, const char* const* names, int n) {
+    char hdr[4096] = "{";
+    for (int i = 0; i < n; i++) {
+        size_t l = strlen(hdr);
+        snprintf(hdr + l, sizeof hdr - l, "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[%d,%d]}",
+                 i ? "," : "", names[i], 8 * i, 8 * i + 8);
+    }
+    strcat(hdr, "}");
+    size_t hl = (strlen(hdr) + 7) / 8 * 8;
+    while (strlen(hdr) < hl) strcat(hdr, " ");
+    FILE* f = fopen(path, "wb");
+    assert_non_null(f);
+    uint64_t h64 = hl;
+    fwrite(&h64, 8, 1, f);
+    fwrite(hdr, 1, hl, f);
+    float z[2] = {0, 0};
+    for (int i = 0; i < n; i++) fwrite(z, sizeof z, 1, f);
+    fclose(f);
+}
+
+// issue 14 item 1: the projection (lm_head.weight or shared.weight) and the D^-0.5 scale are two notions
+static void test_output_projection(void** state) {
+    (void)state;
+    char err[512], w_tied[512], w_untied[512], dir[512], idx[600], s1[600], s2[600];
+    snprintf(w_tied, sizeof w_tied, "%s/w_tied.safetensors", t5test_tmpdir());
+    snprintf(w_untied, sizeof w_untied, "%s/w_untied.safetensors", t5test_tmpdir());
+    const char* tied_names[] = {"shared.weight", "encoder.final_layer_norm.weight"};
+    const char* untied_names[] = {"shared.weight", "encoder.final_layer_norm.weight", "lm_head.weight"};
+    write_weights(w_tied, tied_names, 2);
+    write_weights(w_untied, untied_names, 3);
+    // a sharded checkpoint whose lm_head.weight is in the second shard
+    snprintf(dir, sizeof dir, "%s/sharded", t5test_tmpdir());
+    assert_int_equal(t5_mkdir_p(dir), 0);
+    snprintf(s1, sizeof s1, "%s/model-00001-of-00002.safetensors", dir);
+    snprintf(s2, sizeof s2, "%s/model-00002-of-00002.safetensors", dir);
+    write_weights(s1, tied_names, 2);
+    const char* second[] = {"lm_head.weight"};
+    write_weights(s2, second, 1);
+    snprintf(idx, sizeof idx, "%s/model.safetensors.index.json", dir);
+    t5test_write_file(idx, "{\"metadata\": {\"total_size\": 24}, \"weight_map\": {"
+                           "\"shared.weight\": \"model-00001-of-00002.safetensors\", "
+                           "\"encoder.final_layer_norm.weight\": \"model-00001-of-00002.safetensors\", "
+                           "\"lm_head.weight\": \"model-00002-of-00002.safetensors\"}}");
+    static const struct {
+        const char* what;
+        const char* json;
+        const char* weights;  // NULL: random init (no weights)
+        bool tied, scaled;
+    } CASES[] = {
+        // files written before transformers 5: tie_word_embeddings says both
+        {"v1.0 (4.x)", "{\"tie_word_embeddings\": true}", "T", true, true},
+        {"v1.0 (4.x) with an lm_head.weight copy", "{\"tie_word_embeddings\": true}", "U", true, true},
+        {"v1.1 (4.x)", "{\"tie_word_embeddings\": false}", "U", false, false},
+        {"no key (HF default: tied)", "{}", "T", true, true},
+        // transformers 5.x: scale_decoder_outputs for the scale, the weights for the projection
+        {"v1.0 (5.x)", "{\"tie_word_embeddings\": true, \"scale_decoder_outputs\": true}", "T", true, true},
+        {"v1.1 (5.x)", "{\"tie_word_embeddings\": true, \"scale_decoder_outputs\": false}", "U", false, false},
+        {"tied-unscaled: T5Config(tie_word_embeddings=False) saved by 5.x",
+         "{\"tie_word_embeddings\": true, \"scale_decoder_outputs\": false}", "T", true, false},
+        {"sharded v1.1 (5.x)", "{\"tie_word_embeddings\": true, \"scale_decoder_outputs\": false}", "S", false, false},
+        {"tied-unscaled, random init", "{\"tie_word_embeddings\": true, \"scale_decoder_outputs\": false}", NULL, true,
+         false},
+        {"what t5train writes for v1.1", "{\"tie_word_embeddings\": false, \"scale_decoder_outputs\": false}", "U",
+         false, false},
+    };
+    for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
+        T5Config c;
+        assert_int_equal(t5_config_load_json(tmp_file("proj.json", CASES[i].json), &c, err, sizeof err), 0);
+        const char* w = !CASES[i].weights ? NULL : CASES[i].weights[0] == 'T' ? w_tied
+                                               : CASES[i].weights[0] == 'U' ? w_untied : idx;
+        if (t5_config_resolve_head(&c, w, err, sizeof err)) fail_msg("%s: %s", CASES[i].what, err);
+        if (c.tie_word_embeddings != CASES[i].tied || c.scale_decoder_outputs != CASES[i].scaled)
+            fail_msg("%s: tied %d scaled %d, expected %d %d", CASES[i].what, c.tie_word_embeddings,
+                     c.scale_decoder_outputs, CASES[i].tied, CASES[i].scaled);
+        // what t5train writes reads back as the same model (with the weights it writes: lm_head iff untied)
+        char path[512];
+        snprintf(path, sizeof path, "%s/proj_rt.json", t5test_tmpdir());
+        assert_int_equal(t5_config_save_json(&c, path, err, sizeof err), 0);
+        T5Config b;
+        assert_int_equal(t5_config_load_json(path, &b, err, sizeof err), 0);
+        assert_int_equal(t5_config_resolve_head(&b, c.tie_word_embeddings ? w_tied : w_untied, err, sizeof err), 0);
+        if (b.tie_word_embeddings != c.tie_word_embeddings || b.scale_decoder_outputs != c.scale_decoder_outputs)
+            fail_msg("%s: written and read back as tied %d scaled %d", CASES[i].what, b.tie_word_embeddings,
+                     b.scale_decoder_outputs);
+        // the parameter count follows the projection (lm_head counted only when untied)
+        size_t base = t5_config_num_params(&c);
+        c.tie_word_embeddings = !c.tie_word_embeddings;
+        size_t other = t5_config_num_params(&c);
+        assert_int_equal(CASES[i].tied ? other - base : base - other, (size_t)c.vocab_size * (size_t)c.d_model);
+    }
+    // weights that cannot be opened: an error naming the file (only when the weights decide)
+    T5Config c;
+    assert_int_equal(t5_config_load_json(tmp_file("proj.json", CASES[5].json), &c, err, sizeof err), 0);
+    assert_int_equal(t5_config_resolve_head(&c, "/nonexistent/model.safetensors", err, sizeof err), -1);
+    assert_contains(err, "/nonexistent/model.safetensors");
 }
 
 static void test_save_load_round_trip(void** state) {
@@ -159,6 +260,7 @@ static void test_save_load_round_trip(void** state) {
         assert_int_equal(a.num_heads, b.num_heads);
         assert_int_equal(a.feed_forward, b.feed_forward);
         assert_int_equal(a.tie_word_embeddings, b.tie_word_embeddings);
+        assert_int_equal(a.scale_decoder_outputs, b.scale_decoder_outputs);
         assert_true(a.dropout_rate == b.dropout_rate);
         assert_true(a.layer_norm_epsilon == b.layer_norm_epsilon);
         assert_int_equal(t5_config_num_params(&a), t5_config_num_params(&b));
@@ -208,6 +310,7 @@ int main(void) {
         cmocka_unit_test(test_preset_param_counts), cmocka_unit_test(test_preset_shapes_and_names),
         cmocka_unit_test(test_load_fixture_configs), cmocka_unit_test(test_defaults_like_hf),
         cmocka_unit_test(test_save_load_round_trip), cmocka_unit_test(test_bad_configs),
+        cmocka_unit_test(test_output_projection),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

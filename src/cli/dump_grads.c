@@ -236,6 +236,7 @@ int dump_grads_main(int argc, char** argv) {
     if (model_lookup(model, MODEL_NEED_WEIGHTS, &loc, err, sizeof err)) t5_die(T5_EXIT_USAGE, "%s", err);
     T5Config cfg;
     if (t5_config_load_json(loc.config_path, &cfg, err, sizeof err)) t5_die(T5_EXIT_USAGE, "%s", err);
+    if (t5_config_resolve_head(&cfg, loc.weights_path, err, sizeof err)) t5_die(T5_EXIT_USAGE, "%s", err);
     T5Batch batch;
     if (t5_batch_load_json(batch_path, &batch, err, sizeof err)) t5_die(T5_EXIT_USAGE, "%s", err);
     if (!batch.labels) t5_die(T5_EXIT_USAGE, "%s: dump-grads needs \"labels\" (the loss is what is differentiated)",

@@ -112,6 +112,8 @@ static void run_build_trainer_args(const RunConfig* c, TrainerArgs* a) {
         have_loc = true;
         if (t5_config_load_json(c->config_name[0] ? c->config_name : loc.config_path, &a->model, err, sizeof err))
             t5_die(T5_EXIT_USAGE, "%s%s", c->config_name[0] ? "--config_name: " : "", err);
+        // a transformers 5.x config.json: the weights say whether lm_head.weight or shared.weight projects
+        if (t5_config_resolve_head(&a->model, loc.weights_path, err, sizeof err)) t5_die(T5_EXIT_USAGE, "%s", err);
         copy_str(a->weights_path, sizeof a->weights_path, loc.weights_path);
     }
     a->dropout_rate = isnan(c->dropout_rate) ? a->model.dropout_rate : (float)c->dropout_rate;
@@ -501,11 +503,14 @@ static void preflight_resume(const RunConfig* c, const TrainerArgs* a) {
     T5Config ck;
     if (!t5_is_file(cj)) t5_die(T5_EXIT_USAGE, "--resume_from_checkpoint %s has no config.json", dir);
     if (t5_config_load_json(cj, &ck, err, sizeof err)) t5_die(T5_EXIT_USAGE, "%s", err);
+    char* cw = t5_path_join(dir, "model.safetensors");
+    if (t5_is_file(cw) && t5_config_resolve_head(&ck, cw, err, sizeof err)) t5_die(T5_EXIT_USAGE, "%s", err);
+    free(cw);
     const T5Config* m = &a->model;
     if (ck.vocab_size != m->vocab_size || ck.d_model != m->d_model || ck.d_kv != m->d_kv || ck.d_ff != m->d_ff ||
         ck.num_layers != m->num_layers || ck.num_decoder_layers != m->num_decoder_layers ||
         ck.num_heads != m->num_heads || ck.feed_forward != m->feed_forward ||
-        ck.tie_word_embeddings != m->tie_word_embeddings ||
+        ck.tie_word_embeddings != m->tie_word_embeddings || ck.scale_decoder_outputs != m->scale_decoder_outputs ||
         ck.relative_attention_num_buckets != m->relative_attention_num_buckets)
         t5_die(T5_EXIT_USAGE, "--resume_from_checkpoint %s holds another model (D=%d F=%d H=%d L=%d/%d V=%d) than "
                               "--model_name_or_path (D=%d F=%d H=%d L=%d/%d V=%d)", dir, ck.d_model, ck.d_ff,
