@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "../src/base/common.h"
+#include "../src/base/signals.h"
 #include "readers.h"
 
 #define CACHE_MAGIC 0x4B543554  // "T5TK"
@@ -418,6 +419,7 @@ static int cache_write(const char* path, const TokArrays* a, uint64_t key, int m
     hdr_set64(hdr, H_FIRST_SKIPPED, first_skipped);
     hdr_set64(hdr, H_FILE_BYTES, (int64_t)(CACHE_HEADER_BYTES + body));
     char* tmp = str_printf("%s.tmp.%d", path, (int)getpid());
+    signals_track_tmp(tmp);  // removed if SIGINT/SIGTERM stops the process while tokenizing (signals.h)
     FILE* f = fopen(tmp, "wb");
     int rc = 0;
     if (!f) {
@@ -433,6 +435,7 @@ static int cache_write(const char* path, const TokArrays* a, uint64_t key, int m
             rc = -1;
         }
     }
+    signals_untrack_tmp(tmp);
     free(tmp);
     free(buf);
     return rc;

@@ -5,6 +5,7 @@
 #include "t5test.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -680,6 +681,54 @@ static pid_t start_child(const char* out, const char* log, int* ready_rd) {
     return pid;
 }
 
+// outside the training loop (issue 14 item 5): a SIGINT/SIGTERM stops the process at once, removes the
+// temporary files still registered and nothing else; the trainer's flag handler takes over during the loop
+// and gives the immediate one back after
+static void test_immediate_stop_removes_tmp(void** state) {
+    (void)state;
+    char* dir = new_outdir("immediate");
+    char* a = t5_path_join(dir, "model.safetensors.tmp.1");
+    char* b = t5_path_join(dir, "done.json.tmp.1");
+    char* c = t5_path_join(dir, "model.safetensors");
+    static const int SIGS[2] = {SIGTERM, SIGINT};
+    for (int k = 0; k < 2; k++) {
+        t5test_write_file(c, "saved before");
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+            int devnull = open("/dev/null", O_WRONLY);
+            dup2(devnull, STDERR_FILENO);
+            signals_install_immediate();
+            t5test_write_file(a, "half written");
+            signals_track_tmp(a);
+            t5test_write_file(b, "renamed in a moment");
+            signals_track_tmp(b);
+            signals_untrack_tmp(b);  // as after its rename: no longer ours to remove
+            // the training loop: the flag handler; a signal there only asks to stop
+            signals_install();
+            raise(SIGS[k]);
+            if (!signals_stop_requested()) _exit(3);
+            signals_uninstall();  // the immediate handler is back
+            raise(SIGS[k]);
+            _exit(4);  // not reached
+        }
+        int st = 0;
+        assert_int_equal(waitpid(pid, &st, 0), pid);
+        assert_true(WIFEXITED(st));
+        assert_int_equal(WEXITSTATUS(st), 128 + SIGS[k]);
+        assert_false(t5_path_exists(a));
+        assert_true(t5_path_exists(b));
+        char* text = t5_read_file(c, NULL);
+        assert_string_equal(text, "saved before");
+        free(text);
+        unlink(b);
+    }
+    free(a);
+    free(b);
+    free(c);
+    free(dir);
+}
+
 static void test_sigterm_saves_and_exits_0(void** state) {
     (void)state;
     char* out = new_outdir("sigterm");
@@ -796,6 +845,7 @@ int main(void) {
         cmocka_unit_test(test_multi_rank_checkpoint),
         cmocka_unit_test(test_stop_message),
         cmocka_unit_test(test_signal_flag_in_process),
+        cmocka_unit_test(test_immediate_stop_removes_tmp),
         cmocka_unit_test(test_sigterm_saves_and_exits_0),
         cmocka_unit_test(test_sigint_once_saves_twice_exits),
     };

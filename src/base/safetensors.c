@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "signals.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors.c assumes a little-endian host");
 
@@ -761,11 +762,20 @@ int safetensors_writer_add_fn(SafeTensorsWriter* w, const char* name, DType dt, 
     return writer_add(w, name, dt, ndim, shape, NULL, fn, ctx, err, errlen);
 }
 
+// a per-process temporary name, registered so that a SIGINT/SIGTERM outside the training loop removes the
+// file (signals.h); tmp_done unregisters and frees it once it is renamed or removed
 static char* tmp_name(const char* path) {
     size_t n = strlen(path) + 32;
     char* t = malloc_check(n);
     snprintf(t, n, "%s.tmp.%d", path, (int)getpid());
+    signals_track_tmp(t);
     return t;
+}
+
+static void tmp_done(char* t) {
+    if (!t) return;
+    signals_untrack_tmp(t);
+    free(t);
 }
 
 // writes tensors [i0, i1) to `tmp` (the caller renames it)
@@ -846,7 +856,7 @@ int safetensors_writer_write_file(SafeTensorsWriter* w, const char* path, char* 
         rc = t5_set_err(err, errlen, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
         remove(tmp);
     }
-    free(tmp);
+    tmp_done(tmp);
     return rc;
 }
 
@@ -911,7 +921,7 @@ int safetensors_writer_write_dir(SafeTensorsWriter* w, const char* dir, size_t m
         if (drc != 0) {
             t5_set_err(err, errlen, "cannot write %s: %s", index_tmp, strerror(errno));
             remove(index_tmp);
-            free(index_tmp);
+            tmp_done(index_tmp);
             goto out;
         }
     }
@@ -919,7 +929,7 @@ int safetensors_writer_write_dir(SafeTensorsWriter* w, const char* dir, size_t m
     for (int s = 0; s < ns; s++) {
         if (rename(tmps[s], finals[s]) != 0) {
             t5_set_err(err, errlen, "cannot rename %s to %s: %s", tmps[s], finals[s], strerror(errno));
-            free(index_tmp);
+            tmp_done(index_tmp);
             goto out;
         }
     }
@@ -928,10 +938,10 @@ int safetensors_writer_write_dir(SafeTensorsWriter* w, const char* dir, size_t m
         if (rename(index_tmp, index_path) != 0) {
             t5_set_err(err, errlen, "cannot rename %s to %s: %s", index_tmp, index_path, strerror(errno));
             remove(index_tmp);
-            free(index_tmp);
+            tmp_done(index_tmp);
             goto out;
         }
-        free(index_tmp);
+        tmp_done(index_tmp);
     }
     // remove what an earlier save with another layout left behind, so transformers cannot load a mix
     if (ns == 1) remove(index_path);
@@ -957,7 +967,7 @@ out:
     for (int s = 0; s < written; s++) remove(tmps[s]);
     for (int s = 0; s < ns; s++) {
         free(finals[s]);
-        free(tmps[s]);
+        tmp_done(tmps[s]);
     }
     free(finals);
     free(tmps);

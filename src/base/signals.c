@@ -5,8 +5,10 @@
  */
 #include "signals.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -14,6 +16,8 @@ static volatile sig_atomic_t stop_signal = 0;
 static volatile sig_atomic_t sigint_count = 0;
 static struct sigaction old_int, old_term;
 static bool installed = false;
+
+static void forget_setup(void);
 
 static void say(const char* msg) {
     ssize_t r = write(STDERR_FILENO, msg, strlen(msg));
@@ -38,6 +42,7 @@ static void on_signal(int sig) {
 }
 
 void signals_install(void) {
+    forget_setup();  // the training loop begins: what the run created is its output now
     stop_signal = 0;
     sigint_count = 0;
     struct sigaction sa;
@@ -55,6 +60,85 @@ void signals_uninstall(void) {
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
     installed = false;
+}
+
+// ---- the immediate handler and the temporary files it removes
+typedef struct {
+    volatile sig_atomic_t used;
+    char path[4096];
+} TmpSlot;
+static TmpSlot tmp_slots[SIGNALS_MAX_TMP];
+// setup-phase creations: files first, then directories (deepest last registered first)
+static TmpSlot setup_slots[8];
+static volatile sig_atomic_t setup_is_dir[8];
+static pthread_mutex_t tmp_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void signals_track_tmp(const char* path) {
+    if (!path || strlen(path) >= sizeof tmp_slots[0].path) return;
+    pthread_mutex_lock(&tmp_lock);
+    for (int i = 0; i < SIGNALS_MAX_TMP; i++)
+        if (!tmp_slots[i].used) {
+            memcpy(tmp_slots[i].path, path, strlen(path) + 1);
+            tmp_slots[i].used = 1;  // after the path: the handler never sees a half-written one
+            break;
+        }
+    pthread_mutex_unlock(&tmp_lock);
+}
+
+void signals_untrack_tmp(const char* path) {
+    if (!path) return;
+    pthread_mutex_lock(&tmp_lock);
+    for (int i = 0; i < SIGNALS_MAX_TMP; i++)
+        if (tmp_slots[i].used && strcmp(tmp_slots[i].path, path) == 0) {
+            tmp_slots[i].used = 0;
+            break;
+        }
+    pthread_mutex_unlock(&tmp_lock);
+}
+
+void signals_track_setup(const char* path, bool is_dir) {
+    if (!path || strlen(path) >= sizeof setup_slots[0].path) return;
+    pthread_mutex_lock(&tmp_lock);
+    for (int i = 0; i < 8; i++)
+        if (!setup_slots[i].used) {
+            memcpy(setup_slots[i].path, path, strlen(path) + 1);
+            setup_is_dir[i] = is_dir;
+            setup_slots[i].used = 1;
+            break;
+        }
+    pthread_mutex_unlock(&tmp_lock);
+}
+
+static void forget_setup(void) {
+    pthread_mutex_lock(&tmp_lock);
+    for (int i = 0; i < 8; i++) setup_slots[i].used = 0;
+    pthread_mutex_unlock(&tmp_lock);
+}
+
+static void on_signal_immediate(int sig) {
+    // async-signal-safe only: unlink(2), rmdir(2), write(2), _exit(2)
+    for (int i = 0; i < SIGNALS_MAX_TMP; i++)
+        if (tmp_slots[i].used) unlink(tmp_slots[i].path);
+    for (int i = 0; i < 8; i++)
+        if (setup_slots[i].used && !setup_is_dir[i]) unlink(setup_slots[i].path);
+    for (int i = 7; i >= 0; i--)
+        if (setup_slots[i].used && setup_is_dir[i]) rmdir(setup_slots[i].path);  // only when empty
+    say(sig == SIGINT ? "\nt5train: received SIGINT: stopped; files being written were removed, files already "
+                        "saved are whole\n"
+                      : "\nt5train: received SIGTERM: stopped; files being written were removed, files already "
+                        "saved are whole\n");
+    _exit(128 + sig);
+}
+
+void signals_install_immediate(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal_immediate;
+    sigemptyset(&sa.sa_mask);
+    sigaddset(&sa.sa_mask, SIGINT);
+    sigaddset(&sa.sa_mask, SIGTERM);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
 }
 
 bool signals_stop_requested(void) { return stop_signal != 0; }

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "../base/common.h"
+#include "../base/signals.h"
 
 // ----------------------------------------------------------------------------
 // small helpers
@@ -581,6 +582,7 @@ int config_write_json(const RunConfig* c, const char* path, char* err, size_t n)
     // like every other file t5train writes: a per-process temporary name, fsync'ed, then renamed
     char* tmp = malloc_check(strlen(path) + 32);
     sprintf(tmp, "%s.tmp.%d", path, (int)getpid());
+    signals_track_tmp(tmp);  // removed if SIGINT/SIGTERM stops the process before the rename
     int rc = -1;
     FILE* f = fopen(tmp, "wb");
     if (f) {
@@ -592,9 +594,11 @@ int config_write_json(const RunConfig* c, const char* path, char* err, size_t n)
     if (rc != 0 || rename(tmp, path) != 0) {
         int e = errno;
         remove(tmp);
+        signals_untrack_tmp(tmp);
         free(tmp);
         return t5_errf(err, n, T5_EXIT_FAILURE, "cannot write %s: %s", path, strerror(e));
     }
+    signals_untrack_tmp(tmp);
     free(tmp);
     return 0;
 }

@@ -10,6 +10,7 @@
 
 #include "commands.h"
 #include "../base/common.h"
+#include "../base/signals.h"
 
 typedef struct {
     const char* name;
@@ -49,6 +50,8 @@ static void close_stdout_check(void) {
 int main(int argc, char** argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     atexit(close_stdout_check);
+    // SIGINT/SIGTERM outside the training loop: stop at once, remove the files being written (signals.h)
+    signals_install_immediate();
     // a first argument that is a flag or a .json file (HF's `run_translation.py job.json`) is a run
     size_t n1 = argc >= 2 ? strlen(argv[1]) : 0;
     bool is_json = n1 > 5 && strcmp(argv[1] + n1 - 5, ".json") == 0;

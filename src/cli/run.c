@@ -30,6 +30,7 @@
 #include "../train/trainer.h"
 #include "../train/checkpoint.h"
 #include "../base/safetensors.h"
+#include "../base/signals.h"
 #include "../../model/params.h"
 
 #include <dirent.h>
@@ -619,9 +620,14 @@ int run_main(int argc, char** argv) {
         return T5_EXIT_OK;
     }
 
+    bool created = !t5_path_exists(c->output_dir);
     if (t5_mkdir_p(c->output_dir) != 0)
         t5_die(T5_EXIT_FAILURE, "cannot create output_dir %s: %s", c->output_dir, strerror(errno));
     char* path = t5_path_join(c->output_dir, "t5train_config.json");
+    if (created) {  // a SIGINT/SIGTERM before the training loop removes what this run created (signals.h)
+        signals_track_setup(c->output_dir, true);
+        signals_track_setup(path, false);
+    }
     if (t5_rank == 0 && (rc = config_write_json(c, path, err, sizeof err))) t5_die(rc, "%s", err);
     free(path);
     copy_str(targs.dump_batches, sizeof targs.dump_batches, dump);

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "../base/common.h"
+#include "../base/signals.h"
 #include "../../model/params.h"
 #include "trainer_log.h"
 
@@ -165,9 +166,11 @@ int results_write_atomic(const char* path, const void* data, size_t len, char* e
     size_t n = strlen(path) + 32;
     char* tmp = (char*)malloc_check(n);
     snprintf(tmp, n, "%s.tmp-%d", path, (int)getpid());
+    signals_track_tmp(tmp);  // removed if SIGINT/SIGTERM stops the process before the rename
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0) {
         snprintf(err, errcap, "cannot create %s: %s", tmp, strerror(errno));
+        signals_untrack_tmp(tmp);
         free(tmp);
         return -1;
     }
@@ -180,6 +183,7 @@ int results_write_atomic(const char* path, const void* data, size_t len, char* e
             snprintf(err, errcap, "writing %s failed: %s (disk full?)", tmp, strerror(errno));
             close(fd);
             unlink(tmp);
+            signals_untrack_tmp(tmp);
             free(tmp);
             return -1;
         }
@@ -189,15 +193,18 @@ int results_write_atomic(const char* path, const void* data, size_t len, char* e
     if (fsync(fd) != 0 || close(fd) != 0) {
         snprintf(err, errcap, "flushing %s to disk failed: %s", tmp, strerror(errno));
         unlink(tmp);
+        signals_untrack_tmp(tmp);
         free(tmp);
         return -1;
     }
     if (rename(tmp, path) != 0) {
         snprintf(err, errcap, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
         unlink(tmp);
+        signals_untrack_tmp(tmp);
         free(tmp);
         return -1;
     }
+    signals_untrack_tmp(tmp);
     free(tmp);
     // make the rename durable
     char* d = strdup_check(path);

@@ -28,8 +28,8 @@ build() {  # name sources... (.cc files are compiled as C++ and linked with the 
   # shellcheck disable=SC2086
   $CC $FLAGS -o "$OUT/$name" "test/fuzz/$name.c" "${objs[@]}" $LIBS $extra
 }
-build fuzz_safetensors src/base/safetensors.c src/base/common.c
-build fuzz_state src/train/checkpoint.c src/base/safetensors.c src/base/common.c src/report/results.c src/report/trainer_log.c
+build fuzz_safetensors src/base/safetensors.c src/base/common.c src/base/signals.c
+build fuzz_state src/train/checkpoint.c src/base/safetensors.c src/base/common.c src/base/signals.c src/report/results.c src/report/trainer_log.c
 build fuzz_readers data/readers.c data/tokenizer.c data/spm.cc src/base/common.c
 CONFIG_SRCS=$(ls src/cli/config*.c)
-build fuzz_config $CONFIG_SRCS model/t5_config.c src/base/common.c
+build fuzz_config $CONFIG_SRCS model/t5_config.c src/base/safetensors.c src/base/common.c src/base/signals.c
