@@ -18,8 +18,8 @@
 static void upload_unit(ZeroEngine* Z, int unit, const float* h, cudaStream_t s) {
     size_t lo, hi;
     zero_unit_owned(Z, unit, &lo, &hi);
-    CUDA_CHECK(cudaMemcpyAsync(zero_master(Z, unit), h + lo, (hi - lo) * sizeof(float), cudaMemcpyDefault, s));
-    CUDA_CHECK(cudaStreamSynchronize(s));  // h is reused for the next unit
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    zero_master_write(Z, unit, lo, h + lo, hi - lo);  // synchronous: h is reused for the next unit
 }
 
 static size_t max_unit_numel(const ParamTable* t) {
@@ -204,7 +204,7 @@ void t5_weights_get_master(ZeroEngine* Z, const ParamTable* t, int pidx, float* 
     if (lo != 0 || hi < p->offset + p->numel)
         t5_die(T5_EXIT_FAILURE, "internal: %s is not wholly on this rank (gathered saving is the multi-GPU issue's)",
                p->name);
-    CUDA_CHECK(cudaMemcpy(dst, zero_master(Z, p->unit) + p->offset, p->numel * sizeof(float), cudaMemcpyDefault));
+    zero_master_read(Z, p->unit, p->offset, dst, p->numel);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -225,12 +225,12 @@ static int save_produce(void* ctx, const char* name, size_t byte_offset, void* d
     SaveCtx* c = ctx;
     size_t es = dtype_size(c->dt);
     size_t first = byte_offset / es, n = nbytes / es;
-    const float* src = zero_master(c->Z, c->p->unit) + c->p->offset + first;
+    const size_t src = c->p->offset + first;  // element offset in the unit
     // the writer asks for at most 64 MiB at a time; stage through a host buffer of floats
     const size_t chunk = (size_t)1 << 22;
     for (size_t done = 0; done < n; done += chunk) {
         size_t m = T5_MIN(chunk, n - done);
-        CUDA_CHECK(cudaMemcpy(c->stage, src + done, m * sizeof(float), cudaMemcpyDefault));
+        zero_master_read(c->Z, c->p->unit, src + done, c->stage, m);
         safetensors_convert((char*)dst + done * es, c->dt, c->stage, DT_F32, m);
     }
     return 0;

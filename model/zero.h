@@ -134,6 +134,10 @@ int zero_num_grads_ready(const ZeroEngine* Z);
 // fp32 master of a unit (numel), device memory for stage 0. Stages 1-3: this rank's part of the unit
 // (zero_unit_owned), in device or host memory (copy with cudaMemcpyDefault).
 float* zero_master(ZeroEngine* Z, int unit);
+// Copies n fp32 values between host memory (pageable or pinned) and the master of `unit` at element `offset`
+// of the unit (inside this rank's owned range), wherever the master lives. Synchronous.
+void zero_master_write(ZeroEngine* Z, int unit, size_t offset, const float* host, size_t n);
+void zero_master_read(ZeroEngine* Z, int unit, size_t offset, float* host, size_t n);
 // This rank's owned element range [lo, hi) of the unit (stage 0 and one rank: [0, numel)).
 void zero_unit_owned(const ZeroEngine* Z, int unit, size_t* lo, size_t* hi);
 // Working := round(master) for every unit (after loading or an optimizer step). No-op in fp32 at stage 0.

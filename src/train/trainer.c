@@ -184,6 +184,8 @@ typedef struct {
     float* h_norm2;              // pinned (1)
     float* h_inv_scale;          // pinned (1): 1/combined for the engine's CPU optimizer
     bool engine_opt;             // stages 1-3: the engine owns master, m, v and steps them
+    double prof_h2d, prof_d2h;   // engine copy counters at the last profile line
+    bool zero_profile;           // T5TRAIN_ZERO_PROFILE=1: one JSON line per step with the engine's breakdown
     double first_step_s;         // seconds from process start to the end of the first step (0: not yet)
     int* h_overflow;             // pinned (1)
     LRSchedule sched;
@@ -267,6 +269,35 @@ static json_t* json_matrix(const int32_t* x, int rows, int cols) {
     return m;
 }
 
+// Activation buffers are sized for the longest example the run will see (issue 14 item 7): the longest tokenized
+// source and target over the opened splits, each capped by its max length (padding to the max lengths when
+// pad_to_max_length), rounded up to 8. HF's max_source_length default (1024) would otherwise size every buffer
+// for sequences the data never has.
+static void activation_lengths(Trainer* t, int* Ts, int* Tt) {
+    const DataOptions* o = &t->a->data;
+    const int cap_s = o->max_source_length, cap_t = T5_MAX(o->max_target_length, o->val_max_target_length);
+    int s = 1, g = 1;
+    Dataset* dss[3] = {t->train_ds, t->eval_ds, t->pred_ds};
+    for (int k = 0; k < 3; k++) {
+        if (!dss[k]) continue;
+        for (int64_t i = 0; i < dataset_size(dss[k]); i++) {
+            const int32_t *src, *tgt;
+            int ns, nt;
+            dataset_get(dss[k], i, &src, &ns, &tgt, &nt);
+            s = T5_MAX(s, ns);
+            g = T5_MAX(g, nt);
+        }
+    }
+    if (o->pad_to_max_length) {
+        s = cap_s;
+        g = cap_t;
+    }
+    *Ts = round8(T5_MIN(s, cap_s));
+    *Tt = round8(T5_MIN(g, cap_t));
+    printf("activations sized for %d source and %d target tokens (the longest example; max %d / %d)\n", *Ts, *Tt,
+           cap_s, cap_t);
+}
+
 static void model_setup(Trainer* t) {
     const TrainerArgs* a = t->a;
     static char err[TRAINER_ERR_LEN];
@@ -309,7 +340,24 @@ static void model_setup(Trainer* t) {
     t->Z = zero_create_opts(&zo, t->T.num_units, numel, names, err, sizeof err);
     free(zt);
     free(trace);
+    free(numel);
+    free(names);
+    if (!t->Z) t5_die(T5_EXIT_FAILURE, "%s", err);
     t->n = zero_flat_numel(t->Z);
+    t->engine_opt = zero_owns_optimizer(t->Z);
+    t->zero_profile = getenv("T5TRAIN_ZERO_PROFILE") && atoi(getenv("T5TRAIN_ZERO_PROFILE")) > 0;
+    if (zo.stage > 0) {
+        ZeroStats zs;
+        zero_stats(t->Z, &zs);
+        printf("ZeRO stage %d: optimizer state %s, 16-bit parameters %s; host %.2f GiB (%.2f GiB pinned), GPU %.2f "
+               "GiB resident; allocated in %.1f s\n",
+               zo.stage,
+               !zo.offload_optimizer ? "on the GPU" : zo.ratio >= 1.0 ? "on the CPU" : "split CPU/GPU by ratio",
+               zo.offload_param ? "offloaded to the CPU" : zo.stage == 3 ? "partitioned on the GPU" : "on the GPU",
+               (double)zs.host_bytes / (1 << 30), (double)zs.host_pinned_bytes / (1 << 30),
+               (double)zs.gpu_bytes / (1 << 30), zs.init_s);
+        fflush(stdout);
+    }
     if (a->init_random) {
         if (t5_weights_init_random(t->Z, &t->T, a->seed, t->s, err, sizeof err)) t5_die(T5_EXIT_FAILURE, "%s", err);
     } else {
@@ -317,9 +365,12 @@ static void model_setup(Trainer* t) {
     }
     zero_sync_working(t->Z, t->s);
 
-    int maxB = (int)T5_MAX(a->data.train_batch_size, a->data.eval_batch_size);
-    int maxTt = T5_MAX(a->data.max_target_length, a->data.val_max_target_length);
-    T5ModelOptions mo = {.max_B = maxB, .max_Ts = round8(a->data.max_source_length), .max_Tt = round8(maxTt),
+    // the largest batch this run feeds the model: training's, and evaluation's only when it evaluates
+    int maxB = (int)T5_MAX(a->do_train ? a->data.train_batch_size : 1,
+                           (a->do_eval || a->do_predict) ? a->data.eval_batch_size : 1);
+    int maxTs = 0, maxTt = 0;
+    activation_lengths(t, &maxTs, &maxTt);
+    T5ModelOptions mo = {.max_B = maxB, .max_Ts = maxTs, .max_Tt = maxTt,
                          .dtype = a->dtype, .dropout_rate = a->dropout_rate,
                          .gradient_checkpointing = a->gradient_checkpointing};
     t->M = t5_model_create(&t->T, t->Z, &mo, err, sizeof err);
@@ -601,6 +652,7 @@ static void write_dump(Trainer* t) {
 // Returns the mean loss of the micro-batches; *norm_out the unscaled global norm (NAN when skipped).
 static double train_step(Trainer* t, int64_t n_micro, double* norm_out, bool* skipped, double* lr_out) {
     const TrainerArgs* a = t->a;
+    const double t_step0 = trainer_log_now();
     float loss_scale = t->use_scaler ? (float)t->scaler.cur_scale : 1.0f;
     float grad_scale = loss_scale / (float)n_micro;
     json_t* dump_step = (t->dump && t->st.global_step < a->dump_batches_steps) ? json_array() : NULL;
@@ -651,6 +703,18 @@ static double train_step(Trainer* t, int64_t n_micro, double* norm_out, bool* sk
     CUDA_CHECK(cudaMemcpyAsync(t->h_overflow, t->d_overflow, sizeof(int), cudaMemcpyDeviceToHost, t->s));
     CUDA_CHECK(cudaMemcpyAsync(t->h_inv_scale, t->d_inv_scale, sizeof(float), cudaMemcpyDeviceToHost, t->s));
     CUDA_CHECK(cudaStreamSynchronize(t->s));
+    if (t->engine_opt && t->zero_profile) {
+        // the step's breakdown (machine-readable): forward + backward + gradient offload up to the norm (this
+        // includes any wait for the previous step's CPU AdamW, whose time is reported beside it), copies so far
+        ZeroStats zs;
+        zero_stats(t->Z, &zs);
+        printf("{\"zero_step\": %lld, \"fwd_bwd_s\": %.4f, \"prev_cpu_adam_s\": %.4f, \"h2d_gib\": %.3f, "
+               "\"d2h_gib\": %.3f}\n",
+               (long long)t->st.global_step + 1, trainer_log_now() - t_step0, zs.cpu_adam_s,
+               (zs.h2d_bytes - t->prof_h2d) / (1 << 30), (zs.d2h_bytes - t->prof_d2h) / (1 << 30));
+        t->prof_h2d = zs.h2d_bytes;
+        t->prof_d2h = zs.d2h_bytes;
+    }
     double loss = 0;
     for (int64_t i = 0; i < n_micro; i++) loss += t->h_loss[i];
     loss /= (double)n_micro;
@@ -892,6 +956,18 @@ int trainer_run(const TrainerArgs* a) {
         }
         progress_close(&t->log.bar, trainer_log_now());
         t->log.bar_on = false;
+        if (t->engine_opt) {
+            zero_optimizer_wait(t->Z);
+            ZeroStats zs;
+            zero_stats(t->Z, &zs);
+            char line[512];
+            snprintf(line, sizeof line,
+                     "ZeRO engine: %lld gathers (%lld prefetched), %lld releases, trace mismatches %lld; H2D %.2f GiB, "
+                     "D2H %.2f GiB; last CPU AdamW %.3f s",
+                     (long long)zs.gathers, (long long)zs.prefetches, (long long)zs.releases,
+                     (long long)zs.trace_mismatches, zs.h2d_bytes / (1 << 30), zs.d2h_bytes / (1 << 30), zs.cpu_adam_s);
+            trainer_log_line(&t->log, line);
+        }
         int stop_sig = signals_stop_signal();
         signals_uninstall();
         write_dump(t);

@@ -13,7 +13,6 @@
 
 #include "../base/common.h"
 
-#define HOST_REGISTER_CHUNK ((size_t)1 << 30)  // cudaHostRegister granularity: 1 GiB
 
 static double gib(size_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }
 
@@ -63,7 +62,11 @@ size_t host_mem_available(void) {
         cur = read_u64_file("/sys/fs/cgroup/memory/memory.usage_in_bytes", &ok2);
         if (ok1 && lim > ((size_t)1 << 60)) ok1 = false;  // v1 "unlimited"
     }
-    if (ok1 && ok2 && lim > cur && lim - cur < avail) avail = lim - cur;
+    // MemAvailable underestimates on VMs whose memory grows as it is touched; a cgroup limit, when set, is the
+    // real bound there. T5TRAIN_HOST_MEM_GIB overrides both (a machine this heuristic reads wrong).
+    if (ok1 && ok2 && lim > cur) avail = avail == SIZE_MAX ? lim - cur : T5_MAX(avail, lim - cur);
+    const char* e = getenv("T5TRAIN_HOST_MEM_GIB");
+    if (e && atof(e) > 0) avail = (size_t)(atof(e) * 1024.0 * 1024.0 * 1024.0);
     return avail;
 }
 
@@ -100,32 +103,16 @@ int host_buf_alloc(HostBuf* b, size_t bytes, bool pinned, const char* what, char
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < npages; i++) ((volatile char*)p)[(size_t)i * page] = 0;
     if (pinned) {
-        // registration in 1 GiB chunks, spread over threads (the driver pins each chunk's pages)
-        const int64_t nchunks = (int64_t)((bytes + HOST_REGISTER_CHUNK - 1) / HOST_REGISTER_CHUNK);
-        int failed = 0;
-        cudaError_t first_err = cudaSuccess;
-#pragma omp parallel for schedule(dynamic, 1)
-        for (int64_t c = 0; c < nchunks; c++) {
-            size_t off = (size_t)c * HOST_REGISTER_CHUNK;
-            size_t len = T5_MIN(HOST_REGISTER_CHUNK, bytes - off);
-            cudaError_t e = cudaHostRegister((char*)p + off, len, cudaHostRegisterPortable);
-            if (e != cudaSuccess) {
-#pragma omp critical
-                {
-                    failed = 1;
-                    first_err = e;
-                }
-            }
-        }
-        if (failed) {
-            (void)cudaGetLastError();
-            for (int64_t c = 0; c < nchunks; c++) (void)cudaHostUnregister((char*)p + (size_t)c * HOST_REGISTER_CHUNK);
+        // one registration for the whole buffer: a copy may not span two registrations. The pages are already
+        // faulted in (above, in parallel), so the driver only pins them.
+        cudaError_t e = cudaHostRegister(p, bytes, cudaHostRegisterPortable);
+        if (e != cudaSuccess) {
             (void)cudaGetLastError();
             munmap(p, bytes);
             return t5_set_err(err, errlen,
                               "cannot pin %.2f GiB of host memory for the %s (%s); set pin_memory false in the "
                               "offload section, or offload less (ratio)",
-                              gib(bytes), what, cudaGetErrorString(first_err));
+                              gib(bytes), what, cudaGetErrorString(e));
         }
     }
     b->ptr = p;
@@ -137,7 +124,7 @@ int host_buf_alloc(HostBuf* b, size_t bytes, bool pinned, const char* what, char
 void host_buf_free(HostBuf* b) {
     if (!b->ptr) return;
     if (b->pinned) {
-        for (size_t off = 0; off < b->bytes; off += HOST_REGISTER_CHUNK) (void)cudaHostUnregister((char*)b->ptr + off);
+        (void)cudaHostUnregister(b->ptr);
         (void)cudaGetLastError();
     }
     munmap(b->ptr, b->bytes);

@@ -3,7 +3,7 @@
  *
  * Pinned buffers (offload_*.pin_memory true) are allocated the fast, bounded way: anonymous mmap with
  * transparent huge pages, first touched by all cores in parallel (OpenMP), then registered with CUDA in
- * chunks (cudaHostRegister), instead of one cudaHostAlloc that zeroes and pins page by page on one core
+ * one call (cudaHostRegister only pins the faulted pages; a copy may not span two registrations), instead of one cudaHostAlloc that zeroes and pins page by page on one core
  * (the minutes DeepSpeed users wait at start-up). Pageable buffers are the same mmap without the
  * registration; transfers to and from them go through a small pinned staging ring (the engine's).
  * Before anything is allocated the engine asks host_mem_available() and fails with a sentence naming the

@@ -155,7 +155,10 @@ ZeroPart* zp_create(const ZeroOptions* o, int num_units, const size_t* unit_nume
         P->u[u].has_gaps = covered != unit_numel[u];
     }
     // sizes
-    const size_t bucket = (size_t)T5_MAX(o->reduce_bucket_size, (int64_t)8);
+    // a bucket's piece never exceeds a unit's part: the staging buffers need min(bucket, largest part)
+    size_t max_part = 8;
+    for (int u = 0; u < num_units; u++) max_part = T5_MAX(max_part, L->part[u]);
+    const size_t bucket = T5_MIN((size_t)T5_MAX(o->reduce_bucket_size, (int64_t)8), max_part);
     P->bucket_elems = bucket;
     size_t gpu_part = 0, cpu_part = 0, view_elems = 0;
     for (int u = 0; u < num_units; u++) {

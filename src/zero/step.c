@@ -24,17 +24,15 @@ static double now_s(void) {
     return (double)tv.tv_sec + 1e-6 * (double)tv.tv_usec;
 }
 
-static void cpu_step_group(ZeroPart* P, int g, const ZeroStepArgs* a, CpuAdam* ca) {
-    const ZeroLayout* L = &P->L;
-    for (int u = L->group_first[g]; u < L->group_first[g] + L->group_count[g]; u++) {
-        ZpUnit* U = &P->u[u];
-        for (int k = 0; k < U->nsegs; k++) {
-            const ZpSeg* sg = &U->segs[k];
-            void* work = U->whost ? (char*)U->whost + sg->offset * P->xs : NULL;
-            cpu_adam_update(ca, a->lr, sg->decay ? P->o.weight_decay : 0.0f, U->master + sg->offset,
-                            U->m + sg->offset, U->v + sg->offset, (const char*)U->gacc + sg->offset * P->as, P->A,
-                            a->inv_scale, work, P->X == DT_F32 ? DT_F16 : P->X, sg->numel);
-        }
+// one unit's AdamW over its segments (the owned tensors), all cores
+static void cpu_step_unit(ZeroPart* P, int u, const ZeroStepArgs* a, CpuAdam* ca) {
+    ZpUnit* U = &P->u[u];
+    for (int k = 0; k < U->nsegs; k++) {
+        const ZpSeg* sg = &U->segs[k];
+        void* work = U->whost ? (char*)U->whost + sg->offset * P->xs : NULL;
+        cpu_adam_update(ca, a->lr, sg->decay ? P->o.weight_decay : 0.0f, U->master + sg->offset, U->m + sg->offset,
+                        U->v + sg->offset, (const char*)U->gacc + sg->offset * P->as, P->A, a->inv_scale, work,
+                        P->X == DT_F32 ? DT_F16 : P->X, sg->numel);
     }
 }
 
@@ -58,16 +56,18 @@ static void* opt_thread(void* arg) {
         // the gradients of the CPU units are on the host once s_grad has passed ev_grads_done
         CUDA_CHECK(cudaEventSynchronize(P->ev_grads_done));
         const double t0 = now_s();
+        // sub-group by sub-group (DeepSpeed's step granularity), and inside a group unit by unit: each unit's new
+        // weights leave for the GPU as soon as its AdamW is done, so the next forward's first units arrive first
         for (int g = 0; g < P->L.num_groups; g++) {
             if (!P->L.group_cpu[g]) continue;
-            cpu_step_group(P, g, &a, &ca);
-            for (int u = P->L.group_first[g]; u < P->L.group_first[g] + P->L.group_count[g]; u++)
+            for (int u = P->L.group_first[g]; u < P->L.group_first[g] + P->L.group_count[g]; u++) {
+                cpu_step_unit(P, u, &a, &ca);
                 zp_publish_unit_host(P, u);
-            pthread_mutex_lock(&P->mu);
-            for (int u = P->L.group_first[g]; u < P->L.group_first[g] + P->L.group_count[g]; u++)
+                pthread_mutex_lock(&P->mu);
                 P->u[u].updated_step = step;
-            pthread_cond_broadcast(&P->cv);
-            pthread_mutex_unlock(&P->mu);
+                pthread_cond_broadcast(&P->cv);
+                pthread_mutex_unlock(&P->mu);
+            }
         }
         const double t1 = now_s();
         pthread_mutex_lock(&P->mu);

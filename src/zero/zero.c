@@ -363,3 +363,42 @@ void zero_stats_reset(ZeroEngine* Z) {
     s->gathers = s->prefetches = s->releases = s->trace_mismatches = 0;
     __atomic_store_n(&Z->P->thread_h2d, 0, __ATOMIC_RELAXED);
 }
+
+// memcpy on every core (a unit is up to a few hundred MB; one core copies about 5 GB/s)
+static void host_copy_f32(float* dst, const float* src, size_t n) {
+    const size_t chunk = (size_t)1 << 20;
+    const int64_t nc = (int64_t)CEIL_DIV(n, chunk);
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < nc; c++) {
+        size_t o = (size_t)c * chunk;
+        memcpy(dst + o, src + o, T5_MIN(chunk, n - o) * sizeof(float));
+    }
+}
+
+void zero_master_write(ZeroEngine* Z, int unit, size_t offset, const float* host, size_t n) {
+    size_t lo, hi;
+    zero_unit_owned(Z, unit, &lo, &hi);
+    if (offset < lo || offset + n > hi) t5_die(T5_EXIT_FAILURE, "internal: master write outside the owned range");
+    if (Z->P) {
+        zp_optimizer_wait(Z->P);
+        ZpUnit* U = &Z->P->u[unit];
+        if (U->opt_cpu) host_copy_f32(U->master + (offset - lo), host, n);
+        else CUDA_CHECK(cudaMemcpy(U->master + (offset - lo), host, n * sizeof(float), cudaMemcpyHostToDevice));
+        return;
+    }
+    CUDA_CHECK(cudaMemcpy(Z->master + Z->offset[unit] + offset, host, n * sizeof(float), cudaMemcpyHostToDevice));
+}
+
+void zero_master_read(ZeroEngine* Z, int unit, size_t offset, float* host, size_t n) {
+    size_t lo, hi;
+    zero_unit_owned(Z, unit, &lo, &hi);
+    if (offset < lo || offset + n > hi) t5_die(T5_EXIT_FAILURE, "internal: master read outside the owned range");
+    if (Z->P) {
+        zp_optimizer_wait(Z->P);
+        ZpUnit* U = &Z->P->u[unit];
+        if (U->opt_cpu) host_copy_f32(host, U->master + (offset - lo), n);
+        else CUDA_CHECK(cudaMemcpy(host, U->master + (offset - lo), n * sizeof(float), cudaMemcpyDeviceToHost));
+        return;
+    }
+    CUDA_CHECK(cudaMemcpy(host, Z->master + Z->offset[unit] + offset, n * sizeof(float), cudaMemcpyDeviceToHost));
+}

@@ -1,0 +1,316 @@
+/*
+ * test_gpu_zero.c: the ZeRO engine (src/zero/) through the binary: "same model, same numbers".
+ *
+ * Every run trains a random-init t5-small shape (60M parameters, 6+6 blocks, --init random) on real WMT16
+ * validation pairs with a deepspeed section whose only difference is zero_optimization:
+ *   - fp32, 30 updates of 2 micro-batches (accumulation), warmup, weight decay, clipping: stages 1, 2, 3, each
+ *     with and without offload_optimizer cpu, stage 3 with offload_param cpu, and offload ratio 0.3 against
+ *     stage 0: every loss within 1e-6 relative, the final fp32 weights within 1e-6 relative L2;
+ *   - fp16 and bf16, stage 3 with both offloads against stage 0: every loss within 1e-3 relative and the same
+ *     skipped (overflow) steps;
+ *   - stage 3 + offload: stop at step 6 + --resume_from_checkpoint last == an uninterrupted run, bit for bit;
+ *     a checkpoint written by stage 0 resumes under stage 3 (the optimizer state is the same tensors);
+ *   - the engine's fetches follow its static trace (0 mismatches reported);
+ *   - the 50-step trajectory of test_gpu_trainer (tiny_v10, fp32, against PyTorch's committed trajectory) rerun under
+ *     ZeRO stage 3 with both offloads: within the same tolerance.
+ * Small buckets, prefetch buckets, sub-groups and persistence threshold make every code path run with several
+ * pieces (docs/zero.md says what each knob does).
+ */
+#include "t5test.h"
+
+#include <jansson.h>
+#include <math.h>
+
+#include "../src/base/common.h"
+#include "../src/base/safetensors.h"
+
+static char g_text[1 << 18];
+
+#define ZSTEPS 30
+
+static void write_ds(const char* path, const char* precision, const char* zero) {
+    FILE* f = fopen(path, "w");
+    if (!f) fail_msg("cannot write %s", path);
+    fprintf(f,
+            "{ %s \"gradient_clipping\": 1.0, \"gradient_accumulation_steps\": \"auto\", "
+            "\"train_micro_batch_size_per_gpu\": \"auto\", \"zero_optimization\": %s }\n",
+            precision, zero);
+    fclose(f);
+}
+
+// one run; returns the output dir (malloc'd)
+static char* zrun(const char* tag, const char* precision, const char* zero, const char* extra, int gas) {
+    char* out = t5_path_join(t5test_tmpdir(), tag);
+    char ds[4200];
+    snprintf(ds, sizeof ds, "%s.ds.json", out);
+    write_ds(ds, precision, zero);
+    const char* d = t5test_data_dir();
+    int rc = t5test_run(
+        g_text, sizeof g_text,
+        "%s --model_name_or_path t5-small --init random --tokenizer_name %s/t5-spiece/spiece.model "
+        "--train_file %s/wmt16-ro-en/validation.en --source_lang en --target_lang ro --max_source_length 48 "
+        "--max_target_length 48 --max_train_samples 400 --per_device_train_batch_size 4 "
+        "--gradient_accumulation_steps %d --do_train --max_steps %d --learning_rate 1e-3 --warmup_steps 5 "
+        "--weight_decay 0.01 --dropout_rate 0 --save_steps 1000 --logging_steps 1 --seed 11 --output_dir %s "
+        "--overwrite_output_dir --deepspeed %s %s %s 2>&1",
+        t5test_bin(), d, d, gas, ZSTEPS, out, ds, strstr(precision, "fp16") ? "--fp16" : strstr(precision, "bf16") ? "--bf16" : "",
+        extra ? extra : "");
+    if (rc) {
+        size_t len = strlen(g_text);
+        fail_msg("%s: exit %d:\n...%s", tag, rc, g_text + (len > 3000 ? len - 3000 : 0));
+    }
+    return out;
+}
+
+static int jsonl_doubles(const char* out, const char* key, double* v, int cap) {
+    char* p = t5_path_join(out, "trainer_log.jsonl");
+    char* text = t5_read_file(p, NULL);
+    free(p);
+    if (!text) fail_msg("no trainer_log.jsonl in %s", out);
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    int n = 0;
+    for (char* line = strtok(text, "\n"); line && n < cap; line = strtok(NULL, "\n")) {
+        if (!strstr(line, "\"max_steps\"")) continue;
+        char* k = strstr(line, pat);
+        if (!k) continue;
+        k += strlen(pat);
+        v[n++] = strncmp(k, "null", 4) == 0 ? NAN : atof(k);
+    }
+    free(text);
+    return n;
+}
+
+// relative L2 of all tensors of b/model.safetensors against a/model.safetensors
+static double weights_rel_l2(const char* a, const char* b) {
+    char err[1024];
+    char* pa = t5_path_join(a, "model.safetensors");
+    char* pb = t5_path_join(b, "model.safetensors");
+    SafeTensors *sa = NULL, *sb = NULL;
+    if (safetensors_open(&sa, pa, err, sizeof err) || safetensors_open(&sb, pb, err, sizeof err)) fail_msg("%s", err);
+    double num = 0, den = 0;
+    for (int i = 0; i < safetensors_count(sa); i++) {
+        const char* name = safetensors_name(sa, i);
+        const SafeTensorInfo* ia = NULL;
+        if (safetensors_info(sa, name, &ia, err, sizeof err)) fail_msg("%s", err);
+        float* x = malloc(ia->numel * sizeof(float));
+        float* y = malloc(ia->numel * sizeof(float));
+        if (safetensors_read(sa, name, x, DT_F32, NULL, -1, err, sizeof err) ||
+            safetensors_read(sb, name, y, DT_F32, NULL, -1, err, sizeof err))
+            fail_msg("%s", err);
+        for (size_t k = 0; k < ia->numel; k++) {
+            double d = (double)x[k] - (double)y[k];
+            num += d * d;
+            den += (double)x[k] * (double)x[k];
+        }
+        free(x);
+        free(y);
+    }
+    safetensors_close(sa);
+    safetensors_close(sb);
+    free(pa);
+    free(pb);
+    return sqrt(num / (den > 0 ? den : 1));
+}
+
+// loss trajectories: max relative difference; also checks the skipped counts agree step by step
+static double compare_runs(const char* ref, const char* got, const char* what) {
+    double la[ZSTEPS + 1], lb[ZSTEPS + 1], sa[ZSTEPS + 1], sb[ZSTEPS + 1];
+    int na = jsonl_doubles(ref, "loss", la, ZSTEPS + 1), nb = jsonl_doubles(got, "loss", lb, ZSTEPS + 1);
+    if (na != ZSTEPS || nb != ZSTEPS) fail_msg("%s: %d / %d loss lines, want %d", what, na, nb, ZSTEPS);
+    jsonl_doubles(ref, "skipped", sa, ZSTEPS + 1);
+    jsonl_doubles(got, "skipped", sb, ZSTEPS + 1);
+    double worst = 0;
+    for (int i = 0; i < ZSTEPS; i++) {
+        double r = fabs(lb[i] - la[i]) / fmax(fabs(la[i]), 1e-30);
+        if (!(r <= worst)) worst = isnan(r) ? INFINITY : r;
+        if (sa[i] != sb[i]) fail_msg("%s: skipped steps differ at step %d (%g vs %g)", what, i + 1, sa[i], sb[i]);
+    }
+    print_message("%-34s loss max rel diff %.3e (first %.6f last %.6f)\n", what, worst, lb[0], lb[ZSTEPS - 1]);
+    return worst;
+}
+
+#define SMALL_KNOBS                                                                                            \
+    "\"reduce_bucket_size\": 300000, \"stage3_prefetch_bucket_size\": 2000000, "                              \
+    "\"stage3_param_persistence_threshold\": 5000, \"sub_group_size\": 4000000, \"stage3_max_live_parameters\": " \
+    "20000000, \"stage3_max_reuse_distance\": 5000000"
+
+static void test_fp32_every_stage(void** state) {
+    (void)state;
+    T5_REQUIRE_GPU();
+    T5_REQUIRE_DATA();
+    char* ref = zrun("z0", "", "{\"stage\": 0}", NULL, 2);
+    static const struct {
+        const char* tag;
+        const char* zero;
+    } cases[] = {
+        {"z1", "{\"stage\": 1, " SMALL_KNOBS "}"},
+        {"z2", "{\"stage\": 2, " SMALL_KNOBS "}"},
+        {"z3", "{\"stage\": 3, " SMALL_KNOBS "}"},
+        {"z1_off", "{\"stage\": 1, \"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true}, " SMALL_KNOBS "}"},
+        {"z2_off", "{\"stage\": 2, \"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": false}, " SMALL_KNOBS "}"},
+        {"z3_off", "{\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true}, " SMALL_KNOBS "}"},
+        {"z3_off_param",
+         "{\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true}, \"offload_param\": "
+         "{\"device\": \"cpu\", \"pin_memory\": true}, " SMALL_KNOBS "}"},
+        {"z3_ratio03",
+         "{\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true, \"ratio\": 0.3}, "
+         "\"offload_param\": {\"device\": \"cpu\", \"pin_memory\": true}, " SMALL_KNOBS "}"},
+    };
+    for (size_t i = 0; i < T5_ARRAY_LEN(cases); i++) {
+        char* got = zrun(cases[i].tag, "", cases[i].zero, NULL, 2);
+        if (strstr(g_text, "trace mismatches 0") == NULL && strstr(cases[i].zero, "\"stage\": 3"))
+            fail_msg("%s: the fetches left the static trace:\n%s", cases[i].tag, g_text);
+        double worst = compare_runs(ref, got, cases[i].tag);
+        double w = weights_rel_l2(ref, got);
+        print_message("%-34s final weights rel L2 %.3e\n", cases[i].tag, w);
+        if (!(worst <= 1e-6)) fail_msg("%s: loss trajectory differs by %.3e > 1e-6", cases[i].tag, worst);
+        if (!(w <= 1e-6)) fail_msg("%s: final weights differ by %.3e > 1e-6", cases[i].tag, w);
+        free(got);
+    }
+    free(ref);
+}
+
+static void low_precision_case(const char* prec_json, const char* tag) {
+    char t0[64], t3[64];
+    snprintf(t0, sizeof t0, "%s_z0", tag);
+    snprintf(t3, sizeof t3, "%s_z3", tag);
+    char* ref = zrun(t0, prec_json, "{\"stage\": 0}", NULL, 1);
+    char* got = zrun(t3, prec_json,
+                     "{\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true}, "
+                     "\"offload_param\": {\"device\": \"cpu\", \"pin_memory\": true}, " SMALL_KNOBS "}",
+                     NULL, 1);
+    double worst = compare_runs(ref, got, tag);
+    if (!(worst <= 1e-3)) fail_msg("%s: loss trajectory differs by %.3e > 1e-3", tag, worst);
+    free(ref);
+    free(got);
+}
+
+static void test_fp16_bf16_stage3_offload(void** state) {
+    (void)state;
+    T5_REQUIRE_GPU();
+    T5_REQUIRE_DATA();
+    low_precision_case("\"fp16\": {\"enabled\": true, \"initial_scale_power\": 12, \"loss_scale_window\": 5},", "fp16");
+    low_precision_case("\"bf16\": {\"enabled\": true},", "bf16");
+}
+
+// stop at 6, resume to 30 under stage 3 + offload == straight run; a stage 0 checkpoint resumes under stage 3
+static void test_resume(void** state) {
+    (void)state;
+    T5_REQUIRE_GPU();
+    T5_REQUIRE_DATA();
+    const char* z3 = "{\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true}, "
+                     "\"offload_param\": {\"device\": \"cpu\", \"pin_memory\": true}, " SMALL_KNOBS "}";
+    char* a = zrun("r_a", "", z3, NULL, 2);
+    // b: stop after step 6, then resume
+    char* b = t5_path_join(t5test_tmpdir(), "r_b");
+    char ds[4200];
+    snprintf(ds, sizeof ds, "%s.ds.json", b);
+    write_ds(ds, "", z3);
+    const char* d = t5test_data_dir();
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd,
+             "%s --model_name_or_path t5-small --init random --tokenizer_name %s/t5-spiece/spiece.model "
+             "--train_file %s/wmt16-ro-en/validation.en --source_lang en --target_lang ro --max_source_length 48 "
+             "--max_target_length 48 --max_train_samples 400 --per_device_train_batch_size 4 "
+             "--gradient_accumulation_steps 2 --do_train --max_steps %d --learning_rate 1e-3 --warmup_steps 5 "
+             "--weight_decay 0.01 --dropout_rate 0 --save_steps 1000 --logging_steps 1 --seed 11 --output_dir %s "
+             "--deepspeed %s",
+             t5test_bin(), d, d, ZSTEPS, b, ds);
+    int rc = t5test_run(g_text, sizeof g_text, "T5TRAIN_STOP_AFTER_STEPS=6 %s --overwrite_output_dir 2>&1", cmd);
+    if (rc) fail_msg("stop at 6: exit %d:\n%s", rc, g_text);
+    rc = t5test_run(g_text, sizeof g_text, "%s --resume_from_checkpoint last 2>&1", cmd);
+    if (rc) fail_msg("resume: exit %d:\n%s", rc, g_text);
+    rc = t5test_run(g_text, sizeof g_text, "cmp %s/model.safetensors %s/model.safetensors 2>&1", a, b);
+    if (rc) fail_msg("stage 3 resume: final weights differ from the uninterrupted run: %s", g_text);
+    // stage 0 writes checkpoint-6, stage 3 resumes it; compare with the stage 0 run going straight on
+    char* c = zrun("r_c0", "", "{\"stage\": 0}", NULL, 2);
+    char* e = t5_path_join(t5test_tmpdir(), "r_e");
+    snprintf(ds, sizeof ds, "%s.ds0.json", e);
+    write_ds(ds, "", "{\"stage\": 0}");
+    char cmd0[8192];
+    snprintf(cmd0, sizeof cmd0,
+             "%s --model_name_or_path t5-small --init random --tokenizer_name %s/t5-spiece/spiece.model "
+             "--train_file %s/wmt16-ro-en/validation.en --source_lang en --target_lang ro --max_source_length 48 "
+             "--max_target_length 48 --max_train_samples 400 --per_device_train_batch_size 4 "
+             "--gradient_accumulation_steps 2 --do_train --max_steps %d --learning_rate 1e-3 --warmup_steps 5 "
+             "--weight_decay 0.01 --dropout_rate 0 --save_steps 1000 --logging_steps 1 --seed 11 --output_dir %s",
+             t5test_bin(), d, d, ZSTEPS, e);
+    rc = t5test_run(g_text, sizeof g_text, "T5TRAIN_STOP_AFTER_STEPS=6 %s --deepspeed %s --overwrite_output_dir 2>&1",
+                    cmd0, ds);
+    if (rc) fail_msg("stage 0 stop at 6: exit %d:\n%s", rc, g_text);
+    char ds3[4200];
+    snprintf(ds3, sizeof ds3, "%s.ds3.json", e);
+    write_ds(ds3, "", z3);
+    rc = t5test_run(g_text, sizeof g_text, "%s --deepspeed %s --resume_from_checkpoint last 2>&1", cmd0, ds3);
+    if (rc) fail_msg("stage 3 resuming a stage 0 checkpoint: exit %d:\n%s", rc, g_text);
+    double w = weights_rel_l2(c, e);
+    print_message("stage 0 checkpoint resumed under stage 3: final weights rel L2 %.3e\n", w);
+    if (!(w <= 1e-6)) fail_msg("stage 0 -> stage 3 resume differs by %.3e", w);
+    free(a);
+    free(b);
+    free(c);
+    free(e);
+}
+
+// test_gpu_trainer's trajectory against torch, rerun under ZeRO-3 with both offloads (the same flags; the deepspeed
+// section clips at the flags' max_grad_norm, as HF's integration fills "auto")
+static void test_trajectory_zero3_matches_torch(void** state) {
+    (void)state;
+    T5_REQUIRE_GPU();
+    T5_REQUIRE_DATA();
+    char* fx = t5_path_join(t5test_repo_dir(), "test/fixtures/trainer/trajectory_tiny_v10_fp32.json");
+    json_error_t jerr;
+    json_t* ref = json_load_file(fx, 0, &jerr);
+    if (!ref) fail_msg("cannot read %s: %s", fx, jerr.text);
+    const char* flags = json_string_value(json_object_get(ref, "flags"));
+    json_t* tl = json_object_get(ref, "torch_loss");
+    int steps = (int)json_integer_value(json_object_get(ref, "max_steps"));
+    double tol = json_real_value(json_object_get(ref, "tolerance_rel"));
+    assert_non_null(flags);
+    const char* mg = strstr(flags, "--max_grad_norm ");
+    double clip = mg ? atof(mg + strlen("--max_grad_norm ")) : 1.0;
+    char* out = t5_path_join(t5test_tmpdir(), "traj_z3");
+    char ds[4200], zero[512], prec[64];
+    snprintf(ds, sizeof ds, "%s.ds.json", out);
+    snprintf(zero, sizeof zero,
+             "{\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true}, "
+             "\"offload_param\": {\"device\": \"cpu\", \"pin_memory\": true}}");
+    snprintf(prec, sizeof prec, "\"gradient_clipping\": %.17g,", clip);
+    FILE* f = fopen(ds, "w");
+    assert_non_null(f);
+    fprintf(f, "{ %s \"zero_optimization\": %s }\n", prec, zero);
+    fclose(f);
+    const char* d = t5test_data_dir();
+    int rc = t5test_run(g_text, sizeof g_text,
+                        "%s --model_name_or_path %s/test/fixtures/t5/tiny_v10 --tokenizer_name %s/t5-spiece/spiece.model "
+                        "--train_file %s/wmt16-ro-en/validation.en %s --max_steps %d --output_dir %s --deepspeed %s 2>&1",
+                        t5test_bin(), t5test_repo_dir(), d, d, flags, steps, out, ds);
+    if (rc) fail_msg("exit %d:\n%s", rc, g_text);
+    double loss[512];
+    int n = jsonl_doubles(out, "loss", loss, 512);
+    assert_int_equal(n, steps);
+    double worst = 0;
+    int worst_i = 0;
+    for (int i = 0; i < n; i++) {
+        double r = json_real_value(json_array_get(tl, (size_t)i));
+        double rel = fabs(loss[i] - r) / fabs(r);
+        if (rel > worst) worst = rel, worst_i = i;
+    }
+    print_message("ZeRO-3 + offload: max per-step loss rel diff vs torch %.3e at step %d (tolerance %.0e, %.1f%% used)\n",
+                  worst, worst_i + 1, tol, 100 * worst / tol);
+    assert_true(worst <= tol);
+    json_decref(ref);
+    free(out);
+    free(fx);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fp32_every_stage),
+        cmocka_unit_test(test_fp16_bf16_stage3_offload),
+        cmocka_unit_test(test_resume),
+        cmocka_unit_test(test_trajectory_zero3_matches_torch),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
