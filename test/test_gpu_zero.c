@@ -247,10 +247,29 @@ static void test_resume(void** state) {
     double w = weights_rel_l2(c, e);
     print_message("stage 0 checkpoint resumed under stage 3: final weights rel L2 %.3e\n", w);
     if (!(w <= 1e-6)) fail_msg("stage 0 -> stage 3 resume differs by %.3e", w);
+    // and back: stage 3 writes checkpoint-6, stage 0 resumes it (the stage 0 straight run c is the reference again)
+    char* g = t5_path_join(t5test_tmpdir(), "r_g");
+    char cmdg[8192];
+    snprintf(cmdg, sizeof cmdg,
+             "%s --model_name_or_path t5-small --init random --tokenizer_name %s/t5-spiece/spiece.model "
+             "--train_file %s/wmt16-ro-en/validation.en --source_lang en --target_lang ro --max_source_length 48 "
+             "--max_target_length 48 --max_train_samples 400 --per_device_train_batch_size 4 "
+             "--gradient_accumulation_steps 2 --do_train --max_steps %d --learning_rate 1e-3 --warmup_steps 5 "
+             "--weight_decay 0.01 --dropout_rate 0 --save_steps 1000 --logging_steps 1 --seed 11 --output_dir %s",
+             t5test_bin(), d, d, ZSTEPS, g);
+    rc = t5test_run(g_text, sizeof g_text, "T5TRAIN_STOP_AFTER_STEPS=6 %s --deepspeed %s --overwrite_output_dir 2>&1",
+                    cmdg, ds3);
+    if (rc) fail_msg("stage 3 stop at 6: exit %d:\n%s", rc, g_text);
+    rc = t5test_run(g_text, sizeof g_text, "%s --deepspeed %s --resume_from_checkpoint last 2>&1", cmdg, ds);
+    if (rc) fail_msg("stage 0 resuming a stage 3 checkpoint: exit %d:\n%s", rc, g_text);
+    w = weights_rel_l2(c, g);
+    print_message("stage 3 checkpoint resumed under stage 0: final weights rel L2 %.3e\n", w);
+    if (!(w <= 1e-6)) fail_msg("stage 3 -> stage 0 resume differs by %.3e", w);
     free(a);
     free(b);
     free(c);
     free(e);
+    free(g);
 }
 
 // test_gpu_trainer's trajectory against torch, rerun under ZeRO-3 with both offloads (the same flags; the deepspeed

@@ -436,6 +436,13 @@ int config_check_implemented(const RunConfig* c, char* err, size_t n) {
         if (devs[i] == OFFLOAD_CPU && !T5_BUILD_FEATURES.offload_cpu) MISSING("%s device cpu", what[i]);
         if (devs[i] == OFFLOAD_NVME && !T5_BUILD_FEATURES.offload_nvme) MISSING("%s device nvme", what[i]);
     }
+    // zero_optimization keys whose other value the engine does not have (docs/zero.md, "Every key")
+    if (c->has_deepspeed && z->stage > 0) {
+        if (z->elastic_checkpoint) MISSING("zero_optimization.elastic_checkpoint true (checkpoints are whole tensors)");
+        if (!z->load_from_fp32_weights)
+            MISSING("zero_optimization.load_from_fp32_weights false (resume always restores the fp32 master)");
+        if (z->round_robin_gradients) MISSING("zero_optimization.round_robin_gradients true");
+    }
     if (c->has_deepspeed && c->ds.optimizer.present && c->ds.optimizer.type != DS_OPTIM_ADAM &&
         c->ds.optimizer.type != DS_OPTIM_ADAMW) {
         char name[64];
