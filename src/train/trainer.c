@@ -184,6 +184,7 @@ typedef struct {
     float* h_norm2;              // pinned (1)
     float* h_inv_scale;          // pinned (1): 1/combined for the engine's CPU optimizer
     bool engine_opt;             // stages 1-3: the engine owns master, m, v and steps them
+    double t_start0, t_data, t_engine, t_weights;  // start-up milestones (s after process start)
     double prof_h2d, prof_d2h;   // engine copy counters at the last profile line
     bool zero_profile;           // T5TRAIN_ZERO_PROFILE=1: one JSON line per step with the engine's breakdown
     double first_step_s;         // seconds from process start to the end of the first step (0: not yet)
@@ -358,12 +359,14 @@ static void model_setup(Trainer* t) {
                (double)zs.gpu_bytes / (1 << 30), zs.init_s);
         fflush(stdout);
     }
+    t->t_engine = process_age_s();
     if (a->init_random) {
         if (t5_weights_init_random(t->Z, &t->T, a->seed, t->s, err, sizeof err)) t5_die(T5_EXIT_FAILURE, "%s", err);
     } else {
         if (t5_weights_load(t->Z, &t->T, a->weights_path, t->s, err, sizeof err)) t5_die(T5_EXIT_FAILURE, "%s", err);
     }
     zero_sync_working(t->Z, t->s);
+    t->t_weights = process_age_s();
 
     // the largest batch this run feeds the model: training's, and evaluation's only when it evaluates
     int maxB = (int)T5_MAX(a->do_train ? a->data.train_batch_size : 1,
@@ -797,8 +800,19 @@ int trainer_run(const TrainerArgs* a) {
     trainer_log_init(&t->log, stdout, a->output_dir, 0);
     trainer_state_init(&t->hf);
 
+    const double t_data0 = process_age_s();
     data_setup(t);
+    t->t_data = process_age_s();
+    t->t_start0 = t_data0;
     model_setup(t);
+    {
+        char line[256];
+        snprintf(line, sizeof line,
+                 "start-up (s after process start): data ready %.1f, engine ready %.1f, weights ready %.1f, model "
+                 "ready %.1f",
+                 t->t_data, t->t_engine, t->t_weights, process_age_s());
+        trainer_log_line(&t->log, line);
+    }
 
     t->use_scaler = a->dtype == DT_F16;
     if (t->use_scaler && loss_scaler_init(&t->scaler, &a->scaler, err, sizeof err))
