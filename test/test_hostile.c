@@ -344,6 +344,14 @@ static void make_fixtures(const char* data, const char* repo) {
         model_dir(dir, sizeof dir, "cfg_array");
         sh("cp '%s/m/model.safetensors' '%s/'", H, dir);
         snprintf(p, sizeof p, "%s/config.json", dir), write_text(p, "[]");
+        // item 1: transformers 5.x's tied-unscaled config (no lm_head.weight: shared.weight projects) loads;
+        // a config.json from before 5.x that says untied needs lm_head.weight in the weights
+        model_dir(dir, sizeof dir, "cfg_5x_tied_unscaled");
+        sh("cp '%s/m/model.safetensors' '%s/' && sed -i 's/\"scale_decoder_outputs\": true/\"scale_decoder_outputs\": "
+           "false/' '%s/config.json' && grep -q '\"scale_decoder_outputs\": false' '%s/config.json'", H, dir, dir, dir);
+        model_dir(dir, sizeof dir, "cfg_4x_untied_no_head");
+        sh("cp '%s/m/model.safetensors' '%s/' && sed -i -e '/scale_decoder_outputs/d' -e "
+           "'s/\"tie_word_embeddings\": true/\"tie_word_embeddings\": false/' '%s/config.json'", H, dir, dir);
         model_dir(dir, sizeof dir, "no_config");
         sh("cp '%s/m/model.safetensors' '%s/' && rm '%s/config.json'", H, dir, dir);
         model_dir(dir, sizeof dir, "config_dir");
@@ -641,6 +649,10 @@ static void make_cases(void) {
     // ---- model directory and config.json (no GPU needed to find these: exit 2 before anything exists)
     add("model: missing directory", 2, "not found", "$T $B --model_name_or_path $H/nope --dry_run");
     add("model: missing directory, real run", 2, "not found", "$T $B --model_name_or_path $H/nope");
+    add("control: transformers 5.x tied-unscaled config.json (no lm_head.weight), --dry_run", 0, "",
+        "$T $B --model_name_or_path $F/cfg_5x_tied_unscaled --dry_run");
+    add("model: untied config.json from before 5.x without lm_head.weight", 2, "lm_head.weight",
+        "$T $B --model_name_or_path $F/cfg_4x_untied_no_head --dry_run");
     add("model: no config.json", 2, "config.json", "$T $B --model_name_or_path $F/no_config --dry_run");
     add("model: config.json is a directory", 2, "config.json", "$T $B --model_name_or_path $F/config_dir --dry_run");
     add("model: no weights", 2, "", "$T $B --model_name_or_path $F/no_weights --dry_run");
