@@ -1,0 +1,415 @@
+/*
+ * test_launch.c: src/launch on the CPU: the launcher environment (torchrun, OpenMPI, Slurm variables,
+ * precedence, every bad or partial setting), the TCP rendezvous between 2-4 forked processes on
+ * loopback (a 128-byte id reaches every rank, local ranks, a rank that never arrives is named, rank 0
+ * missing, different configs, a rank twice, a stale run, two ranks on one GPU) and the liveness channel
+ * (a rank that dies is named on every other rank; an orderly finish is not a failure).
+ */
+#include "t5test.h"
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../src/base/common.h"
+#include "../src/launch/launch_env.h"
+#include "../src/launch/rendezvous.h"
+
+// ---------------------------------------------------------------------------------------------
+// environment
+
+static int parse(LaunchEnv* e, char* err, const char* const* envp) { return launch_env_parse(e, envp, err, 512); }
+
+static void test_env_none(void** state) {
+    (void)state;
+    const char* envp[] = {"PATH=/bin", "HOME=/root", NULL};
+    LaunchEnv e;
+    char err[512] = "";
+    assert_int_equal(parse(&e, err, envp), 0);
+    assert_int_equal(e.source, LAUNCH_SOURCE_NONE);
+    assert_int_equal(e.rank, 0);
+    assert_int_equal(e.world_size, 1);
+    assert_int_equal(e.local_rank, -1);
+    assert_false(e.have_master);
+    assert_true(e.run_nonce == 0);
+}
+
+static void test_env_torchrun(void** state) {
+    (void)state;
+    const char* envp[] = {"RANK=5", "WORLD_SIZE=8", "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=4", "MASTER_ADDR=node7",
+                          "MASTER_PORT=29500", "TORCHELASTIC_RUN_ID=abc", "SLURM_PROCID=0", "SLURM_NTASKS=2", NULL};
+    LaunchEnv e;
+    char err[512] = "";
+    assert_int_equal(parse(&e, err, envp), 0);
+    assert_int_equal(e.source, LAUNCH_SOURCE_TORCHRUN);  // torchrun inside a Slurm allocation: torchrun wins
+    assert_int_equal(e.rank, 5);
+    assert_int_equal(e.world_size, 8);
+    assert_int_equal(e.local_rank, 1);
+    assert_int_equal(e.local_world_size, 4);
+    assert_true(e.have_master);
+    assert_string_equal(e.master_addr, "node7");
+    assert_int_equal(e.master_port, 29500);
+    assert_string_equal(e.run_id, "abc");
+    assert_true(e.run_nonce != 0);
+    // the same run id on another rank gives the same nonce, another id another
+    const char* envp2[] = {"RANK=0", "WORLD_SIZE=8", "LOCAL_RANK=0", "TORCHELASTIC_RUN_ID=abc", NULL};
+    LaunchEnv e2;
+    assert_int_equal(parse(&e2, err, envp2), 0);
+    assert_true(e2.run_nonce == e.run_nonce);
+    const char* envp3[] = {"RANK=0", "WORLD_SIZE=8", "LOCAL_RANK=0", "TORCHELASTIC_RUN_ID=abd", NULL};
+    assert_int_equal(parse(&e2, err, envp3), 0);
+    assert_true(e2.run_nonce != e.run_nonce);
+}
+
+static void test_env_openmpi_slurm(void** state) {
+    (void)state;
+    LaunchEnv e;
+    char err[512] = "";
+    const char* mpi[] = {"OMPI_COMM_WORLD_RANK=3", "OMPI_COMM_WORLD_SIZE=4", "OMPI_COMM_WORLD_LOCAL_RANK=1",
+                         "OMPI_COMM_WORLD_LOCAL_SIZE=2", "SLURM_PROCID=0", "SLURM_NTASKS=1", NULL};
+    assert_int_equal(parse(&e, err, mpi), 0);
+    assert_int_equal(e.source, LAUNCH_SOURCE_OPENMPI);
+    assert_int_equal(e.rank, 3);
+    assert_int_equal(e.world_size, 4);
+    assert_int_equal(e.local_rank, 1);
+    assert_int_equal(e.local_world_size, 2);
+    const char* slurm[] = {"SLURM_PROCID=2", "SLURM_NTASKS=4", "SLURM_LOCALID=0", "SLURM_JOB_ID=77", "SLURM_STEP_ID=3",
+                           "MASTER_ADDR=10.0.0.1", "MASTER_PORT=1234", NULL};
+    assert_int_equal(parse(&e, err, slurm), 0);
+    assert_int_equal(e.source, LAUNCH_SOURCE_SLURM);
+    assert_int_equal(e.rank, 2);
+    assert_int_equal(e.world_size, 4);
+    assert_int_equal(e.local_rank, 0);
+    assert_string_equal(e.run_id, "slurm-77.3");
+    // srun's step size wins over the allocation's task count
+    const char* step[] = {"SLURM_PROCID=1", "SLURM_NTASKS=8", "SLURM_STEP_NUM_TASKS=2", "SLURM_LOCALID=1", NULL};
+    assert_int_equal(parse(&e, err, step), 0);
+    assert_int_equal(e.world_size, 2);
+    // srun-style variables set by hand (no Slurm): accepted
+    const char* hand[] = {"SLURM_PROCID=1", "SLURM_NTASKS=2", "SLURM_LOCALID=0", NULL};
+    assert_int_equal(parse(&e, err, hand), 0);
+    assert_int_equal(e.rank, 1);
+}
+
+typedef struct {
+    const char* env[8];
+    const char* expect;  // a part of the message
+} BadEnv;
+
+static void test_env_bad(void** state) {
+    (void)state;
+    static const BadEnv cases[] = {
+        {{"RANK=1", NULL}, "RANK=1 is set but WORLD_SIZE is not"},
+        {{"WORLD_SIZE=2", NULL}, "WORLD_SIZE=2 is set but RANK is not"},
+        {{"RANK=x", "WORLD_SIZE=2", "LOCAL_RANK=0", NULL}, "bad RANK=x"},
+        {{"RANK=1", "WORLD_SIZE=two", "LOCAL_RANK=0", NULL}, "bad WORLD_SIZE=two"},
+        {{"RANK=0", "WORLD_SIZE=0", "LOCAL_RANK=0", NULL}, "bad WORLD_SIZE=0"},
+        {{"RANK=-1", "WORLD_SIZE=2", "LOCAL_RANK=0", NULL}, "bad RANK=-1"},
+        {{"RANK=2", "WORLD_SIZE=2", "LOCAL_RANK=0", NULL}, "RANK=2 is not below WORLD_SIZE=2"},
+        {{"RANK=1", "WORLD_SIZE=2", NULL}, "LOCAL_RANK is not"},
+        {{"RANK=1", "WORLD_SIZE=4", "LOCAL_RANK=2", "LOCAL_WORLD_SIZE=2", NULL}, "LOCAL_RANK=2 is not below LOCAL_WORLD_SIZE=2"},
+        {{"RANK=1", "WORLD_SIZE=2", "LOCAL_RANK=2", NULL}, "LOCAL_RANK=2 is not below the world size"},
+        {{"RANK=1", "WORLD_SIZE=2", "LOCAL_RANK=1.5", NULL}, "bad LOCAL_RANK=1.5"},
+        {{"LOCAL_RANK=0", NULL}, "LOCAL_RANK=0 is set but RANK and WORLD_SIZE are not"},
+        {{"OMPI_COMM_WORLD_RANK=4", "OMPI_COMM_WORLD_SIZE=4", NULL}, "OMPI_COMM_WORLD_RANK=4 is not below"},
+        {{"OMPI_COMM_WORLD_SIZE=4", NULL}, "OMPI_COMM_WORLD_SIZE=4 is set but OMPI_COMM_WORLD_RANK is not"},
+        {{"SLURM_PROCID=0", NULL}, "SLURM_PROCID=0 is set but SLURM_NTASKS is not"},
+        {{"SLURM_PROCID=0", "SLURM_NTASKS=8", "SLURM_JOB_ID=5", NULL}, "not started by srun"},
+        {{"MASTER_ADDR=h", NULL}, "MASTER_ADDR is set but MASTER_PORT is not"},
+        {{"MASTER_PORT=29500", NULL}, "MASTER_PORT is set but MASTER_ADDR is not"},
+        {{"MASTER_ADDR=h", "MASTER_PORT=70000", NULL}, "bad MASTER_PORT=70000"},
+        {{"MASTER_ADDR=h", "MASTER_PORT=0", NULL}, "bad MASTER_PORT=0"},
+        {{"MASTER_ADDR=h", "MASTER_PORT=29500x", NULL}, "bad MASTER_PORT=29500x"},
+    };
+    for (size_t i = 0; i < T5_ARRAY_LEN(cases); i++) {
+        LaunchEnv e;
+        char err[512] = "";
+        int rc = parse(&e, err, cases[i].env);
+        if (rc != -1 || !strstr(err, cases[i].expect))
+            fail_msg("case %zu (%s ...): rc %d, message '%s', expected '%s'", i, cases[i].env[0], rc, err,
+                     cases[i].expect);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// rendezvous between forked processes
+
+typedef struct {
+    int rc;           // 0 ok, -1 failed
+    int local_rank, local_world;
+    uint8_t id[RDV_ID_BYTES];
+    int poll_rc;      // after the exchange (modes below)
+    char err[512];
+    char poll_err[512];
+} Result;
+
+typedef enum { AFTER_NOTHING, AFTER_FINISH_AND_POLL, AFTER_DIE, AFTER_POLL } After;
+
+typedef struct {
+    int rank, world, local_rank;
+    uint64_t nonce, cfg;
+    double timeout;
+    const char* host;
+    After after;
+} Spec;
+
+static int free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_equal(bind(fd, (struct sockaddr*)&a, sizeof a), 0);
+    socklen_t l = sizeof a;
+    getsockname(fd, (struct sockaddr*)&a, &l);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static void fill_id(uint8_t id[RDV_ID_BYTES], int seed) {
+    for (int i = 0; i < RDV_ID_BYTES; i++) id[i] = (uint8_t)(i * 37 + seed * 11 + 5);
+}
+
+static pid_t start_rank(const Spec* s, int port, int fd_out) {
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid) return pid;
+    Result res;
+    memset(&res, 0, sizeof res);
+    RdvOptions o = {.addr = "127.0.0.1", .port = port, .rank = s->rank, .world_size = s->world,
+                    .local_rank = s->local_rank, .nonce = s->nonce, .config_hash = s->cfg,
+                    .timeout_s = s->timeout, .host = s->host ? s->host : "testhost"};
+    if (s->rank == 0) fill_id(res.id, 3);
+    Rdv* r = rdv_exchange(&o, res.id, &res.local_rank, &res.local_world, res.err, sizeof res.err);
+    res.rc = r ? 0 : -1;
+    if (r && s->after == AFTER_DIE) _exit(9);  // no result: this rank "crashes" without finishing
+    if (r && s->after == AFTER_FINISH_AND_POLL) {
+        // everybody finishes; rank 0 then sees every peer finished (1)
+        if (s->rank == 0) {
+            res.poll_rc = 0;
+            for (int k = 0; k < 100 && res.poll_rc == 0; k++)
+                res.poll_rc = rdv_poll(r, 100, res.poll_err, sizeof res.poll_err);
+            rdv_finish(r);
+        } else {
+            rdv_finish(r);
+            res.poll_rc = 1;
+        }
+    } else if (r && s->after == AFTER_POLL) {
+        res.poll_rc = 0;
+        for (int k = 0; k < 100 && res.poll_rc == 0; k++) res.poll_rc = rdv_poll(r, 100, res.poll_err, sizeof res.poll_err);
+        rdv_close(r);
+    } else if (r) {
+        rdv_finish(r);
+    }
+    if (write(fd_out, &res, sizeof res) != (ssize_t)sizeof res) _exit(3);
+    _exit(0);
+}
+
+// starts the ranks in specs (in order, rank 0 last when late0), collects each result (rc -2: none)
+static void run_ranks(const Spec* specs, int n, Result* out, bool late0) {
+    int port = free_port();
+    int fds[8][2];
+    pid_t pids[8];
+    for (int k = 0; k < n; k++) assert_int_equal(pipe(fds[k]), 0);
+    for (int pass = 0; pass < 2; pass++)
+        for (int k = 0; k < n; k++) {
+            bool is0 = specs[k].rank == 0;
+            if ((late0 && is0) != (pass == 1)) continue;
+            if (late0 && is0) usleep(300 * 1000);  // rank 0 comes up after the others already try
+            pids[k] = start_rank(&specs[k], port, fds[k][1]);
+        }
+    for (int k = 0; k < n; k++) {
+        close(fds[k][1]);
+        memset(&out[k], 0, sizeof out[k]);
+        out[k].rc = -2;
+        Result r;
+        if (read(fds[k][0], &r, sizeof r) == (ssize_t)sizeof r) out[k] = r;
+        close(fds[k][0]);
+        int st;
+        waitpid(pids[k], &st, 0);
+    }
+}
+
+static void exchange_n(int world, bool late0) {
+    Spec s[4];
+    for (int r = 0; r < world; r++) s[r] = (Spec){.rank = r, .world = world, .local_rank = -1, .nonce = 42, .cfg = 7,
+                                                  .timeout = 20};
+    Result res[4];
+    run_ranks(s, world, res, late0);
+    uint8_t want[RDV_ID_BYTES];
+    fill_id(want, 3);
+    for (int r = 0; r < world; r++) {
+        if (res[r].rc != 0) fail_msg("world %d rank %d: %s", world, r, res[r].err);
+        assert_memory_equal(res[r].id, want, RDV_ID_BYTES);
+        assert_int_equal(res[r].local_rank, r);  // one host name: numbered by rank
+        assert_int_equal(res[r].local_world, world);
+    }
+}
+
+static void test_rdv_exchange_2_3_4(void** state) {
+    (void)state;
+    exchange_n(2, false);
+    exchange_n(3, true);
+    exchange_n(4, true);
+}
+
+static void test_rdv_world_one(void** state) {
+    (void)state;
+    RdvOptions o = {.rank = 0, .world_size = 1, .local_rank = -1};
+    uint8_t id[RDV_ID_BYTES] = {0};
+    int lr = -5, lw = -5;
+    char err[256];
+    Rdv* r = rdv_exchange(&o, id, &lr, &lw, err, sizeof err);
+    assert_non_null(r);
+    assert_int_equal(lr, 0);
+    assert_int_equal(lw, 1);
+    assert_int_equal(rdv_poll(r, 0, err, sizeof err), 1);
+    rdv_finish(r);
+    // several ranks without an address
+    o.world_size = 2;
+    assert_null(rdv_exchange(&o, id, &lr, &lw, err, sizeof err));
+    assert_non_null(strstr(err, "need MASTER_ADDR and MASTER_PORT"));
+}
+
+static void test_rdv_local_ranks_by_host(void** state) {
+    (void)state;
+    // ranks 0, 2 on host a; 1, 3 on host b: local ranks 0, 0, 1, 1
+    Spec s[4];
+    const char* hosts[4] = {"a", "b", "a", "b"};
+    for (int r = 0; r < 4; r++)
+        s[r] = (Spec){.rank = r, .world = 4, .local_rank = -1, .nonce = 1, .cfg = 1, .timeout = 20, .host = hosts[r]};
+    Result res[4];
+    run_ranks(s, 4, res, false);
+    int want[4] = {0, 0, 1, 1};
+    for (int r = 0; r < 4; r++) {
+        if (res[r].rc != 0) fail_msg("rank %d: %s", r, res[r].err);
+        assert_int_equal(res[r].local_rank, want[r]);
+        assert_int_equal(res[r].local_world, 2);
+    }
+    // the launcher's local ranks clash on host a
+    for (int r = 0; r < 4; r++) s[r].local_rank = r / 2 == 0 ? 0 : r - 2;  // 0, 0, 0, 1
+    run_ranks(s, 4, res, false);
+    for (int r = 0; r < 4; r++) {
+        assert_int_equal(res[r].rc, -1);
+        if (!strstr(res[r].err, "ranks 0 and 2 on host a both have local rank 0")) fail_msg("rank %d: %s", r, res[r].err);
+    }
+}
+
+static void test_rdv_missing_rank(void** state) {
+    (void)state;
+    // world 4, rank 2 never comes
+    Spec s[3] = {{.rank = 0, .world = 4, .local_rank = -1, .timeout = 1.5},
+                 {.rank = 1, .world = 4, .local_rank = -1, .timeout = 1.5},
+                 {.rank = 3, .world = 4, .local_rank = -1, .timeout = 1.5}};
+    Result res[3];
+    run_ranks(s, 3, res, false);
+    for (int k = 0; k < 3; k++) {
+        assert_int_equal(res[k].rc, -1);
+        if (!strstr(res[k].err, "rank 2 of 4 did not arrive at 127.0.0.1:")) fail_msg("rank %d: %s", s[k].rank, res[k].err);
+    }
+    // rank 0 never comes
+    Spec one = {.rank = 1, .world = 2, .local_rank = -1, .timeout = 1};
+    run_ranks(&one, 1, res, false);
+    assert_int_equal(res[0].rc, -1);
+    if (!strstr(res[0].err, "rank 0 at 127.0.0.1:") || !strstr(res[0].err, "did not answer rank 1 within 1 s"))
+        fail_msg("%s", res[0].err);
+}
+
+static void test_rdv_refusals(void** state) {
+    (void)state;
+    Result res[3];
+    // a different configuration
+    Spec cfg[2] = {{.rank = 0, .world = 2, .local_rank = -1, .cfg = 1, .timeout = 10},
+                   {.rank = 1, .world = 2, .local_rank = -1, .cfg = 2, .timeout = 10, .host = "hostb"}};
+    run_ranks(cfg, 2, res, false);
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(res[k].rc, -1);
+        if (!strstr(res[k].err, "rank 1 (host hostb) runs a different configuration than rank 0"))
+            fail_msg("rank %d: %s", k, res[k].err);
+    }
+    // a different world size
+    Spec ws[2] = {{.rank = 0, .world = 2, .local_rank = -1, .timeout = 10},
+                  {.rank = 1, .world = 3, .local_rank = -1, .timeout = 10}};
+    run_ranks(ws, 2, res, false);
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(res[k].rc, -1);
+        if (!strstr(res[k].err, "rank 1 (host testhost) has world size 3, rank 0 has 2")) fail_msg("%s", res[k].err);
+    }
+    // a rank twice
+    Spec twice[3] = {{.rank = 0, .world = 3, .local_rank = -1, .timeout = 10},
+                     {.rank = 1, .world = 3, .local_rank = -1, .timeout = 10},
+                     {.rank = 1, .world = 3, .local_rank = -1, .timeout = 10}};
+    run_ranks(twice, 3, res, false);
+    assert_int_equal(res[0].rc, -1);
+    if (!strstr(res[0].err, "rank 1 arrived twice")) fail_msg("%s", res[0].err);
+    // a stale rank of another run is refused alone; the run's own ranks go on
+    Spec stale[3] = {{.rank = 0, .world = 2, .local_rank = -1, .nonce = 5, .timeout = 10},
+                     {.rank = 1, .world = 2, .local_rank = -1, .nonce = 6, .timeout = 10},
+                     {.rank = 1, .world = 2, .local_rank = -1, .nonce = 5, .timeout = 10}};
+    int port = free_port();
+    int fds[3][2];
+    pid_t pids[3];
+    for (int k = 0; k < 3; k++) assert_int_equal(pipe(fds[k]), 0);
+    pids[0] = start_rank(&stale[0], port, fds[0][1]);
+    pids[1] = start_rank(&stale[1], port, fds[1][1]);
+    usleep(500 * 1000);  // the stale one first
+    pids[2] = start_rank(&stale[2], port, fds[2][1]);
+    for (int k = 0; k < 3; k++) {
+        close(fds[k][1]);
+        assert_int_equal(read(fds[k][0], &res[k], sizeof res[k]), (ssize_t)sizeof res[k]);
+        close(fds[k][0]);
+        waitpid(pids[k], NULL, 0);
+    }
+    if (res[0].rc != 0) fail_msg("rank 0: %s", res[0].err);
+    assert_int_equal(res[2].rc, 0);
+    assert_int_equal(res[1].rc, -1);
+    if (!strstr(res[1].err, "belongs to another run")) fail_msg("%s", res[1].err);
+}
+
+static void test_rdv_liveness(void** state) {
+    (void)state;
+    // rank 2 dies after the exchange: ranks 0 and 1 both name it
+    Spec s[3] = {{.rank = 0, .world = 3, .local_rank = -1, .timeout = 10, .after = AFTER_POLL},
+                 {.rank = 1, .world = 3, .local_rank = -1, .timeout = 10, .after = AFTER_POLL},
+                 {.rank = 2, .world = 3, .local_rank = -1, .timeout = 10, .host = "hostc", .after = AFTER_DIE}};
+    Result res[3];
+    run_ranks(s, 3, res, false);
+    for (int k = 0; k < 2; k++) {
+        if (res[k].rc != 0) fail_msg("rank %d: %s", k, res[k].err);
+        assert_int_equal(res[k].poll_rc, -1);
+        if (!strstr(res[k].poll_err, "rank 2 (host hostc, pid ") || !strstr(res[k].poll_err, "exited"))
+            fail_msg("rank %d: %s", k, res[k].poll_err);
+    }
+    assert_int_equal(res[2].rc, -2);
+    // rank 0 dies: rank 1 names rank 0
+    Spec s0[2] = {{.rank = 0, .world = 2, .local_rank = -1, .timeout = 10, .after = AFTER_DIE},
+                  {.rank = 1, .world = 2, .local_rank = -1, .timeout = 10, .after = AFTER_POLL}};
+    run_ranks(s0, 2, res, false);
+    assert_int_equal(res[1].poll_rc, -1);
+    if (!strstr(res[1].poll_err, "rank 0 (at 127.0.0.1) exited")) fail_msg("%s", res[1].poll_err);
+    // everyone finishes: no failure
+    Spec f[3];
+    for (int r = 0; r < 3; r++)
+        f[r] = (Spec){.rank = r, .world = 3, .local_rank = -1, .timeout = 10, .after = AFTER_FINISH_AND_POLL};
+    run_ranks(f, 3, res, false);
+    for (int k = 0; k < 3; k++) {
+        if (res[k].rc != 0) fail_msg("rank %d: %s", k, res[k].err);
+        if (res[k].poll_rc != 1) fail_msg("rank %d: poll %d %s", k, res[k].poll_rc, res[k].poll_err);
+    }
+}
+
+int main(void) {
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_env_none),
+        cmocka_unit_test(test_env_torchrun),
+        cmocka_unit_test(test_env_openmpi_slurm),
+        cmocka_unit_test(test_env_bad),
+        cmocka_unit_test(test_rdv_world_one),
+        cmocka_unit_test(test_rdv_exchange_2_3_4),
+        cmocka_unit_test(test_rdv_local_ranks_by_host),
+        cmocka_unit_test(test_rdv_missing_rank),
+        cmocka_unit_test(test_rdv_refusals),
+        cmocka_unit_test(test_rdv_liveness),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
