@@ -78,6 +78,13 @@ static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
 
 static size_t embedding_cub_temp_bytes(int N) {
     size_t temp = 0;
+    // no usable device (the memory planner on a CPU machine): a bound instead of cub's device-tuned size
+    // (its double buffers for keys and values, the per-tile lookback, 1 MiB for the digit histograms)
+    int dev = -1;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaFree(0) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 4 * align256((size_t)N * sizeof(int)) + ((size_t)1 << 20);
+    }
     CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp, (const int*)nullptr, (int*)nullptr, (const int*)nullptr,
                                                (int*)nullptr, N, 0, 32));
     return temp;

@@ -414,6 +414,65 @@ static void model_layout(T5Model* M, Arena* a) {
     M->ce_scratch = arena_take(a, cross_entropy_scratch_bytes((int)Nt));
 }
 
+// the dimensions model_layout reads, from the table and the options (t5_model_create and the twin below)
+static void model_dims(T5Model* M, const ParamTable* t, const T5ModelOptions* opt) {
+    const T5Config* c = &t->cfg;
+    M->t = t;
+    M->opt = *opt;
+    M->X = opt->dtype;
+    M->xs = dtype_size(opt->dtype);
+    M->PX = opt->probs_in_x ? opt->dtype : DT_F32;
+    M->NX = opt->nongemm_in_x ? opt->dtype : DT_F32;
+    M->D = c->d_model;
+    M->H = c->num_heads;
+    M->Dk = c->d_kv;
+    M->HD = c->num_heads * c->d_kv;
+    M->F = c->d_ff;
+    M->V = c->vocab_size;
+    M->L = c->num_layers;
+    M->Ld = c->num_decoder_layers;
+    M->gated = c->feed_forward == T5_FF_GATED_GELU;
+    M->ptr_stride = CEIL_DIV((size_t)opt->max_B * M->H, (size_t)32) * 32;  // 256-byte aligned arrays
+}
+
+bool t5_model_qkv_contiguous(const ParamTable* t) {
+    const size_t W = (size_t)t->cfg.num_heads * t->cfg.d_kv * t->cfg.d_model;
+    const ParamDesc* P = t->params;
+    for (int l = 0; l < t->cfg.num_layers + t->cfg.num_decoder_layers; l++) {
+        BlockParamIdx b;
+        params_block_index(t, l < t->cfg.num_layers ? STACK_ENCODER : STACK_DECODER,
+                           l < t->cfg.num_layers ? l : l - t->cfg.num_layers, &b);
+        if (P[b.k].offset != P[b.q].offset + W || P[b.v].offset != P[b.k].offset + W) return false;
+        if (b.ck >= 0 && P[b.cv].offset != P[b.ck].offset + W) return false;
+    }
+    return true;
+}
+
+size_t t5_model_activation_bytes_for(const ParamTable* t, const T5ModelOptions* opt, bool noperm, bool fuse_qkv,
+                                     size_t* ptr_bytes) {
+    if (ptr_bytes) *ptr_bytes = 0;
+    if (opt->max_B <= 0 || opt->max_Ts <= 0 || opt->max_Tt <= 0) return 0;
+    T5Model* M = calloc_check(1, sizeof *M);
+    model_dims(M, t, opt);
+    M->noperm = noperm;
+    M->fuse_qkv = noperm && fuse_qkv;
+    M->resid_enc = calloc_check((size_t)M->L + 1, sizeof(float*));
+    M->resid_dec = calloc_check((size_t)M->Ld + 1, sizeof(float*));
+    int ne = opt->gradient_checkpointing ? 1 : M->L, nd = opt->gradient_checkpointing ? 1 : M->Ld;
+    M->enc_acts = calloc_check((size_t)T5_MAX(ne, 1), sizeof(BlockActs));
+    M->dec_acts = calloc_check((size_t)T5_MAX(nd, 1), sizeof(BlockActs));
+    Arena a = {0};
+    model_layout(M, &a);
+    if (ptr_bytes && M->noperm) *ptr_bytes = (size_t)M->npslots * M->ptr_stride * sizeof(void*);
+    free(M->pslots);
+    free(M->resid_enc);
+    free(M->resid_dec);
+    free(M->enc_acts);
+    free(M->dec_acts);
+    free(M);
+    return a.used;
+}
+
 // ---------------------------------------------------------------------------------------------
 // attention head pointers (see T5Model.noperm)
 
@@ -562,27 +621,13 @@ T5Model* t5_model_create(const ParamTable* t, ZeroEngine* Z, const T5ModelOption
         return NULL;
     }
     T5Model* M = calloc_check(1, sizeof *M);
-    M->t = t;
+    model_dims(M, t, opt);
     M->Z = Z;
-    M->opt = *opt;
-    M->X = opt->dtype;
-    M->xs = dtype_size(opt->dtype);
     M->GD = zero_grad_dtype(Z);
     M->gs = dtype_size(M->GD);
-    M->PX = opt->probs_in_x ? opt->dtype : DT_F32;
-    M->NX = opt->nongemm_in_x ? opt->dtype : DT_F32;
-    M->D = c->d_model;
-    M->H = c->num_heads;
-    M->Dk = c->d_kv;
-    M->HD = c->num_heads * c->d_kv;
-    M->F = c->d_ff;
-    M->V = c->vocab_size;
-    M->L = c->num_layers;
-    M->Ld = c->num_decoder_layers;
     M->NB = c->relative_attention_num_buckets;
     M->max_dist = c->relative_attention_max_distance;
     M->eps = c->layer_norm_epsilon;
-    M->gated = c->feed_forward == T5_FF_GATED_GELU;
     M->tied = c->tie_word_embeddings;
     M->scale_out = c->scale_decoder_outputs;
     M->train = true;
@@ -607,11 +652,13 @@ T5Model* t5_model_create(const ParamTable* t, ZeroEngine* Z, const T5ModelOption
 
     M->noperm = attn_noperm_choose(M);
     M->fuse_qkv = attn_fuse_choose(M);
-    M->ptr_stride = CEIL_DIV((size_t)opt->max_B * M->H, (size_t)32) * 32;  // 256-byte aligned arrays
     M->ptr_B = M->ptr_Ts = M->ptr_Tt = -1;
     Arena a = {0};
     model_layout(M, &a);
     M->arena_bytes = a.used;
+    if (a.used != t5_model_activation_bytes_for(t, opt, M->noperm, M->fuse_qkv, NULL))
+        t5_die(T5_EXIT_FAILURE, "internal: the activation arena (%zu bytes) differs from t5_model_activation_bytes_for",
+               a.used);
     if (cudaMalloc(&M->arena, a.used) != cudaSuccess) {
         (void)cudaGetLastError();
         size_t free_b = 0, total_b = 0;

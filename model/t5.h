@@ -77,6 +77,13 @@ typedef struct T5Model T5Model;
 T5Model* t5_model_create(const ParamTable* t, ZeroEngine* Z, const T5ModelOptions* opt, char* err, size_t errlen);
 void t5_model_destroy(T5Model* M);
 size_t t5_model_activation_bytes(const T5Model* M);
+// The same arena's bytes computed without a GPU (t5_model_create checks that the two agree): the layout for
+// these options on the attention path given (noperm: cuBLASLt pointer-array GEMMs, the path an H100 takes;
+// fuse_qkv: fused q|k|v projections, taken with noperm when t5_model_qkv_contiguous). *ptr_bytes (may be NULL):
+// the device pointer arrays of the noperm path, allocated beside the arena.
+size_t t5_model_activation_bytes_for(const ParamTable* t, const T5ModelOptions* opt, bool noperm, bool fuse_qkv,
+                                     size_t* ptr_bytes);
+bool t5_model_qkv_contiguous(const ParamTable* t);
 
 // Train mode applies dropout (opt.dropout_rate); eval mode does not. Default: train.
 void t5_model_set_train(T5Model* M, bool train);

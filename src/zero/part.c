@@ -13,6 +13,7 @@
 #include "../../cuda/grad_accum.cuh"
 #include "../base/check.h"
 #include "../base/common.h"
+#include "estimate.h"
 
 static double gib(double b) { return b / (1024.0 * 1024.0 * 1024.0); }
 static double now_s(void) {
@@ -154,17 +155,13 @@ ZeroPart* zp_create(const ZeroOptions* o, int num_units, const size_t* unit_nume
             if (o->tensors[i].unit == u) covered += o->tensors[i].numel;
         P->u[u].has_gaps = covered != unit_numel[u];
     }
-    // sizes
-    // a bucket's piece never exceeds a unit's part: the staging buffers need min(bucket, largest part)
-    size_t max_part = 8;
-    for (int u = 0; u < num_units; u++) max_part = T5_MAX(max_part, L->part[u]);
-    const size_t bucket = T5_MIN((size_t)T5_MAX(o->reduce_bucket_size, (int64_t)8), max_part);
+    // sizes: src/zero/estimate.c, the one source of truth (t5train estimate reads the same numbers)
+    ZeroMemEstimate E;
+    zero_estimate_layout(o, L, &E);
+    const size_t bucket = E.bucket_elems;
     P->bucket_elems = bucket;
-    size_t gpu_part = 0, cpu_part = 0, view_elems = 0;
+    const size_t gpu_part = E.gpu_numel, cpu_part = E.cpu_numel;
     for (int u = 0; u < num_units; u++) {
-        if (P->u[u].opt_cpu) cpu_part += L->part[u];
-        else gpu_part += L->part[u];
-        for (int k = 0; k < P->u[u].nviews; k++) view_elems += CEIL_DIV(P->u[u].view_numel[k], (size_t)8) * 8;
         P->u[u].bucket_first = P->num_slots;
         P->u[u].num_buckets = zero_layout_num_buckets(L, u, o->reduce_bucket_size);
         P->num_slots += P->u[u].num_buckets;
@@ -172,8 +169,8 @@ ZeroPart* zp_create(const ZeroOptions* o, int num_units, const size_t* unit_nume
     const bool x32 = P->X == DT_F32;
     const bool pin_any = o->optimizer_pin_memory || o->param_pin_memory;
     // host: master, m, v, gacc of the CPU units; their 16-bit weights (whost == wpart with offload_param)
-    size_t h_state = cpu_part * 4, h_gacc = cpu_part * P->as, h_w = x32 ? 0 : cpu_part * P->xs;
-    size_t host_total = 3 * h_state + h_gacc + h_w;
+    size_t h_state = E.host_master, h_gacc = E.host_gacc, h_w = E.host_w;
+    size_t host_total = E.host_total;
     size_t avail = host_mem_available();
     const size_t margin = (size_t)2 << 30;  // the process itself, the data, the CUDA runtime
     if (host_total + margin > avail) {
@@ -186,13 +183,11 @@ ZeroPart* zp_create(const ZeroOptions* o, int num_units, const size_t* unit_nume
         goto fail;
     }
     // device: master, m, v, gacc of the GPU units; partitions / resident weights; stage 1 gradients; views
-    size_t d_w = o->stage == 3 ? 0 : L->part_total * P->xs;  // stages 1/2: every unit resident (W = 1)
-    size_t d_wpart = 0;
-    if (o->stage == 3)
-        for (int u = 0; u < num_units; u++)
-            if (!(o->offload_param && P->u[u].opt_cpu)) d_wpart += L->part[u] * P->xs;
-    size_t d_grad = o->stage == 1 ? L->part_total * P->gs : 0;
-    size_t d_total = gpu_part * (12 + P->as) + d_w + d_wpart + d_grad + view_elems * 4;
+    size_t d_w = o->stage == 3 ? 0 : E.gpu_weights;  // stages 1/2: every unit resident (W = 1)
+    size_t d_wpart = o->stage == 3 ? E.gpu_weights : 0;
+    size_t d_grad = E.gpu_grads;
+    size_t d_total = E.gpu_resident;
+    const size_t view_elems = E.view_elems;
     {
         size_t fr = 0, tot = 0;
         CUDA_CHECK(cudaMemGetInfo(&fr, &tot));
@@ -287,9 +282,11 @@ ZeroPart* zp_create(const ZeroOptions* o, int num_units, const size_t* unit_nume
                         o->max_live_parameters, o->max_reuse_distance, o->persistence_threshold);
     P->n_micro = 1;
     P->st.host_bytes = host_total;
-    P->st.host_pinned_bytes = (o->optimizer_pin_memory ? 3 * h_state + h_gacc : 0) +
-                              ((o->offload_param ? o->param_pin_memory : pin_any) ? h_w : 0);
+    P->st.host_pinned_bytes = E.host_pinned;
     P->st.gpu_bytes = P->gpu_bytes;
+    if (P->gpu_bytes != E.gpu_resident)
+        t5_die(T5_EXIT_FAILURE, "internal: ZeRO allocated %zu GPU bytes, src/zero/estimate.c says %zu", P->gpu_bytes,
+               E.gpu_resident);
     zp_step_init(P);
     CUDA_CHECK(cudaDeviceSynchronize());
     P->st.init_s = now_s() - t0;

@@ -1,0 +1,126 @@
+/*
+ * estimate.c: the engine's byte needs as arithmetic (see estimate.h). No CUDA call.
+ */
+#include "estimate.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../cuda/grad_accum.cuh"
+#include "../base/common.h"
+
+void zero_estimate_layout(const ZeroOptions* o, const ZeroLayout* L, ZeroMemEstimate* e) {
+    memset(e, 0, sizeof *e);
+    e->stage = o->stage;
+    e->world = L->world;
+    const size_t xs = dtype_size(o->working_dtype), gs = dtype_size(o->grad_dtype), cs = dtype_size(o->comm_dtype),
+                 as = dtype_size(o->accum_dtype);
+    const bool x32 = o->working_dtype == DT_F32;
+    size_t numel_total = 0, max_part = 8;
+    for (int u = 0; u < L->num_units; u++) {
+        numel_total += L->numel[u];
+        max_part = T5_MAX(max_part, L->part[u]);
+        if (L->group_cpu[L->unit_group[u]]) e->cpu_numel += L->part[u];
+        else e->gpu_numel += L->part[u];
+        e->num_slots += zero_layout_num_buckets(L, u, o->reduce_bucket_size);
+    }
+    for (int i = 0; i < o->num_tensors; i++)
+        if (o->tensors[i].fp32_view) e->view_elems += CEIL_DIV(o->tensors[i].numel, (size_t)8) * 8;
+    // a bucket's piece never exceeds a unit's part: the staging buffers need min(bucket, largest part)
+    e->bucket_elems = T5_MIN((size_t)T5_MAX(o->reduce_bucket_size, (int64_t)8), max_part);
+    // host: master, m, v, gacc of the CPU units; their 16-bit weights (the offloaded partitions with offload_param)
+    e->host_master = e->host_m = e->host_v = e->cpu_numel * 4;
+    e->host_gacc = e->cpu_numel * as;
+    e->host_w = x32 ? 0 : e->cpu_numel * xs;
+    e->host_total = e->host_master + e->host_m + e->host_v + e->host_gacc + e->host_w;
+    const bool pin_any = o->optimizer_pin_memory || o->param_pin_memory;
+    e->host_pinned = (o->optimizer_pin_memory ? e->host_master + e->host_m + e->host_v + e->host_gacc : 0) +
+                     ((o->offload_param ? o->param_pin_memory : pin_any) ? e->host_w : 0);
+    e->host_pageable = e->host_total - e->host_pinned;
+    // device: master, m, v, gacc of the GPU units; resident weights / partitions; stage 1 gradients; views
+    e->gpu_master = e->gpu_m = e->gpu_v = e->gpu_numel * 4;
+    e->gpu_gacc = e->gpu_numel * as;
+    if (o->stage == 3) {
+        for (int u = 0; u < L->num_units; u++)
+            if (!(o->offload_param && L->group_cpu[L->unit_group[u]])) e->gpu_weights += L->part[u] * xs;
+    } else {
+        e->gpu_weights = numel_total * xs;  // stages 1/2: every unit resident (at W = 1, part_total)
+    }
+    e->gpu_grads = o->stage == 1 ? numel_total * gs : 0;
+    e->gpu_views = e->view_elems * 4;
+    e->gpu_comm = e->bucket_elems * T5_MAX(T5_MAX(as, cs), (size_t)4) +
+                  (o->comm_dtype != o->grad_dtype ? e->bucket_elems * cs : 0) +
+                  (size_t)e->num_slots * (sizeof(double) + sizeof(int)) + grad_sumsq_scratch_bytes();
+    e->gpu_resident = e->gpu_master + e->gpu_m + e->gpu_v + e->gpu_gacc + e->gpu_weights + e->gpu_grads +
+                      e->gpu_views + e->gpu_comm;
+}
+
+// stage 0: the engine's master, gradients and working copy (zero.c) and the trainer's Adam m, v (+ fp32 sum)
+static void estimate_stage0(const ZeroOptions* o, int num_units, const size_t* unit_numel, int grad_accum_steps,
+                            ZeroMemEstimate* e) {
+    memset(e, 0, sizeof *e);
+    e->world = o->world;
+    size_t n = 0;
+    for (int u = 0; u < num_units; u++) n += unit_numel[u];
+    e->gpu_numel = n;
+    e->gpu_master = e->gpu_m = e->gpu_v = n * 4;
+    e->gpu_gacc = grad_accum_steps > 1 ? n * 4 : 0;
+    e->gpu_weights = o->working_dtype == DT_F32 ? 0 : n * dtype_size(o->working_dtype);
+    e->gpu_grads = n * dtype_size(o->grad_dtype);
+    e->gpu_resident = e->gpu_master + e->gpu_m + e->gpu_v + e->gpu_gacc + e->gpu_weights + e->gpu_grads;
+}
+
+int zero_estimate(const ZeroOptions* o, int num_units, const size_t* unit_numel, int grad_accum_steps,
+                  ZeroMemEstimate* e, char* err, size_t errlen) {
+    memset(e, 0, sizeof *e);
+    if (o->stage < 0 || o->stage > 3) return t5_set_err(err, errlen, "ZeRO stage %d is not 0, 1, 2 or 3", o->stage);
+    if (o->offload_param && o->stage != 3)
+        return t5_set_err(err, errlen, "offload_param needs ZeRO stage 3 (this plan is stage %d), as in DeepSpeed",
+                          o->stage);
+    if (o->offload_optimizer && o->stage == 0)
+        return t5_set_err(err, errlen, "offload_optimizer needs ZeRO stage 1, 2 or 3");
+    if (o->stage == 0) {
+        estimate_stage0(o, num_units, unit_numel, grad_accum_steps, e);
+        return 0;
+    }
+    ZeroLayout L;
+    if (zero_layout_build(&L, o->world, o->rank, num_units, unit_numel, o->sub_group_size,
+                          o->offload_optimizer ? o->ratio : 0.0, err, errlen))
+        return -1;
+    zero_estimate_layout(o, &L, e);
+    const size_t xs = dtype_size(o->working_dtype), gs = dtype_size(o->grad_dtype);
+    // gradients in flight (stages 2/3): unit 0 (the shared embedding, held through the backward when tied; the
+    // first unit asked for otherwise) plus two of the largest other unit
+    if (o->stage >= 2) {
+        size_t max_other = 0;
+        for (int u = 1; u < num_units; u++) max_other = T5_MAX(max_other, unit_numel[u]);
+        e->gpu_grad_peak = (unit_numel[0] + 2 * max_other) * gs;
+    }
+    if (o->stage == 3) {
+        if (!o->trace || o->trace_len <= 0) {
+            zero_layout_free(&L);
+            return t5_set_err(err, errlen, "ZeRO estimate: stage 3 needs the model's fetch trace");
+        }
+        ZeroSched S;
+        zero_sched_init(&S, num_units, L.numel, o->trace, o->trace_len, o->prefetch_bucket_size,
+                        o->max_live_parameters, o->max_reuse_distance, o->persistence_threshold);
+        ZeroSchedAction* acts = malloc_check(((size_t)num_units + 2) * sizeof *acts);
+        for (int i = 0; i < o->trace_len; i++) {
+            zero_sched_fetch(&S, o->trace[i], acts, num_units + 2);
+            zero_sched_release(&S, o->trace[i], acts, num_units + 2);
+        }
+        size_t persistent = 0;
+        for (int u = 0; u < num_units; u++)
+            if (S.persistent[u]) persistent += L.numel[u];
+        e->peak_live_elems = S.peak_live;
+        e->gpu_gathered_peak = ((size_t)S.peak_live + persistent) * xs;
+        free(acts);
+        zero_sched_free(&S);
+    }
+    zero_layout_free(&L);
+    return 0;
+}
+
+size_t zero_estimate_gpu_peak(const ZeroMemEstimate* e) {
+    return e->gpu_resident + e->gpu_gathered_peak + e->gpu_grad_peak;
+}

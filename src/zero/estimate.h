@@ -1,0 +1,73 @@
+/*
+ * estimate.h: the ZeRO engine's memory needs as pure arithmetic (no CUDA call), the one source of truth for
+ * the sizes: zp_create (part.c) allocates exactly the buffers zero_estimate_layout names, and `t5train
+ * estimate` / the automatic plan (issue 17) read the same numbers before anything is allocated.
+ *
+ * What is counted, per rank (this rank's layout, plan.h):
+ *   creation time (zp_create / zero_create_ex + the trainer's stage 0 Adam state): fp32 master, Adam m, v and
+ *     accumulated gradients of the GPU-stepped partitions; the 16-bit weights kept on the GPU (stage 0 working
+ *     copy, stage 1/2 every unit resident, stage 3 the partitions not offloaded); the stage 0/1 resident
+ *     gradients; the fp32 views; the gradient staging, comm bucket and norm slots; on the host the master,
+ *     m, v, accumulated gradients and 16-bit weights of the CPU-stepped units (pinned or pageable).
+ *   run time (stage 2/3, from the stream-ordered pool): stage 3's gathered units at the peak of one simulated
+ *     forward + backward along the schedule (plan.c, the same state machine gather.c follows) and the
+ *     gradient buffers in flight during the backward (the shared unit's, held through the backward when the
+ *     embedding is tied, plus two of the largest other unit: one being written, one being reduced on the
+ *     gradient stream).
+ * Not counted here: activations (model/t5.h t5_model_activation_bytes_for), the CUDA context and cuBLASLt
+ * workspace (the caller adds them).
+ */
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../../model/zero.h"
+#include "plan.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    int stage, world;
+    // optimizer elements of this rank's partition stepped by the GPU and by the CPU
+    size_t gpu_numel, cpu_numel;
+    size_t view_elems;        // fp32 view elements (each view rounded up to 8)
+    size_t bucket_elems;      // gradient staging buffer elements: min(reduce_bucket_size, largest part)
+    int num_slots;            // reduce buckets over all units (norm slots)
+    // GPU, allocated at creation
+    size_t gpu_master, gpu_m, gpu_v;  // fp32 (stage 0: the engine's master and the trainer's Adam m, v)
+    size_t gpu_gacc;          // accumulated gradient partitions (stage 0: the trainer's fp32 sum, only with
+                              // gradient accumulation)
+    size_t gpu_weights;       // 16-bit weights resident (stage 0: the working copy, none in fp32; 1/2: every
+                              // unit; 3: the partitions that stay on the GPU)
+    size_t gpu_grads;         // resident gradients (stage 0 and 1)
+    size_t gpu_views;         // fp32 views (stages 1-3)
+    size_t gpu_comm;          // gradient staging, comm-dtype bucket, norm slots, flags and scratch
+    size_t gpu_resident;      // the sum above: what zp_create allocates (stage 0: zero_create_ex + trainer)
+    // GPU at run time, from the stream-ordered pool
+    size_t gpu_gathered_peak; // stage 3: gathered units at the schedule's peak (persistent units included)
+    size_t gpu_grad_peak;     // stages 2/3: per-unit gradient buffers in flight
+    int64_t peak_live_elems;  // stage 3: the schedule's peak of live non-persistent elements
+    // host, allocated at creation
+    size_t host_master, host_m, host_v, host_gacc, host_w;
+    size_t host_total, host_pinned, host_pageable;
+} ZeroMemEstimate;
+
+// The creation-time sizes for options o over a built layout L (the one zp_create builds): everything above
+// except the run-time peaks. Reads o->tensors (fp32 views). Used by zp_create for its checks and buffers.
+void zero_estimate_layout(const ZeroOptions* o, const ZeroLayout* L, ZeroMemEstimate* e);
+
+// Everything: builds this rank's layout (o->world, o->rank; any world size) and, at stage 3, simulates one
+// forward + backward over o->trace with the schedule's limits. Stage 0 includes the trainer's Adam m, v and,
+// when grad_accum_steps > 1, its fp32 accumulation buffer. Returns 0, or -1 with a message (bad options).
+int zero_estimate(const ZeroOptions* o, int num_units, const size_t* unit_numel, int grad_accum_steps,
+                  ZeroMemEstimate* e, char* err, size_t errlen);
+
+// GPU bytes at the peak of a step (resident + run-time peaks).
+size_t zero_estimate_gpu_peak(const ZeroMemEstimate* e);
+
+#ifdef __cplusplus
+}
+#endif
