@@ -12,3 +12,5 @@ int tokenize_main(int argc, char** argv);
 int bleu_main(int argc, char** argv);
 // ./t5train dump-grads --model DIR --batch FILE.json --out FILE.safetensors [--dtype fp32|fp16|bf16] (src/cli/dump_grads.c)
 int dump_grads_main(int argc, char** argv);
+// ./t5train estimate --model NAME|DIR [--num_gpus N] [--batch N] ... (src/cli/estimate_cmd.c, planner.c)
+int estimate_main(int argc, char** argv);

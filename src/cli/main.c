@@ -22,6 +22,7 @@ static const Subcommand SUBCOMMANDS[] = {
     {"tokenize", tokenize_main, "print the token ids HF would give each input line (or --decode ids)"},
     {"bleu", bleu_main, "corpus BLEU of a hypothesis file against reference files, as sacrebleu"},
     {"dump-grads", dump_grads_main, "one forward+backward on a JSON batch; write loss, logits, grads"},
+    {"estimate", estimate_main, "memory per ZeRO plan (GPU, host), fits here?, step time; DeepSpeed's numbers"},
 };
 
 static void print_usage(void) {

@@ -1,0 +1,95 @@
+/*
+ * planner.h: the memory planner of issue 17, pure arithmetic (no CUDA call, CPU-tested).
+ *
+ * For a model shape, a batch shape and the ZeRO knobs, one row per plan (stage 0..3, each offload, ratio
+ * steps) with the GPU bytes per rank and the host bytes per node that the engine (src/zero/estimate.c: the
+ * same sizes zp_create allocates), the model's activation arena (t5_model_activation_bytes_for) and the
+ * fixed workspace need; whether it fits a machine; a predicted step time from measured rates (planner.c says
+ * which); DeepSpeed's own estimator for the same model. `t5train estimate` prints the table; the automatic
+ * plan (`"stage": "auto"`, `--zero_plan auto`) picks the fastest row that fits.
+ */
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#include "../../model/t5_config.h"
+#include "../../model/zero.h"
+
+#define PLANNER_MAX_ROWS 64
+// CUDA context + cuBLASLt handle: an allowance, not a measurement of this build (the workspace is counted apart)
+#define PLANNER_CONTEXT_BYTES ((size_t)512 << 20)
+// the host the process needs beside the engine's buffers (the engine's own check keeps the same 2 GiB)
+#define PLANNER_HOST_MARGIN_BYTES ((size_t)2 << 30)
+
+typedef struct {
+    T5Config model;
+    DType dtype;             // the run dtype (fp32, fp16, bf16)
+    DType grad_dtype;        // gradients / grad_accum_dtype (dtype, or fp32)
+    int batch;               // micro-batch per GPU (the largest batch the run feeds)
+    int src_len, tgt_len;    // token lengths the activations are sized for
+    bool gradient_checkpointing;
+    int grad_accum_steps;
+    int gpus_per_node, num_nodes;
+    ZeroOptions knobs;       // bucket sizes, sub_group_size, stage 3 limits, pin_memory (stage/offload/ratio ignored)
+} PlanInput;
+
+typedef struct {
+    int stage;
+    bool off_opt, off_param;
+    double ratio;            // offload_optimizer.ratio (1 without offload_optimizer)
+    // GPU per rank (bytes)
+    size_t g_params;         // 16-bit weights resident + gathered at the stage 3 peak, fp32 views
+    size_t g_grads;          // resident / accumulated / in-flight gradients
+    size_t g_optim;          // fp32 master, Adam m, v on the GPU
+    size_t g_comm;           // gradient staging, comm bucket, norm slots
+    size_t g_act;            // the activation arena
+    size_t g_work;           // cuBLASLt workspace, attention pointer arrays, CUDA context allowance
+    size_t g_total;
+    // host per node (bytes): the engine's buffers of every rank of the node
+    size_t h_pinned, h_pageable, h_total;
+    size_t cpu_numel;        // optimizer elements stepped by the CPU (per rank)
+    double h2d_bytes, d2h_bytes;  // PCIe traffic per optimizer step (per rank)
+    double step_s;           // predicted seconds per optimizer step; < 0: no measured rate applies
+    bool fits;
+    char why[200];           // why it does not fit (empty when it fits or was not checked)
+} PlanRow;
+
+// The table: stage 0; stages 1, 2: no offload, offload_optimizer ratio 0.25 / 0.5 / 0.75 / 1; stage 3: the same
+// and offload_param with each ratio. ratio_step: the ratio grid (0.25 for the table; the automatic plan
+// passes a finer one). Returns the number of rows, or -1 with a message.
+int planner_table(const PlanInput* in, double ratio_step, PlanRow* rows, int cap, char* err, size_t errlen);
+// One row for one plan (stage, offloads, ratio). Returns 0 or -1 with a message.
+int planner_row(const PlanInput* in, int stage, bool off_opt, bool off_param, double ratio, PlanRow* r, char* err,
+                size_t errlen);
+
+// Marks each row fits or not: GPU total * (1 + margin) <= gpu_free (have_gpu false: no GPU known, nothing fits),
+// host per node + PLANNER_HOST_MARGIN_BYTES <= host_avail.
+void planner_fit(PlanRow* rows, int n, bool have_gpu, size_t gpu_free, size_t host_avail, double margin);
+// The fastest row that fits (ties: less GPU memory); -1 when none fits.
+int planner_choose(const PlanRow* rows, int n);
+// "stage 3, offload_optimizer cpu (ratio 0.5), offload_param cpu" style name.
+void planner_row_name(const PlanRow* r, char* buf, size_t len);
+
+// DeepSpeed's estimator (deepspeed/runtime/zero/stage3.py estimate_zero3_model_states_mem_needs and
+// stage_1_and_2.py estimate_zero2_model_states_mem_needs, additional_buffer_factor 1.5), for the same model:
+// total_params counts the tied embedding once; largest_layer_params is the largest module's own parameters
+// (the embedding / lm_head V x D, or a feed-forward matrix when larger).
+typedef struct {
+    const char* options;     // DeepSpeed's option string
+    double cpu_bytes, gpu_bytes;
+} DsEstimateRow;
+size_t planner_ds_total_params(const T5Config* c);
+size_t planner_ds_largest_layer(const T5Config* c);
+// zero3: 6 rows in DeepSpeed's order (offload_param cpu/offload_optimizer cpu, zero_init 1 and 0; offload_param
+// none/offload_optimizer cpu; none/none); zero2: 2 rows (offload_optimizer cpu; none). Returns the rows written.
+int planner_ds_zero3(const T5Config* c, int gpus_per_node, int num_nodes, DsEstimateRow* out);
+int planner_ds_zero2(const T5Config* c, int gpus_per_node, int num_nodes, DsEstimateRow* out);
+
+// The predicted compute time of forward + backward + GPU optimizer for one micro-batch (seconds), from the two
+// measured stage 0 step times (planner.c). Exposed for the tests.
+double planner_compute_s(const PlanInput* in);
+
+// Prints the table (and DeepSpeed's numbers) the way `t5train estimate` shows it.
+void planner_print(FILE* f, const PlanInput* in, const PlanRow* rows, int n, bool have_gpu, size_t gpu_free,
+                   size_t host_avail);
