@@ -15,7 +15,9 @@
 
 #include "../src/base/common.h"
 #include "../src/launch/launch_env.h"
+#include "../src/launch/local_launch.h"
 #include "../src/launch/rendezvous.h"
+#include <time.h>
 
 // ---------------------------------------------------------------------------------------------
 // environment
@@ -397,6 +399,139 @@ static void test_rdv_liveness(void** state) {
     }
 }
 
+
+// ---------------------------------------------------------------------------------------------
+// t5train --num_gpus N: the local launcher
+
+static double wall(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void test_local_launch_env(void** state) {
+    (void)state;
+    char* out = t5_path_join(t5test_tmpdir(), "ranks.txt");
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "echo \"rank=$RANK world=$WORLD_SIZE local=$LOCAL_RANK lw=$LOCAL_WORLD_SIZE addr=$MASTER_ADDR "
+             "port=$MASTER_PORT run=${T5TRAIN_RUN_ID:+set}\" >> %s",
+             out);
+    char* argv[] = {"sh", "-c", cmd, NULL};
+    LocalLaunchOptions o = {.nprocs = 3, .master_port = 29555, .quiet = 1};
+    char err[256] = "";
+    assert_int_equal(local_launch(&o, argv, err, sizeof err), 0);
+    char got[4096];
+    assert_int_equal(t5test_run(got, sizeof got, "sort %s", out), 0);
+    assert_string_equal(got,
+                        "rank=0 world=3 local=0 lw=3 addr=127.0.0.1 port=29555 run=set\n"
+                        "rank=1 world=3 local=1 lw=3 addr=127.0.0.1 port=29555 run=set\n"
+                        "rank=2 world=3 local=2 lw=3 addr=127.0.0.1 port=29555 run=set\n");
+    // every rank parses its environment as one rank of three
+    char* envf = t5_path_join(t5test_tmpdir(), "env.txt");
+    snprintf(cmd, sizeof cmd, "env | grep -E '^(RANK|WORLD_SIZE|LOCAL_RANK|MASTER_ADDR|MASTER_PORT)=' | sort | tr '\\n' ' ' >> %s; echo >> %s", envf, envf);
+    o.master_port = 0;  // a free port
+    assert_int_equal(local_launch(&o, argv, err, sizeof err), 0);
+    FILE* f = fopen(envf, "r");
+    assert_non_null(f);
+    char line[1024];
+    int seen = 0;
+    while (fgets(line, sizeof line, f)) {
+        const char* envp[8] = {0};
+        int k = 0;
+        for (char* t = strtok(line, " \n"); t && k < 7; t = strtok(NULL, " \n")) envp[k++] = t;
+        LaunchEnv e;
+        assert_int_equal(launch_env_parse(&e, envp, err, sizeof err), 0);
+        assert_int_equal(e.world_size, 3);
+        assert_true(e.have_master);
+        assert_true(e.master_port > 0);
+        seen |= 1 << e.rank;
+    }
+    fclose(f);
+    assert_int_equal(seen, 7);
+    free(out);
+    free(envf);
+}
+
+static void test_local_launch_first_failure(void** state) {
+    (void)state;
+    // rank 1 fails with 7 at once; the others would sleep 30 s: they are stopped, the launcher exits 7
+    char* argv[] = {"sh", "-c", "if [ \"$RANK\" = 1 ]; then exit 7; fi; sleep 30", NULL};
+    LocalLaunchOptions o = {.nprocs = 4, .quiet = 1};
+    char err[256] = "";
+    double t0 = wall();
+    assert_int_equal(local_launch(&o, argv, err, sizeof err), 7);
+    assert_true(wall() - t0 < 10);
+    // a rank that ignores SIGTERM is killed after the grace time; the code stays the first failure's
+    char* argv2[] = {"sh", "-c", "if [ \"$RANK\" = 0 ]; then exit 3; fi; trap '' TERM; sleep 30", NULL};
+    o.grace_s = 1;
+    t0 = wall();
+    assert_int_equal(local_launch(&o, argv2, err, sizeof err), 3);
+    assert_true(wall() - t0 < 10);
+    // a rank killed by a signal: 128 + signal
+    char* argv3[] = {"sh", "-c", "if [ \"$RANK\" = 2 ]; then kill -KILL $$; fi; sleep 30", NULL};
+    assert_int_equal(local_launch(&o, argv3, err, sizeof err), 128 + 9);
+    // a command that does not exist: 127 from the rank
+    char* argv4[] = {"/nonexistent/t5train-nope", NULL};
+    o.nprocs = 2;
+    assert_int_equal(local_launch(&o, argv4, err, sizeof err), 127);
+}
+
+static void test_local_launch_forwards_signals(void** state) {
+    (void)state;
+    // the launcher (a forked child here) gets SIGTERM: every rank receives it once and ends its own way
+    char* dir = t5_path_join(t5test_tmpdir(), "sig");
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "mkdir -p %s; trap 'echo term >> %s/r$RANK; exit 5' TERM; touch %s/up$RANK; "
+             "for i in $(seq 300); do sleep 0.1; done", dir, dir, dir);
+    char* argv[] = {"sh", "-c", cmd, NULL};
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        LocalLaunchOptions o = {.nprocs = 2, .quiet = 1};
+        char err[256];
+        _exit(local_launch(&o, argv, err, sizeof err));
+    }
+    char out[256];
+    for (int k = 0; k < 100; k++) {
+        if (t5test_run(out, sizeof out, "test -e %s/up0 && test -e %s/up1", dir, dir) == 0) break;
+        usleep(50 * 1000);
+    }
+    kill(pid, SIGTERM);
+    int st;
+    waitpid(pid, &st, 0);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 5);
+    assert_int_equal(t5test_run(out, sizeof out, "cat %s/r0 %s/r1", dir, dir), 0);
+    assert_string_equal(out, "term\nterm\n");  // once each, not twice
+    free(dir);
+}
+
+static void test_local_launch_flags(void** state) {
+    (void)state;
+    char a0[] = "t5train", a1[] = "--num_gpus", a2[] = "4", a3[] = "--config", a4[] = "x.json", a5[] = "--master_port=3000";
+    char* argv[] = {a0, a1, a2, a3, a4, a5, NULL};
+    LocalLaunchOptions o;
+    char err[256] = "";
+    assert_int_equal(local_launch_take_flags(6, argv, &o, err, sizeof err), 3);
+    assert_int_equal(o.nprocs, 4);
+    assert_int_equal(o.master_port, 3000);
+    assert_string_equal(argv[0], "t5train");
+    assert_string_equal(argv[1], "--config");
+    assert_string_equal(argv[2], "x.json");
+    assert_null(argv[3]);
+    const char* bad[][3] = {{"--num_gpus", "0", "1 .. 1024 (got 0)"}, {"--num_gpus=x", NULL, "(got x)"},
+                            {"--num_gpus", NULL, "(got nothing)"}, {"--master_port=99999", NULL, "(got 99999)"},
+                            {"--master_port=1234", NULL, "give --num_gpus too"}};
+    for (size_t i = 0; i < T5_ARRAY_LEN(bad); i++) {
+        char* v[4] = {a0, (char*)bad[i][0], (char*)bad[i][1], NULL};
+        int n = bad[i][1] ? 3 : 2;
+        err[0] = 0;
+        assert_int_equal(local_launch_take_flags(n, v, &o, err, sizeof err), -1);
+        if (!strstr(err, bad[i][2])) fail_msg("case %zu: %s", i, err);
+    }
+}
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
@@ -410,6 +545,10 @@ int main(void) {
         cmocka_unit_test(test_rdv_missing_rank),
         cmocka_unit_test(test_rdv_refusals),
         cmocka_unit_test(test_rdv_liveness),
+        cmocka_unit_test(test_local_launch_env),
+        cmocka_unit_test(test_local_launch_first_failure),
+        cmocka_unit_test(test_local_launch_forwards_signals),
+        cmocka_unit_test(test_local_launch_flags),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
