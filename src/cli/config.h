@@ -300,6 +300,7 @@ typedef struct {
     bool fp16, bf16;
     bool fp16_full_eval, bf16_full_eval;
     bool gradient_checkpointing;
+    char zero_plan[16];                 // "auto": the memory planner picks the ZeRO plan (issue 17)
     int64_t local_rank;
     bool dataloader_drop_last;
     int64_t dataloader_num_workers;

@@ -168,6 +168,13 @@ static int resolve_deepspeed(RunConfig* c, char* err, size_t n) {
 
     // trainer_config_finalize: the d_model-based sizes
     DsZero* z = &ds->zero_optimization;
+    // "stage": "auto" (issue 17): the planner picks the plan at run time (run.c); meanwhile stage 3, so that the
+    // stage 3 sizes resolve and any offload section passes the cross-key checks
+    if (c->src[config_key_index("deepspeed.zero_optimization.stage")] == CONFIG_SRC_AUTO ||
+        strcmp(c->zero_plan, "auto") == 0) {
+        z->stage = 3;
+        snprintf(c->zero_plan, sizeof c->zero_plan, "auto");
+    }
     const char* hkeys[] = {"deepspeed.zero_optimization.reduce_bucket_size",
                            "deepspeed.zero_optimization.stage3_prefetch_bucket_size",
                            "deepspeed.zero_optimization.stage3_param_persistence_threshold"};
@@ -290,6 +297,9 @@ int config_resolve(RunConfig* c, char* err, size_t n) {
         c->src[kdt] = CONFIG_SRC_DERIVED;
         add_note(c, "none of do_train/do_eval/do_predict given: do_train implied");
     }
+    if (c->zero_plan[0] && strcmp(c->zero_plan, "auto") != 0)
+        return t5_errf(err, n, T5_EXIT_USAGE, "zero_plan \"%s\": the one value is \"auto\" (the memory planner)",
+                       c->zero_plan);
     if (!c->model_name_or_path[0])
         return t5_errf(err, n, T5_EXIT_USAGE, "model_name_or_path is required (--model_name_or_path NAME|DIR or --model)");
     if (!c->output_dir[0]) return t5_errf(err, n, T5_EXIT_USAGE, "output_dir must not be empty");

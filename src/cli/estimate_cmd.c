@@ -58,7 +58,7 @@ static void knobs_from_config(const RunConfig* c, const T5Config* m, DType dtype
     zo->reduce_bucket_size = (int64_t)m->d_model * m->d_model;
     zo->prefetch_bucket_size = (int64_t)(0.9 * (double)m->d_model * m->d_model);
     zo->persistence_threshold = 10 * (int64_t)m->d_model;
-    if (!c->has_deepspeed) return;
+    // the deepspeed fields hold DeepSpeed's defaults when the job has no deepspeed section
     const DsZero* z = &c->ds.zero_optimization;
     zo->optimizer_pin_memory = z->offload_optimizer.pin_memory;
     zo->param_pin_memory = z->offload_param.pin_memory;

@@ -137,6 +137,16 @@ int planner_row(const PlanInput* in, int stage, bool off_opt, bool off_param, do
         const double cpu = (double)e.cpu_numel;
         r->h2d_bytes = (off_param ? 2.0 * gas * cpu * xs : cpu * xs) + (gas - 1.0) * cpu * as;
         r->d2h_bytes = gas * cpu * as;
+        // offloaded gradients wait for their copy to the host before their buffer is freed: when the backward
+        // (about 2/3 of a step's compute) produces them faster than PCIe drains them, the difference piles up
+        if (e.cpu_numel > 0 && stage >= 2) {
+            const double bwd = planner_compute_s(in) * 2.0 / 3.0, d2h = cpu * as / MEASURED_PCIE_BYTES_PER_S;
+            if (d2h > bwd) {
+                const size_t pile = (size_t)(cpu * as * (1.0 - bwd / d2h));
+                r->g_grads += pile;
+                r->g_total += pile;
+            }
+        }
         if (o.world == 1) {
             const double compute = planner_compute_s(in) * gas;
             const double adam = MEASURED_ADAM_S_PER_1E9 * cpu / 1e9;

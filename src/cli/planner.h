@@ -16,7 +16,7 @@
 #include "../../model/t5_config.h"
 #include "../../model/zero.h"
 
-#define PLANNER_MAX_ROWS 64
+#define PLANNER_MAX_ROWS 128
 // CUDA context + cuBLASLt handle: an allowance, not a measurement of this build (the workspace is counted apart)
 #define PLANNER_CONTEXT_BYTES ((size_t)512 << 20)
 // the host the process needs beside the engine's buffers (the engine's own check keeps the same 2 GiB)
@@ -93,3 +93,18 @@ double planner_compute_s(const PlanInput* in);
 // Prints the table (and DeepSpeed's numbers) the way `t5train estimate` shows it.
 void planner_print(FILE* f, const PlanInput* in, const PlanRow* rows, int n, bool have_gpu, size_t gpu_free,
                    size_t host_avail);
+
+// The automatic plan: the rows over a 0.05 ratio grid fitted with `margin`; the index of the fastest that fits
+// (-1: none; *nrows 0 and a message when the input is bad). With log: the choice and, for each faster plan
+// family, why it was rejected.
+int planner_auto_choose(const PlanInput* in, bool have_gpu, size_t gpu_free, size_t host_avail, double margin,
+                        PlanRow* rows, int cap, int* nrows, FILE* log, char* err, size_t errlen);
+// `"stage": "auto"` / `--zero_plan auto` for a run: in (without knobs) describes the run; zo holds the run's
+// zero_optimization knobs and receives the chosen stage, offloads and ratio. Asks CUDA for the free GPU memory
+// and host_mem_available(); prints the choice; exits with a sentence when no plan fits.
+void planner_auto_apply(PlanInput* in, ZeroOptions* zo);
+
+#include "config.h"
+#include "../train/trainer.h"
+// run.c: `"stage": "auto"` / `--zero_plan auto` applied to the run's TrainerArgs (its zero options).
+void planner_auto_run(const RunConfig* c, TrainerArgs* a);

@@ -25,6 +25,7 @@
 #include "../../model/model_lookup.h"
 #include "commands.h"
 #include "../base/common.h"
+#include "planner.h"
 #include "config.h"
 #include "fetch_inputs.h"
 #include "../train/trainer.h"
@@ -613,6 +614,7 @@ int run_main(int argc, char** argv) {
         t5_die_hint(T5_EXIT_USAGE, "add --do_train, --do_eval and/or --do_predict",
                     "nothing to do: none of do_train, do_eval, do_predict");
     run_build_trainer_args(c, &targs);
+    if (strcmp(c->zero_plan, "auto") == 0) planner_auto_run(c, &targs);  // issue 17: before anything is created
     run_preflight(c, &targs);
     if (c->dry_run) {
         for (int i = 0; i < preflight_count; i++) printf("dry run: checked %s\n", preflight_done[i]);
