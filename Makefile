@@ -123,6 +123,14 @@ NVOPT += $(NVCC_COMPRESS)
 DEFS := -D_GNU_SOURCE -DT5_GPU_ARCH=\"$(GPU_ARCH)\"
 ifeq ($(HAVE_MPI),1)
   DEFS += -DT5_HAVE_MPI=1
+  # src/launch/mpi_boot.c: mpicc's own flags, or MPI_HOME's include/lib
+  ifneq ($(MPI_HOME),)
+    MPI_CFLAGS ?= -I$(MPI_HOME)/include
+    MPI_LIBS   ?= -L$(MPI_HOME)/lib -Wl,-rpath,$(MPI_HOME)/lib -lmpi
+  else
+    MPI_CFLAGS ?= $(shell mpicc --showme:compile 2>/dev/null)
+    MPI_LIBS   ?= $(shell mpicc --showme:link 2>/dev/null)
+  endif
 endif
 # libcurl / libarchive: headers only (types and constants); the libraries are dlopen'ed on first use
 # (src/download/dynlib.c, docs/download.md "Linking"), so no link flags
@@ -135,11 +143,11 @@ ifeq ($(HAVE_ARCHIVE),1)
   PKG_DL_CFLAGS += $(shell $(PKG_CONFIG) --cflags libarchive 2>/dev/null)
 endif
 
-CFLAGS   := -std=gnu11 $(OPT) -Wall -Wextra -fopenmp $(DEFS) $(INCLUDES) $(PKG_CFLAGS) $(PKG_DL_CFLAGS)
+CFLAGS   := -std=gnu11 $(OPT) -Wall -Wextra -fopenmp $(DEFS) $(INCLUDES) $(PKG_CFLAGS) $(PKG_DL_CFLAGS) $(MPI_CFLAGS)
 CXXFLAGS := -std=c++17 $(OPT) -Wall -Wextra -fopenmp $(DEFS) $(INCLUDES) $(PKG_CFLAGS) $(PKG_DL_CFLAGS)
 NVCCFLAGS := -std=c++17 $(NVOPT) $(NVCC_GENCODE) $(DEFS) $(INCLUDES) -Xcompiler -Wall
 LDFLAGS  := -L$(CUDA_HOME)/lib64 -L$(NCCL_HOME)/lib64 -L$(NCCL_HOME)/lib -Wl,-rpath,$(CUDA_HOME)/lib64
-LDLIBS   := -lcudart -lcublasLt -lcublas -lnccl $(PKG_LIBS) -fopenmp -lm -lpthread -ldl -lrt
+LDLIBS   := -lcudart -lcublasLt -lcublas -lnccl $(PKG_LIBS) $(MPI_LIBS) -fopenmp -lm -lpthread -ldl -lrt
 
 # ---------------------------------------------------------------------------------------------
 # sources: every file of every room is built (docs/layout.md: src/base, cuda, model, data, src/zero,

@@ -429,14 +429,17 @@ static void test_local_launch_env(void** state) {
                         "rank=2 world=3 local=2 lw=3 addr=127.0.0.1 port=29555 run=set\n");
     // every rank parses its environment as one rank of three
     char* envf = t5_path_join(t5test_tmpdir(), "env.txt");
-    snprintf(cmd, sizeof cmd, "env | grep -E '^(RANK|WORLD_SIZE|LOCAL_RANK|MASTER_ADDR|MASTER_PORT)=' | sort | tr '\\n' ' ' >> %s; echo >> %s", envf, envf);
+    snprintf(cmd, sizeof cmd, "env | grep -E '^(RANK|WORLD_SIZE|LOCAL_RANK|MASTER_ADDR|MASTER_PORT)=' | sort | tr '\\n' ' ' > %s.$RANK", envf);
     o.master_port = 0;  // a free port
     assert_int_equal(local_launch(&o, argv, err, sizeof err), 0);
-    FILE* f = fopen(envf, "r");
-    assert_non_null(f);
-    char line[1024];
     int seen = 0;
-    while (fgets(line, sizeof line, f)) {
+    for (int rk = 0; rk < 3; rk++) {
+        char fn[512], line[1024];
+        snprintf(fn, sizeof fn, "%s.%d", envf, rk);
+        FILE* f = fopen(fn, "r");
+        assert_non_null(f);
+        assert_non_null(fgets(line, sizeof line, f));
+        fclose(f);
         const char* envp[8] = {0};
         int k = 0;
         for (char* t = strtok(line, " \n"); t && k < 7; t = strtok(NULL, " \n")) envp[k++] = t;
@@ -447,7 +450,6 @@ static void test_local_launch_env(void** state) {
         assert_true(e.master_port > 0);
         seen |= 1 << e.rank;
     }
-    fclose(f);
     assert_int_equal(seen, 7);
     free(out);
     free(envf);
@@ -532,6 +534,82 @@ static void test_local_launch_flags(void** state) {
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// the binary: t5train --num_gpus N launch-check --no_nccl, under mpirun, and its errors
+
+// three lines "rank R of 3, local rank R of 3, ..., id hash H" with one H
+static void check_three(const char* out, const char* via) {
+    const char* h0 = NULL;
+    for (int r = 0; r < 3; r++) {
+        char want[64];
+        snprintf(want, sizeof want, "rank %d of 3, local rank %d of 3,", r, r);
+        const char* p = strstr(out, want);
+        if (!p) fail_msg("no '%s' in:\n%s", want, out);
+        const char* v = strstr(p, via);
+        const char* h = strstr(p, "id hash ");
+        assert_non_null(v);
+        assert_non_null(h);
+        if (!h0) h0 = h;
+        assert_memory_equal(h, h0, 24);
+    }
+}
+
+static void test_binary_num_gpus(void** state) {
+    (void)state;
+    char out[8192];
+    int rc = t5test_run(out, sizeof out, "%s --num_gpus 3 launch-check --no_nccl", t5test_bin());
+    if (rc != 0) fail_msg("rc %d:\n%s", rc, out);
+    check_three(out, "id via tcp");
+    // torchrun-style variables by hand, with the ranks started apart
+    int port = free_port();
+    rc = t5test_run(out, sizeof out,
+                    "for r in 2 1 0; do RANK=$r WORLD_SIZE=3 LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=%d "
+                    "%s launch-check --no_nccl & sleep 0.2; done; wait",
+                    port, t5test_bin());
+    check_three(out, "id via tcp");
+    // srun-style variables by hand (no Slurm)
+    port = free_port();
+    rc = t5test_run(out, sizeof out,
+                    "for r in 0 1 2; do SLURM_PROCID=$r SLURM_NTASKS=3 SLURM_LOCALID=$r MASTER_ADDR=localhost "
+                    "MASTER_PORT=%d %s launch-check --no_nccl & done; wait",
+                    port, t5test_bin());
+    check_three(out, "id via tcp");
+    // errors: one line each, non-zero exit
+    struct { const char* cmd; int code; const char* msg; } bad[] = {
+        {"%s --num_gpus 0 --do_train", 2, "t5train: error: --num_gpus needs a number of ranks, 1 .. 1024 (got 0)"},
+        {"RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 %s --num_gpus 2 --do_train", 2, "t5train: error: --num_gpus 2 inside rank 0 of 2"},
+        {"RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 %s launch-check --no_nccl", 1,
+         "t5train: error: 2 ranks started by torchrun-style variables (RANK/WORLD_SIZE), but MASTER_ADDR and MASTER_PORT are not set"},
+        {"RANK=1 WORLD_SIZE=2 %s launch-check --no_nccl", 2, "t5train: error: RANK and WORLD_SIZE are set but LOCAL_RANK is not"},
+        {"T5TRAIN_RENDEZVOUS_TIMEOUT=1 RANK=0 WORLD_SIZE=3 LOCAL_RANK=0 MASTER_ADDR=localhost MASTER_PORT=1 %s launch-check --no_nccl", 1,
+         "t5train: error: rendezvous"},
+        {"T5TRAIN_RENDEZVOUS_TIMEOUT=x RANK=0 WORLD_SIZE=3 LOCAL_RANK=0 MASTER_ADDR=localhost MASTER_PORT=29999 %s launch-check --no_nccl", 1,
+         "t5train: error: bad T5TRAIN_RENDEZVOUS_TIMEOUT=x"},
+        {"%s launch-check --bogus", 2, "t5train: error: launch-check: unknown argument '--bogus'"},
+    };
+    for (size_t i = 0; i < T5_ARRAY_LEN(bad); i++) {
+        char cmd[512];
+        snprintf(cmd, sizeof cmd, bad[i].cmd, t5test_bin());
+        rc = t5test_run(out, sizeof out, "%s", cmd);
+        if (rc != bad[i].code || !strstr(out, bad[i].msg)) fail_msg("case %zu: rc %d:\n%s", i, rc, out);
+        // exactly one error line
+        int lines = 0;
+        for (const char* p = out; (p = strstr(p, "t5train: error:")); p++) lines++;
+        if (lines != 1) fail_msg("case %zu: %d error lines:\n%s", i, lines, out);
+    }
+}
+
+static void test_binary_mpirun(void** state) {
+    (void)state;
+    char out[8192];
+    if (t5test_run(out, sizeof out, "command -v mpirun && mpirun --version | grep -q 'Open MPI'") != 0) skip();
+    int rc = t5test_run(out, sizeof out, "mpirun --allow-run-as-root --oversubscribe -np 3 %s launch-check --no_nccl",
+                        t5test_bin());
+    if (rc != 0) fail_msg("rc %d:\n%s", rc, out);
+    // with an MPI build the id travels by MPI_Bcast; without, mpirun needs MASTER_ADDR/PORT (refused above)
+    check_three(out, strstr(out, "via mpi") ? "id via mpi" : "id via tcp");
+}
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
@@ -549,6 +627,8 @@ int main(void) {
         cmocka_unit_test(test_local_launch_first_failure),
         cmocka_unit_test(test_local_launch_forwards_signals),
         cmocka_unit_test(test_local_launch_flags),
+        cmocka_unit_test(test_binary_num_gpus),
+        cmocka_unit_test(test_binary_mpirun),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -14,3 +14,9 @@ int bleu_main(int argc, char** argv);
 int dump_grads_main(int argc, char** argv);
 // ./t5train estimate --model NAME|DIR [--num_gpus N] [--batch N] ... (src/cli/estimate_cmd.c, planner.c)
 int estimate_main(int argc, char** argv);
+// ./t5train --num_gpus N [--master_port P] ARGS...: N ranks of `t5train ARGS...` on this host (src/cli/launch_cmd.c)
+#include <stdbool.h>
+bool launch_num_gpus_given(int argc, char** argv);
+int launch_main(int argc, char** argv);
+// ./t5train launch-check [--no_nccl]: each rank bootstraps and prints its place (src/cli/launch_cmd.c)
+int launch_check_main(int argc, char** argv);

@@ -22,6 +22,7 @@ static const Subcommand SUBCOMMANDS[] = {
     {"tokenize", tokenize_main, "print the token ids HF would give each input line (or --decode ids)"},
     {"bleu", bleu_main, "corpus BLEU of a hypothesis file against reference files, as sacrebleu"},
     {"dump-grads", dump_grads_main, "one forward+backward on a JSON batch; write loss, logits, grads"},
+    {"launch-check", launch_check_main, "each rank of a launch bootstraps (MPI / rendezvous, NCCL) and prints its place"},
     {"estimate", estimate_main, "memory per ZeRO plan (GPU, host), fits here?, step time; DeepSpeed's numbers"},
 };
 
@@ -67,5 +68,7 @@ int main(int argc, char** argv) {
         print_usage();
         return T5_EXIT_USAGE;
     }
+    // --num_gpus N: this process starts N ranks of the rest of the command line (deepspeed's launcher)
+    if (launch_num_gpus_given(argc, argv)) return launch_main(argc, argv);
     return run_main(argc, argv);
 }

@@ -24,10 +24,11 @@ static volatile sig_atomic_t g_nkids;
 static pid_t g_kids[MAX_PROCS];
 static volatile sig_atomic_t g_signalled;
 
+// to each rank's process group (a rank's own children too)
 static void forward(int sig) {
     g_signalled = sig;
     for (int i = 0; i < g_nkids; i++)
-        if (g_kids[i] > 0) kill(g_kids[i], sig);
+        if (g_kids[i] > 0) kill(-g_kids[i], sig);
 }
 
 static int pick_port(void) {
@@ -81,10 +82,26 @@ int local_launch(const LocalLaunchOptions* o, char* const argv[], char* err, siz
     g_signalled = 0;
     g_nkids = 0;
     pid_t parent = getpid();
+    // signals wait while a rank is forked: the child first puts back the default actions, so a SIGTERM sent
+    // at once reaches the rank and never the launcher's handler copied into it
+    sigset_t block, saved;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGTERM);
+    sigaddset(&block, SIGHUP);
     for (int r = 0; r < n; r++) {
+        sigprocmask(SIG_BLOCK, &block, &saved);
         pid_t pid = fork();
+        if (pid > 0) {
+            setpgid(pid, pid);  // also here: the group exists before any signal is forwarded to it
+            g_kids[r] = pid;
+            g_nkids = r + 1;
+            sigprocmask(SIG_SETMASK, &saved, NULL);
+            continue;
+        }
         if (pid < 0) {
             int e = errno;
+            sigprocmask(SIG_SETMASK, &saved, NULL);
             forward(SIGTERM);
             while (wait(NULL) > 0) {}
             g_nkids = 0;
@@ -100,6 +117,7 @@ int local_launch(const LocalLaunchOptions* o, char* const argv[], char* err, siz
             signal(SIGINT, SIG_DFL);
             signal(SIGTERM, SIG_DFL);
             signal(SIGHUP, SIG_DFL);
+            sigprocmask(SIG_SETMASK, &saved, NULL);
             char v[32];
             snprintf(v, sizeof v, "%d", r);
             setenv("RANK", v, 1);
@@ -116,8 +134,6 @@ int local_launch(const LocalLaunchOptions* o, char* const argv[], char* err, siz
             fprintf(stderr, "t5train: error: rank %d: cannot run %s: %s\n", r, argv[0], strerror(errno));
             _exit(127);
         }
-        g_kids[r] = pid;
-        g_nkids = r + 1;
     }
 
     int result = 0, failed_rank = -1, left = n;
@@ -131,7 +147,7 @@ int local_launch(const LocalLaunchOptions* o, char* const argv[], char* err, siz
         if (pid == 0) {  // waiting for the others to stop after a failure
             if (now_s() >= kill_at) {
                 for (int i = 0; i < n; i++)
-                    if (g_kids[i] > 0) kill(g_kids[i], SIGKILL);
+                    if (g_kids[i] > 0) kill(-g_kids[i], SIGKILL);
                 kill_at = now_s() + 3600;
             }
             usleep(20 * 1000);
@@ -147,12 +163,13 @@ int local_launch(const LocalLaunchOptions* o, char* const argv[], char* err, siz
         if (bad && failed_rank < 0) {
             failed_rank = r;
             result = code_of(st);
-            if (left > 0) {
+            // after a forwarded SIGINT/SIGTERM every rank was told already: they end their own way (a second
+            // signal could cut a checkpoint short); otherwise the others are stopped
+            if (left > 0 && !g_signalled) {
                 char how[96];
                 describe(how, sizeof how, st);
-                if (!g_signalled)
-                    fprintf(stderr, "t5train: error: rank %d %s; stopping the other %d rank%s\n", r, how, left,
-                            left > 1 ? "s" : "");
+                fprintf(stderr, "t5train: error: rank %d %s; stopping the other %d rank%s\n", r, how, left,
+                        left > 1 ? "s" : "");
                 forward(SIGTERM);
                 kill_at = now_s() + grace;
             }

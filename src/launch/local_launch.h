@@ -7,8 +7,8 @@
  *     T5TRAIN_RUN_ID a fresh id per launch (the rendezvous refuses ranks of another run);
  *   - each child is its own process group (a Ctrl-C reaches the children once, through the launcher) and
  *     gets SIGTERM if the launcher dies (PR_SET_PDEATHSIG);
- *   - SIGINT / SIGTERM / SIGHUP to the launcher are forwarded to every child, which then end as they do
- *     alone (the trainer saves and exits);
+ *   - SIGINT / SIGTERM / SIGHUP to the launcher are forwarded once to every child's process group, which
+ *     then end as they do alone (the trainer saves and exits); no second signal follows;
  *   - the first rank that fails (non-zero exit or a signal) ends the others: one line naming it, SIGTERM
  *     to the rest, SIGKILL after grace_s; the launcher's exit code is that rank's (128 + signal for a
  *     signal). All ranks exiting 0: 0.

@@ -1,0 +1,49 @@
+/*
+ * comm.h: the NCCL communicator of a multi-process run and the watchdog that ends every rank, with a
+ * sentence naming the rank and the collective, when NCCL fails or a rank dies: never a hang.
+ *
+ * comm_init: the launcher environment (launch_env.h), the GPU of this local rank (checked against the
+ * devices this process sees: CUDA_VISIBLE_DEVICES), the bootstrap (bootstrap.h: MPI or the TCP
+ * rendezvous; rank 0 makes the id with ncclGetUniqueId), ncclCommInitRank, then a watchdog thread
+ * that every 100 ms
+ *   - asks ncclCommGetAsyncError (an NCCL error: the rank, the collective in flight, NCCL's text);
+ *   - polls the rendezvous liveness channel (a rank that exited, or aborted, named by rank 0);
+ *   - checks the oldest collective in flight (comm_collective_enqueued records an event after it):
+ *     not complete within T5TRAIN_COLLECTIVE_TIMEOUT seconds (default 1800, HF's ddp_timeout) ->
+ *     "rank R: <collective> #N did not complete within T s".
+ * On any of these: one "t5train: error: rank R: ..." line, the other ranks told (rdv_abort, or
+ * MPI_Abort under MPI), ncclCommAbort, exit 1. ncclCommInitRank itself is watched the same way.
+ * world_size 1: no NCCL communicator at all (comm_nccl returns NULL), nothing to watch.
+ */
+#pragma once
+#include <stdint.h>
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include "launch_env.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct LaunchComm LaunchComm;
+
+// config_hash: hash of the resolved config (ranks must agree). NULL + one sentence in err on failure.
+LaunchComm* comm_init(const LaunchEnv* env, uint64_t config_hash, char* err, size_t errlen);
+
+int comm_rank(const LaunchComm* c);
+int comm_world_size(const LaunchComm* c);
+int comm_local_rank(const LaunchComm* c);
+ncclComm_t comm_nccl(const LaunchComm* c);  // NULL for one rank
+
+// Call right after enqueuing a collective on stream s: the watchdog times it and names it (`name` must
+// outlive the collective: a string literal). Blocks while 256 collectives are in flight.
+void comm_collective_enqueued(LaunchComm* c, const char* name, cudaStream_t s);
+
+// Orderly end: waits for the collectives in flight, tells the peers, destroys the communicator.
+void comm_finish(LaunchComm* c);
+
+#ifdef __cplusplus
+}
+#endif
