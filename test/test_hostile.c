@@ -293,7 +293,7 @@ static void make_fixtures(const char* data, const char* repo) {
     write_text(p, "{\"optimizer\": {\"type\": \"Lion\", \"params\": {\"lr\": \"auto\"}}}");
     snprintf(p, sizeof p, "%s/f/ds_onecycle.json", H);
     write_text(p, "{\"scheduler\": {\"type\": \"OneCycle\", \"params\": {}}}");
-    snprintf(p, sizeof p, "%s/f/ds_autobad.json", H), write_text(p, "{\"zero_optimization\": {\"stage\": \"auto\"}}");
+    snprintf(p, sizeof p, "%s/f/ds_autobad.json", H), write_text(p, "{\"zero_optimization\": {\"sub_group_size\": \"auto\"}}");
     snprintf(p, sizeof p, "%s/f/ds_string.json", H), write_text(p, "\"zero\"");
     snprintf(p, sizeof p, "%s/f/ds_ok.json", H), write_text(p, "{\"zero_optimization\": {\"stage\": 0}}");
     snprintf(p, sizeof p, "%s/f/ds_clip.json", H), write_text(p, "{\"gradient_clipping\": -1}");
@@ -640,7 +640,7 @@ static void make_cases(void) {
     add("deepspeed: offload at stage 0", 2, "offload", "$T $B --deepspeed $F/ds_offload0.json --dry_run");
     add("deepspeed: fp16 and bf16", 2, "bf16", "$T $B --deepspeed $F/ds_both.json --dry_run");
     add("deepspeed: batch mismatch", 2, "mismatch", "$T $B --deepspeed $F/ds_mismatch.json --dry_run");
-    add("deepspeed: auto stage", 2, "auto", "$T $B --deepspeed $F/ds_autobad.json --dry_run");
+    add("deepspeed: auto sub_group_size", 2, "auto", "$T $B --deepspeed $F/ds_autobad.json --dry_run");
     add("deepspeed: top-level string", 2, "", "$T $B --deepspeed $F/ds_string.json --dry_run");
     add("deepspeed: negative clipping", 2, "gradient_clipping", "$T $B --deepspeed $F/ds_clip.json --dry_run");
     add("deepspeed: negative loss scale", 2, "loss_scale", "$T $B --deepspeed $F/ds_scale.json --dry_run");
