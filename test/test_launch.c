@@ -610,6 +610,61 @@ static void test_binary_mpirun(void** state) {
     check_three(out, strstr(out, "via mpi") ? "id via mpi" : "id via tcp");
 }
 
+// ---------------------------------------------------------------------------------------------
+// scripts/train_on_multi_nodes.sh
+
+static void test_multi_nodes_script(void** state) {
+    (void)state;
+    char out[8192];
+    const char* dir = t5test_tmpdir();
+    char hf[512], bad[512], stub[512];
+    snprintf(hf, sizeof hf, "%s/hostfile", dir);
+    snprintf(bad, sizeof bad, "%s/hostfile.bad", dir);
+    snprintf(stub, sizeof stub, "%s/rank.sh", dir);
+    t5test_write_file(hf, "# two hosts\nnode-a slots=2\nnode-b slots=3   # the second\n\n");
+    int rc = t5test_run(out, sizeof out, "cd %s && env -u SLURM_JOB_ID -u T5TRAIN_BIN scripts/train_on_multi_nodes.sh --hostfile %s "
+                        "--master_port 29600 --print_only --max_steps 3", t5test_repo_dir(), hf);
+    if (rc != 0) fail_msg("rc %d: %s", rc, out);
+    if (!strstr(out, "+ mpirun -np 5 -H node-a:2,node-b:3 ") || !strstr(out, "-x MASTER_ADDR=node-a -x MASTER_PORT=29600") ||
+        !strstr(out, "./t5train --deepspeed configs/ds_config_zero3.json") || !strstr(out, "--fp16 --max_steps 3\n"))
+        fail_msg("%s", out);
+    // under Slurm: srun, the first host of the allocation
+    rc = t5test_run(out, sizeof out, "cd %s && PATH=/usr/bin:/bin T5TRAIN_BIN=./t5train SLURM_JOB_ID=9 SLURM_NTASKS=4 SLURM_JOB_NODELIST=n1,n2 "
+                    "scripts/train_on_multi_nodes.sh --print_only --max_steps 3", t5test_repo_dir());
+    if (rc != 0 || !strstr(out, "+ env MASTER_ADDR=n1 MASTER_PORT=29500 srun --ntasks=4 --kill-on-bad-exit=1 ./t5train "))
+        fail_msg("rc %d: %s", rc, out);
+    // bad hostfiles and options: one line, exit 2
+    const char* cases[][2] = {{"node-a slots=0\n", "is not \"HOST slots=N\""}, {"node-a 4\n", "is not \"HOST slots=N\""},
+                              {"a slots=1\na slots=2\n", "host a appears twice"}, {"# nothing\n", "names no host"}};
+    for (size_t i = 0; i < T5_ARRAY_LEN(cases); i++) {
+        t5test_write_file(bad, cases[i][0]);
+        rc = t5test_run(out, sizeof out, "cd %s && env -u SLURM_JOB_ID scripts/train_on_multi_nodes.sh --hostfile %s --print_only",
+                        t5test_repo_dir(), bad);
+        if (rc != 2 || !strstr(out, "t5train: error: ") || !strstr(out, cases[i][1])) fail_msg("case %zu: rc %d %s", i, rc, out);
+    }
+    rc = t5test_run(out, sizeof out, "cd %s && env -u SLURM_JOB_ID scripts/train_on_multi_nodes.sh --hostfile %s/none --print_only",
+                    t5test_repo_dir(), dir);
+    if (rc != 2 || !strstr(out, "not found")) fail_msg("rc %d %s", rc, out);
+    rc = t5test_run(out, sizeof out, "cd %s && scripts/train_on_multi_nodes.sh --master_port 0 --print_only", t5test_repo_dir());
+    if (rc != 2 || !strstr(out, "give a TCP port")) fail_msg("rc %d %s", rc, out);
+    // a real mpirun start on this host (a hostfile naming it once, 2 slots), the binary replaced by a script
+    // that prints what each rank sees
+    if (t5test_run(out, sizeof out, "command -v mpirun") != 0) return;
+    t5test_write_file(hf, "localhost slots=2\n");
+    t5test_write_file(stub, "#!/bin/sh\necho \"rank $OMPI_COMM_WORLD_RANK of $OMPI_COMM_WORLD_SIZE master $MASTER_ADDR:$MASTER_PORT "
+                            "nccl $NCCL_P2P_DISABLE args $*\"\n");
+    rc = t5test_run(out, sizeof out, "chmod +x %s && cd %s && env -u SLURM_JOB_ID NCCL_P2P_DISABLE=1 T5TRAIN_BIN=%s "
+                    "scripts/train_on_multi_nodes.sh --hostfile %s --master_port 29601 --max_steps 2 --oversubscribe_never",
+                    stub, t5test_repo_dir(), stub, hf);
+    if (rc != 0) fail_msg("rc %d %s", rc, out);
+    for (int r = 0; r < 2; r++) {
+        char want[128];
+        snprintf(want, sizeof want, "rank %d of 2 master localhost:29601 nccl 1 args --deepspeed", r);
+        if (!strstr(out, want)) fail_msg("no '%s' in %s", want, out);
+    }
+    assert_non_null(strstr(out, "--max_steps 2 --oversubscribe_never\n"));
+}
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
@@ -629,6 +684,7 @@ int main(void) {
         cmocka_unit_test(test_local_launch_flags),
         cmocka_unit_test(test_binary_num_gpus),
         cmocka_unit_test(test_binary_mpirun),
+        cmocka_unit_test(test_multi_nodes_script),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
