@@ -1,0 +1,147 @@
+/*
+ * test_data_parallel.c: data parallel batches (issue 16 item 2). With W ranks of micro-batch B, the rows
+ * the ranks take for micro-batch m together are the rows one rank with micro-batch W x B takes for its
+ * micro-batch m: the same samples per update for any W, shuffled or not, with group_by_length, over
+ * epochs, with drop_last. The one difference is HF's: without drop_last, when W does not divide the
+ * data set, torch's DistributedSampler pads the ranks' order by wrapping around to its start, so the
+ * last micro-batch of an epoch also holds those first (total - N) samples once more.
+ */
+#include "t5test.h"
+
+#include "../data/dataloader.h"
+#include "../data/dataset.h"
+#include "../src/base/common.h"
+
+static int cmp64(const void* a, const void* b) {
+    int64_t x = *(const int64_t*)a, y = *(const int64_t*)b;
+    return (x > y) - (x < y);
+}
+
+// every micro-batch of one epoch of one loader: rows[m] (sorted), n[m]
+typedef struct {
+    int64_t nb;
+    int64_t* rows[512];
+    int n[512];
+} Epoch;
+
+static void collect(const Dataset* ds, DataOptions o, int rank, int W, int B, int64_t epoch, Epoch* e, bool append) {
+    o.rank = rank;
+    o.world_size = W;
+    o.train_batch_size = B;
+    char err[512];
+    DataLoader* dl = dataloader_open(ds, &o, true, err, sizeof err);
+    if (!dl) fail_msg("%s", err);
+    dataloader_set_epoch(dl, epoch);
+    Batch b;
+    memset(&b, 0, sizeof b);
+    int64_t m = 0;
+    while (dataloader_next_batch(dl, &b)) {
+        assert_true(m < 512);
+        if (!append) {
+            e->rows[m] = NULL;
+            e->n[m] = 0;
+        }
+        e->rows[m] = (int64_t*)realloc(e->rows[m], (size_t)(e->n[m] + b.B) * sizeof(int64_t));
+        for (int i = 0; i < b.B; i++) e->rows[m][e->n[m]++] = b.example_index[i];
+        m++;
+    }
+    if (append) assert_int_equal(m, e->nb);  // every rank runs as many micro-batches as the reference
+    e->nb = m;
+    for (int64_t k = 0; k < m; k++) qsort(e->rows[k], (size_t)e->n[k], sizeof(int64_t), cmp64);
+    batch_free(&b);
+    dataloader_close(dl);
+}
+
+static void free_epoch(Epoch* e) {
+    for (int64_t k = 0; k < e->nb; k++) free(e->rows[k]);
+}
+
+// W ranks x B against 1 rank x W*B
+static void compare(const Dataset* ds, DataOptions o, int W, int B, int64_t epoch) {
+    const int64_t N = dataset_size(ds);
+    Epoch ref, all;
+    memset(&ref, 0, sizeof ref);
+    memset(&all, 0, sizeof all);
+    collect(ds, o, 0, 1, W * B, epoch, &ref, false);
+    // the reference's epoch order, for the wrap-around padding
+    o.rank = 0, o.world_size = 1, o.train_batch_size = W * B;
+    char err[256];
+    DataLoader* dl = dataloader_open(ds, &o, true, err, sizeof err);
+    dataloader_set_epoch(dl, epoch);
+    int64_t n_order;
+    const int64_t* order = dataloader_rank_indices(dl, &n_order);
+    assert_int_equal(n_order, N);
+    all.nb = ref.nb;
+    for (int r = 0; r < W; r++) collect(ds, o, r, W, B, epoch, &all, r > 0);
+    const int64_t total = CEIL_DIV(N, (int64_t)W) * W, pad = o.drop_last ? 0 : total - N;
+    for (int64_t m = 0; m < ref.nb; m++) {
+        bool last = m == ref.nb - 1;
+        if (!last || pad == 0) {
+            if (all.n[m] != ref.n[m] || memcmp(all.rows[m], ref.rows[m], (size_t)ref.n[m] * sizeof(int64_t)))
+                fail_msg("W %d B %d epoch %lld drop_last %d group %d shuffle %d: micro-batch %lld differs (%d rows on W "
+                         "ranks, %d on one)",
+                         W, B, (long long)epoch, o.drop_last, o.group_by_length, o.shuffle, (long long)m, all.n[m], ref.n[m]);
+            continue;
+        }
+        // the last one: the reference's rows plus order[0 .. pad) again
+        int64_t want[1024];
+        int nw = 0;
+        for (int i = 0; i < ref.n[m]; i++) want[nw++] = ref.rows[m][i];
+        for (int64_t i = 0; i < pad; i++) want[nw++] = order[i];
+        qsort(want, (size_t)nw, sizeof(int64_t), cmp64);
+        assert_int_equal(all.n[m], nw);
+        assert_memory_equal(all.rows[m], want, (size_t)nw * sizeof(int64_t));
+    }
+    dataloader_close(dl);
+    free_epoch(&ref);
+    free_epoch(&all);
+}
+
+static void test_same_samples_per_update(void** state) {
+    (void)state;
+    T5_REQUIRE_DATA();
+    char* model = t5_path_join(t5test_data_dir(), "t5-spiece/spiece.model");
+    const int sizes[2] = {96, 103};  // 96: every W divides it; 103: W = 2, 4 pad
+    for (int s = 0; s < 2; s++) {
+        char name[32];
+        snprintf(name, sizeof name, "dp%d", sizes[s]);
+        char* pre = t5_path_join(t5test_tmpdir(), name);
+        const char* langs[2] = {"en", "ro"};
+        for (int k = 0; k < 2; k++) {
+            char* src = t5_path_join(t5test_data_dir(), k ? "wmt16-ro-en/validation.ro" : "wmt16-ro-en/validation.en");
+            char out[1024];
+            assert_int_equal(t5test_run(out, sizeof out, "head -n %d %s > %s.%s", sizes[s], src, pre, langs[k]), 0);
+            free(src);
+        }
+        DataOptions o;
+        data_options_default(&o);
+        o.split_file[DATA_SPLIT_TRAIN] = pre;
+        o.tokenizer_path = model;
+        o.no_cache = true;
+        o.quiet = true;
+        o.num_threads = 2;
+        char err[512];
+        Dataset* ds = dataset_open(&o, DATA_SPLIT_TRAIN, NULL, err, sizeof err);
+        if (!ds) fail_msg("%s", err);
+        assert_int_equal(dataset_size(ds), sizes[s]);
+        for (int variant = 0; variant < 4; variant++) {
+            o.shuffle = variant != 1;
+            o.group_by_length = variant == 2;
+            o.drop_last = variant == 3;
+            const int Ws[3] = {1, 2, 4};
+            for (int wi = 0; wi < 3; wi++)
+                for (int B = 1; B <= 3; B++)
+                    for (int64_t epoch = 0; epoch < 2; epoch++) compare(ds, o, Ws[wi], B, epoch);
+        }
+        dataset_close(ds);
+        free(pre);
+    }
+    free(model);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_same_samples_per_update),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
