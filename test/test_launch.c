@@ -89,6 +89,13 @@ static void test_env_openmpi_slurm(void** state) {
     const char* step[] = {"SLURM_PROCID=1", "SLURM_NTASKS=8", "SLURM_STEP_NUM_TASKS=2", "SLURM_LOCALID=1", NULL};
     assert_int_equal(parse(&e, err, step), 0);
     assert_int_equal(e.world_size, 2);
+    // MPICH / Intel MPI
+    const char* pmi[] = {"PMI_RANK=1", "PMI_SIZE=2", "MPI_LOCALRANKID=1", "SLURM_PROCID=0", "SLURM_NTASKS=1", NULL};
+    assert_int_equal(parse(&e, err, pmi), 0);
+    assert_int_equal(e.source, LAUNCH_SOURCE_PMI);
+    assert_int_equal(e.rank, 1);
+    assert_int_equal(e.world_size, 2);
+    assert_int_equal(e.local_rank, 1);
     // srun-style variables set by hand (no Slurm): accepted
     const char* hand[] = {"SLURM_PROCID=1", "SLURM_NTASKS=2", "SLURM_LOCALID=0", NULL};
     assert_int_equal(parse(&e, err, hand), 0);
@@ -119,6 +126,7 @@ static void test_env_bad(void** state) {
         {{"OMPI_COMM_WORLD_SIZE=4", NULL}, "OMPI_COMM_WORLD_SIZE=4 is set but OMPI_COMM_WORLD_RANK is not"},
         {{"SLURM_PROCID=0", NULL}, "SLURM_PROCID=0 is set but SLURM_NTASKS is not"},
         {{"SLURM_PROCID=0", "SLURM_NTASKS=8", "SLURM_JOB_ID=5", NULL}, "not started by srun"},
+        {{"PMI_SIZE=3", NULL}, "PMI_SIZE=3 is set but PMI_RANK is not"},
         {{"MASTER_ADDR=h", NULL}, "MASTER_ADDR is set but MASTER_PORT is not"},
         {{"MASTER_PORT=29500", NULL}, "MASTER_PORT is set but MASTER_ADDR is not"},
         {{"MASTER_ADDR=h", "MASTER_PORT=70000", NULL}, "bad MASTER_PORT=70000"},

@@ -33,24 +33,20 @@
 #include "../base/safetensors.h"
 #include "../base/signals.h"
 #include "../../model/params.h"
+#include "../launch/launch_env.h"
 
 #include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-// world size from the launcher's environment (deepspeed/torchrun: WORLD_SIZE; mpirun: OMPI_COMM_WORLD_SIZE)
+// world size from the launcher's environment (src/launch/launch_env.h: torchrun/deepspeed RANK/WORLD_SIZE,
+// OpenMPI OMPI_COMM_WORLD_*, Slurm SLURM_PROCID/SLURM_NTASKS; a bad or partial setting is one error line)
 static int run_world_size(void) {
-    const char* vars[] = {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"};
-    for (size_t i = 0; i < T5_ARRAY_LEN(vars); i++) {
-        const char* v = getenv(vars[i]);
-        if (v && v[0]) {
-            char* end;
-            long n = strtol(v, &end, 10);
-            if (*end || n < 1 || n > 1 << 20) t5_die(T5_EXIT_USAGE, "bad %s=%s in the environment", vars[i], v);
-            return (int)n;
-        }
-    }
-    return 1;
+    char err[512];
+    LaunchEnv env;
+    if (launch_env_parse(&env, NULL, err, sizeof err)) t5_die(T5_EXIT_USAGE, "%s", err);
+    t5_rank = env.rank;
+    return env.world_size;
 }
 
 static int64_t env_int(const char* name) {
@@ -88,7 +84,8 @@ static void run_build_trainer_args(const RunConfig* c, TrainerArgs* a) {
     trainer_args_default(a);
     const DsConfig* ds = &c->ds;
     if (c->world_size > 1)
-        t5_die(T5_EXIT_USAGE, "not implemented yet: multi-GPU training (world size %d from the launcher)",
+        t5_die(T5_EXIT_USAGE, "not implemented yet: training on several ranks (the ZeRO engine's collectives have not "
+                              "run on a multi-GPU machine yet; world size %d from the launcher)",
                c->world_size);
     if (c->label_smoothing_factor > 0) t5_die(T5_EXIT_USAGE, "not implemented yet: label_smoothing_factor > 0");
     if (c->sortish_sampler) t5_die(T5_EXIT_USAGE, "not implemented yet: sortish_sampler");

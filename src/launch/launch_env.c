@@ -52,6 +52,7 @@ const char* launch_source_name(LaunchSource s) {
         case LAUNCH_SOURCE_TORCHRUN: return "torchrun-style variables (RANK/WORLD_SIZE)";
         case LAUNCH_SOURCE_OPENMPI: return "OpenMPI (OMPI_COMM_WORLD_*)";
         case LAUNCH_SOURCE_SLURM: return "Slurm (SLURM_PROCID/SLURM_NTASKS)";
+        case LAUNCH_SOURCE_PMI: return "MPICH/Intel MPI (PMI_RANK/PMI_SIZE)";
         default: return "no launcher (one process)";
     }
 }
@@ -85,6 +86,9 @@ int launch_env_parse(LaunchEnv* e, const char* const* envp, char* err, size_t er
         e->source = LAUNCH_SOURCE_OPENMPI;
         rank_var = "OMPI_COMM_WORLD_RANK", world_var = "OMPI_COMM_WORLD_SIZE";
         local_var = "OMPI_COMM_WORLD_LOCAL_RANK", local_world_var = "OMPI_COMM_WORLD_LOCAL_SIZE";
+    } else if (env_val(envp, "PMI_RANK") || env_val(envp, "PMI_SIZE")) {
+        e->source = LAUNCH_SOURCE_PMI;
+        rank_var = "PMI_RANK", world_var = "PMI_SIZE", local_var = "MPI_LOCALRANKID";
     } else if (env_val(envp, "SLURM_PROCID") || env_val(envp, "SLURM_STEP_NUM_TASKS")) {
         e->source = LAUNCH_SOURCE_SLURM;
         rank_var = "SLURM_PROCID";

@@ -7,7 +7,8 @@
  *   OpenMPI mpirun:                                 OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK (_LOCAL_SIZE)
  *   Slurm srun:                                     SLURM_PROCID, SLURM_NTASKS (SLURM_STEP_NUM_TASKS),
  *                                                   SLURM_LOCALID (SLURM_JOB_ID, SLURM_STEP_ID)
- * Precedence: torchrun-style variables, then OpenMPI, then Slurm (a torchrun or mpirun started inside
+ *   MPICH / Intel MPI (hydra):                      PMI_RANK, PMI_SIZE, MPI_LOCALRANKID
+ * Precedence: torchrun-style variables, then OpenMPI, then MPICH (PMI), then Slurm (a torchrun or mpirun started inside
  * a Slurm allocation sees the allocation's SLURM_* too; the innermost launcher wins). No variables: a
  * single-process run (rank 0 of 1).
  *
@@ -31,6 +32,7 @@ typedef enum {
     LAUNCH_SOURCE_TORCHRUN,  // RANK / WORLD_SIZE (torchrun, deepspeed, t5train --num_gpus)
     LAUNCH_SOURCE_OPENMPI,   // OMPI_COMM_WORLD_*
     LAUNCH_SOURCE_SLURM,     // SLURM_PROCID / SLURM_NTASKS
+    LAUNCH_SOURCE_PMI,       // PMI_RANK / PMI_SIZE (MPICH, Intel MPI: the TCP rendezvous, not MPI)
 } LaunchSource;
 
 typedef struct {
