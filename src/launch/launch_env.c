@@ -105,8 +105,8 @@ int launch_env_parse(LaunchEnv* e, const char* const* envp, char* err, size_t er
         const char* rv = env_val(envp, rank_var);
         const char* wv = env_val(envp, world_var);
         if (!rv || !wv)
-            return t5_set_err(err, errlen, "%s=%s is set but %s is not: %s sets both", rv ? rank_var : world_var,
-                              rv ? rv : wv, rv ? world_var : rank_var, launch_source_name(e->source));
+            return t5_set_err(err, errlen, "%s=%s is set but %s is not: a launcher sets both", rv ? rank_var : world_var,
+                              rv ? rv : wv, rv ? world_var : rank_var);
         long w, r;
         if (get_int(envp, world_var, 1, MAX_WORLD, 1, &w, err, errlen)) return -1;
         if (launch_parse_int(rv, 0, MAX_WORLD, &r))
