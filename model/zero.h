@@ -162,10 +162,10 @@ void zero_optimizer_step(ZeroEngine* Z, const ZeroStepArgs* a, cudaStream_t stre
 // Waits for the CPU part of the last step (and its copies) to finish.
 void zero_optimizer_wait(ZeroEngine* Z);
 // Optimizer state of this rank as flat fp32 in unit order, partition sizes (= stage 0's flat layout at one
-// rank). which: 0 = m, 1 = v. Synchronous.
+// rank): elements [offset, offset + n) of it. which: 0 = m, 1 = v. Synchronous; bounded memory (no full copy).
 size_t zero_partition_numel(const ZeroEngine* Z);
-void zero_opt_state_read(ZeroEngine* Z, int which, float* host_out);
-void zero_opt_state_write(ZeroEngine* Z, int which, const float* host_in);
+void zero_opt_state_read(ZeroEngine* Z, int which, size_t offset, size_t n, float* host_out);
+void zero_opt_state_write(ZeroEngine* Z, int which, size_t offset, size_t n, const float* host_in);
 // Stage 3: gathers every unit once and keeps them until zero_hold_end (evaluation and generation, where the
 // unit order differs from training's). Returns false (nothing held) when they do not fit in GPU memory.
 bool zero_hold_begin(ZeroEngine* Z, cudaStream_t stream);

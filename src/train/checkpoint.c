@@ -558,6 +558,52 @@ int checkpoint_state_read(CheckpointState* s, const char* tag, void* dst, size_t
     return 0;
 }
 
+int checkpoint_state_read_stream(CheckpointState* s, const char* tag, size_t nbytes, size_t chunk,
+                                 int (*consume)(void* ctx, const void* data, size_t byte_offset, size_t n), void* ctx,
+                                 char* err, size_t errcap) {
+    const CheckpointBlobInfo* b = checkpoint_state_find(s, tag);
+    if (!b) {
+        snprintf(err, errcap, "%s: no '%s' state in this checkpoint", s->path, tag);
+        return -1;
+    }
+    if ((int64_t)nbytes != b->nbytes) {
+        snprintf(err, errcap, "%s: '%s' state has %lld bytes, this run expects %zu (different model or config?)",
+                 s->path, tag, (long long)b->nbytes, nbytes);
+        return -1;
+    }
+    if (chunk == 0) chunk = (size_t)1 << 26;
+    unsigned char* buf = (unsigned char*)malloc_check(T5_MIN(chunk, T5_MAX(nbytes, (size_t)1)));
+    uint32_t crc = 0;
+    int rc = 0;
+    if (fseeko(s->f, b->offset, SEEK_SET) != 0) {
+        snprintf(err, errcap, "%s: reading '%s' state failed: %s", s->path, tag, strerror(errno));
+        rc = -1;
+    }
+    for (size_t done = 0; rc == 0 && done < nbytes;) {
+        size_t want = T5_MIN(chunk, nbytes - done);
+        if (fread(buf, 1, want, s->f) != want) {
+            snprintf(err, errcap, "%s: reading '%s' state failed: %s", s->path, tag,
+                     feof(s->f) ? "unexpected end of file" : strerror(errno));
+            rc = -1;
+            break;
+        }
+        crc = checkpoint_crc32c(crc, buf, want);
+        if (consume(ctx, buf, done, want) != 0) {
+            snprintf(err, errcap, "%s: '%s' state could not be restored", s->path, tag);
+            rc = -1;
+            break;
+        }
+        done += want;
+    }
+    free(buf);
+    if (rc == 0 && crc != b->crc) {
+        snprintf(err, errcap, "%s: checksum mismatch in '%s' state (stored %08x, computed %08x): the file is corrupt",
+                 s->path, tag, b->crc, crc);
+        rc = -1;
+    }
+    return rc;
+}
+
 int checkpoint_state_verify(CheckpointState* s, char* err, size_t errcap) {
     size_t cap = 1 << 22;
     unsigned char* buf = (unsigned char*)malloc_check(cap);

@@ -136,6 +136,13 @@ int checkpoint_state_open(CheckpointState* s, const char* path, char* err, size_
 const CheckpointBlobInfo* checkpoint_state_find(const CheckpointState* s, const char* tag);
 // Reads blob `tag` into dst; nbytes must equal the stored size; the CRC32C is checked.
 int checkpoint_state_read(CheckpointState* s, const char* tag, void* dst, size_t nbytes, char* err, size_t errcap);
+// Reads blob `tag` (nbytes must equal the stored size) in pieces of at most `chunk` bytes, handing each to
+// consume(ctx, data, byte_offset, n) (nonzero return stops with that error in err), so a large blob never needs
+// a second full copy in memory. The CRC32C is checked after the last piece: on a mismatch the pieces already
+// consumed must be discarded by the caller (the function returns -1 with the corrupt-file message).
+int checkpoint_state_read_stream(CheckpointState* s, const char* tag, size_t nbytes, size_t chunk,
+                                 int (*consume)(void* ctx, const void* data, size_t byte_offset, size_t n), void* ctx,
+                                 char* err, size_t errcap);
 // Checks the CRC32C of every blob (reads the whole file in chunks).
 int checkpoint_state_verify(CheckpointState* s, char* err, size_t errcap);
 void checkpoint_state_close(CheckpointState* s);

@@ -29,8 +29,16 @@ void zp_wait_unit_updated(ZeroPart* P, int u, cudaStream_t s) {
     if (!U->opt_cpu) return;
     pthread_mutex_lock(&P->mu);
     while (U->updated_step < P->opt_step) pthread_cond_wait(&P->cv, &P->mu);
+    const int64_t step = P->opt_step;
     pthread_mutex_unlock(&P->mu);
-    CUDA_CHECK(cudaStreamWaitEvent(s, U->ev_updated, 0));
+    // the compute stream waits once per step and unit: a second wait on the same event is redundant in stream
+    // order and would break a CUDA graph capture (generation captures its decode step while units are held)
+    if (s == P->s_gather || s == P->s_copy) {
+        CUDA_CHECK(cudaStreamWaitEvent(s, U->ev_updated, 0));
+    } else if (U->update_waited < step) {
+        CUDA_CHECK(cudaStreamWaitEvent(s, U->ev_updated, 0));
+        U->update_waited = step;
+    }
 }
 
 static void issue_gather(ZeroPart* P, int u, bool prefetch) {
@@ -42,6 +50,7 @@ static void issue_gather(ZeroPart* P, int u, bool prefetch) {
     CUDA_CHECK(cudaMemcpyAsync(U->wfull, U->wpart, P->L.part[u] * P->xs, cudaMemcpyDefault, P->s_gather));
     if (U->wpart_host) P->st.h2d_bytes += (double)(P->L.part[u] * P->xs);
     CUDA_CHECK(cudaEventRecord(U->ev_gathered, P->s_gather));
+    U->gather_waited = false;
     U->gather_pending = false;
     U->stale = false;
     P->st.gathers++;
@@ -87,7 +96,10 @@ void* zp_fetch(ZeroPart* P, int u, cudaStream_t s) {
             if (v != u && P->u[v].gather_pending && unit_is_updated(P, v)) issue_gather(P, v, true);
     }
     if (U->gather_pending || U->stale || !U->wfull) issue_gather(P, u, false);
-    CUDA_CHECK(cudaStreamWaitEvent(s, U->ev_gathered, 0));
+    if (!U->gather_waited) {
+        CUDA_CHECK(cudaStreamWaitEvent(s, U->ev_gathered, 0));
+        U->gather_waited = true;
+    }
     return U->wfull;
 }
 
@@ -125,7 +137,10 @@ bool zp_hold_begin(ZeroPart* P, cudaStream_t s) {
         zero_sched_set_available(&P->S, u, true);
         if (!U->wfull || U->gather_pending || U->stale) issue_gather(P, u, false);
     }
-    CUDA_CHECK(cudaStreamWaitEvent(s, P->u[P->num_units - 1].ev_gathered, 0));
+    // every gather ran in order on s_gather: waiting for the last one covers them all
+    CUDA_CHECK(cudaEventRecord(P->ev_hold, P->s_gather));
+    CUDA_CHECK(cudaStreamWaitEvent(s, P->ev_hold, 0));
+    for (int u = 0; u < P->num_units; u++) P->u[u].gather_waited = true;
     P->held = true;
     return true;
 }

@@ -273,6 +273,7 @@ ZeroPart* zp_create(const ZeroOptions* o, int num_units, const size_t* unit_nume
     CUDA_CHECK(cudaStreamCreateWithFlags(&P->s_copy, cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreateWithFlags(&P->ev_grads_done, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&P->ev_gpu_step, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&P->ev_hold, cudaEventDisableTiming));
     // stream-ordered allocations (gathered units, stage 2/3 gradients) stay in the pool between steps
     CUDA_CHECK(cudaDeviceGetDefaultMemPool(&P->pool, P->device));
     uint64_t thr = UINT64_MAX;
@@ -306,6 +307,7 @@ void zp_destroy(ZeroPart* P) {
         cudaStreamDestroy(P->s_copy);
         cudaEventDestroy(P->ev_grads_done);
         cudaEventDestroy(P->ev_gpu_step);
+        cudaEventDestroy(P->ev_hold);
     }
     for (int u = 0; P->u && u < P->num_units; u++) {
         ZpUnit* U = &P->u[u];
@@ -397,20 +399,29 @@ void zp_sync_working(ZeroPart* P, cudaStream_t s) {
     CUDA_CHECK(cudaStreamSynchronize(P->s_copy));
 }
 
-void zp_state_read(ZeroPart* P, int which, float* out) {
+// elements [offset, offset + n) of the flat partition, unit by unit (host or device), in either direction
+static void state_copy(ZeroPart* P, int which, size_t offset, size_t n, float* host, bool to_host) {
     zp_optimizer_wait(P);
     CUDA_CHECK(cudaDeviceSynchronize());
+    const size_t end = offset + n;
+    if (end > P->L.part_total) t5_die(T5_EXIT_FAILURE, "internal: optimizer state range beyond the partition");
     for (int u = 0; u < P->num_units; u++) {
-        const float* src = which == 0 ? P->u[u].m : P->u[u].v;
-        CUDA_CHECK(cudaMemcpy(out + P->L.part_offset[u], src, P->L.part[u] * 4, cudaMemcpyDefault));
+        const size_t a = P->L.part_offset[u], b = a + P->L.part[u];
+        const size_t lo = T5_MAX(a, offset), hi = T5_MIN(b, end);
+        if (hi <= lo) continue;
+        float* st = (which == 0 ? P->u[u].m : P->u[u].v) + (lo - a);
+        float* h = host + (lo - offset);
+        const size_t bytes = (hi - lo) * sizeof(float);
+        if (P->u[u].opt_cpu) memcpy(to_host ? (void*)h : (void*)st, to_host ? (const void*)st : (const void*)h, bytes);
+        else CUDA_CHECK(cudaMemcpy(to_host ? (void*)h : (void*)st, to_host ? (const void*)st : (const void*)h, bytes,
+                                   to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice));
     }
 }
 
-void zp_state_write(ZeroPart* P, int which, const float* in) {
-    zp_optimizer_wait(P);
-    CUDA_CHECK(cudaDeviceSynchronize());
-    for (int u = 0; u < P->num_units; u++) {
-        float* dst = which == 0 ? P->u[u].m : P->u[u].v;
-        CUDA_CHECK(cudaMemcpy(dst, in + P->L.part_offset[u], P->L.part[u] * 4, cudaMemcpyDefault));
-    }
+void zp_state_read(ZeroPart* P, int which, size_t offset, size_t n, float* out) {
+    state_copy(P, which, offset, n, out, true);
+}
+
+void zp_state_write(ZeroPart* P, int which, size_t offset, size_t n, const float* in) {
+    state_copy(P, which, offset, n, (float*)in, false);
 }

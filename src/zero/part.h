@@ -50,6 +50,8 @@ typedef struct {
     bool grad_alloc;
     bool fetched;
     bool grad_ready;
+    bool gather_waited;      // the compute stream already waits on its last gather (no second wait: CUDA graphs)
+    int64_t update_waited;   // the last optimizer step whose ev_updated the compute stream waits on
     bool gather_pending;     // the schedule counts it gathered; the copy waits for the CPU step's result
     bool stale;              // wfull holds weights older than the last step (persistent / held units)
     cudaEvent_t ev_gathered;
@@ -99,6 +101,7 @@ typedef struct ZeroPart {
     cudaStream_t s_gather, s_grad, s_copy;
     cudaEvent_t ev_grads_done;   // every gradient of the backward handed on (s_grad)
     cudaEvent_t ev_gpu_step;     // the GPU part of the last step (compute stream)
+    cudaEvent_t ev_hold;         // every gather of zero_hold_begin done (s_gather)
     cudaMemPool_t pool;
     // micro-batches
     int micro, n_micro;
@@ -128,8 +131,8 @@ ZeroPart* zp_create(const ZeroOptions* o, int num_units, const size_t* unit_nume
                     char* err, size_t errlen);
 void zp_destroy(ZeroPart* P);
 void zp_sync_working(ZeroPart* P, cudaStream_t s);
-void zp_state_read(ZeroPart* P, int which, float* out);
-void zp_state_write(ZeroPart* P, int which, const float* in);
+void zp_state_read(ZeroPart* P, int which, size_t offset, size_t n, float* out);
+void zp_state_write(ZeroPart* P, int which, size_t offset, size_t n, const float* in);
 const float* zp_fp32_tensor(ZeroPart* P, int unit, size_t offset);
 void zp_publish_unit_host(ZeroPart* P, int unit);
 void* zp_unit_x_dst(ZeroPart* P, int unit);        // GPU destination of its 16-bit weights, or NULL (host)

@@ -331,14 +331,14 @@ void zero_optimizer_wait(ZeroEngine* Z) {
 
 size_t zero_partition_numel(const ZeroEngine* Z) { return Z->P ? Z->P->L.part_total : Z->flat_numel; }
 
-void zero_opt_state_read(ZeroEngine* Z, int which, float* host_out) {
+void zero_opt_state_read(ZeroEngine* Z, int which, size_t offset, size_t n, float* host_out) {
     if (!Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_opt_state_read at ZeRO stage 0");
-    zp_state_read(Z->P, which, host_out);
+    zp_state_read(Z->P, which, offset, n, host_out);
 }
 
-void zero_opt_state_write(ZeroEngine* Z, int which, const float* host_in) {
+void zero_opt_state_write(ZeroEngine* Z, int which, size_t offset, size_t n, const float* host_in) {
     if (!Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_opt_state_write at ZeRO stage 0");
-    zp_state_write(Z->P, which, host_in);
+    zp_state_write(Z->P, which, offset, n, host_in);
 }
 
 bool zero_hold_begin(ZeroEngine* Z, cudaStream_t stream) { return Z->P ? zp_hold_begin(Z->P, stream) : true; }
