@@ -80,11 +80,15 @@ static size_t embedding_cub_temp_bytes(int N) {
     size_t temp = 0;
     // no usable device (the memory planner on a CPU machine): a bound instead of cub's device-tuned size
     // (its double buffers for keys and values, the per-tile lookback, 1 MiB for the digit histograms)
-    int dev = -1;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaFree(0) != cudaSuccess) {
+    // (asked once: this runs inside CUDA graph captures too, where a context-creating call such as cudaFree(0)
+    // invalidates the capture)
+    static int have_device = -1;
+    if (have_device < 0) {
+        int n = 0;
+        have_device = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
         (void)cudaGetLastError();
-        return 4 * align256((size_t)N * sizeof(int)) + ((size_t)1 << 20);
     }
+    if (!have_device) return 4 * align256((size_t)N * sizeof(int)) + ((size_t)1 << 20);
     CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp, (const int*)nullptr, (int*)nullptr, (const int*)nullptr,
                                                (int*)nullptr, N, 0, 32));
     return temp;
