@@ -7,6 +7,10 @@
  *   dlogits (N,V) X = grad_scale * (softmax(logits) - onehot(label)) / count  (0 rows for ignored tokens);
  *     dlogits may alias logits (in place); NULL skips the backward (eval).
  *   grad_scale multiplies the gradient (the fp16 loss scale); the loss itself is unscaled.
+ * cross_entropy_smoothed_forward_backward: the same with the Trainer's LabelSmoother (label_smoothing e in
+ * [0, 1)): per token (1-e) * nll + e * mean_k(-log p_k) (mean over the V logits), averaged over the counted
+ * tokens like the nll; dlogits = grad_scale * (softmax - (1-e) onehot(label) - e/V) / count. e = 0 is
+ * cross_entropy_forward_backward bit for bit.
  * All outputs stay on the device: no host synchronisation.
  * scratch: cross_entropy_scratch_bytes(N) bytes.
  */
@@ -24,6 +28,9 @@ size_t cross_entropy_scratch_bytes(int N);
 void cross_entropy_forward_backward(float* loss, float* losses, void* dlogits, const void* logits, DType dt,
                                     const int* labels, int N, int V, float grad_scale, void* scratch,
                                     cudaStream_t stream);
+void cross_entropy_smoothed_forward_backward(float* loss, float* losses, void* dlogits, const void* logits, DType dt,
+                                             const int* labels, int N, int V, float grad_scale, float label_smoothing,
+                                             void* scratch, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

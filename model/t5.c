@@ -615,6 +615,10 @@ T5Model* t5_model_create(const ParamTable* t, ZeroEngine* Z, const T5ModelOption
                  opt->max_B, opt->max_Ts, opt->max_Tt);
         return NULL;
     }
+    if (!(opt->label_smoothing >= 0.0f && opt->label_smoothing < 1.0f)) {
+        snprintf(err, errlen, "label smoothing %g outside [0, 1)", (double)opt->label_smoothing);
+        return NULL;
+    }
     if (opt->dtype != zero_working_dtype(Z)) {
         snprintf(err, errlen, "model dtype %s differs from the parameter engine's working dtype %s",
                  dtype_name(opt->dtype), dtype_name(zero_working_dtype(Z)));
@@ -1203,8 +1207,9 @@ static void forward_body(T5Model* M, float grad_scale, cudaStream_t s) {
     zero_release(Z, M->u_lm, s);
 
     if (M->has_labels)
-        cross_entropy_forward_backward(M->loss, M->losses, M->fwd_with_grad ? M->dlogits : NULL, M->logits, X,
-                                       M->labels, (int)Nt, V, grad_scale, M->ce_scratch, s);
+        cross_entropy_smoothed_forward_backward(M->loss, M->losses, M->fwd_with_grad ? M->dlogits : NULL, M->logits,
+                                                X, M->labels, (int)Nt, V, grad_scale, M->opt.label_smoothing,
+                                                M->ce_scratch, s);
     else
         CUDA_CHECK(cudaMemsetAsync(M->loss, 0, sizeof(float), s));
 }

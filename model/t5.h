@@ -47,6 +47,8 @@ typedef struct {
     bool gradient_checkpointing;   // keep only block inputs; recompute each block in backward
     bool keep_logits;              // keep the logits after a training forward (else dlogits overwrite them)
     float dropout_rate;            // rate used in train mode (normally cfg.dropout_rate)
+    float label_smoothing;         // the Trainer's LabelSmoother epsilon, in [0, 1); 0 = plain cross-entropy. Applies
+                                   // to the training and the eval loss alike, as HF's compute_loss/prediction_step
     // Numerics knobs (docs/numerics.md). All false = the default = HF transformers under torch.autocast, which
     // the parity test checks; each true trades that parity for memory or precision.
     bool probs_in_x;               // store attention probabilities only in X (default: fp32, as HF's softmax

@@ -599,7 +599,9 @@ static void make_cases(void) {
     add("nyi: optim adafactor", 2, "not implemented yet", "$T $B --optim adafactor --dry_run");
     add("nyi: adafactor flag", 2, "not implemented yet", "$T $B --adafactor --dry_run");
     add("nyi: lr_scheduler inverse_sqrt", 2, "not implemented yet", "$T $B --lr_scheduler_type inverse_sqrt --dry_run");
-    add("nyi: label smoothing", 2, "not implemented yet", "$T $B --label_smoothing_factor 0.1 --dry_run");
+    add("label smoothing 0.1 runs (dry run)", 0, "", "$T $B --label_smoothing_factor 0.1 --dry_run");
+    add("label smoothing 1 out of range", 2, "label_smoothing_factor", "$T $B --label_smoothing_factor 1 --dry_run");
+    add("label smoothing negative", 2, "label_smoothing_factor", "$T $B --label_smoothing_factor -0.1 --dry_run");
     add("nyi: sortish sampler", 2, "not implemented yet", "$T $B --sortish_sampler --dry_run");
     add("nyi: report_to wandb", 2, "not implemented yet", "$T $B --report_to wandb --dry_run");
     // ZeRO stages 1-3 and CPU offload are implemented (src/zero); NVMe offload is not

@@ -118,7 +118,7 @@ const ConfigKey CONFIG_KEYS[] = {
     K_INT("dataloader_num_workers", dataloader_num_workers, "0", 0, 1024, 0, "data loader threads"),
     K_BOOL("group_by_length", group_by_length, "false", 0, "batch samples of similar length"),
     K_BOOL("sortish_sampler", sortish_sampler, "false", 0, "HF's sortish sampler"),
-    K_FLT("label_smoothing_factor", label_smoothing_factor, "0.0", 0, 0.999999, 0, "label smoothing, in [0, 1)"),
+    K_FLT("label_smoothing_factor", label_smoothing_factor, "0.0", 0, 0.999999, 0, "label smoothing as HF's LabelSmoother, in [0, 1): the training and the eval loss"),
     K_BOOL("predict_with_generate", predict_with_generate, "false", 0, "generate in eval/predict and compute BLEU"),
     K_INT("generation_max_length", generation_max_length, "null", 1, 1e6, NUL,
           "generation length (null: val_max_target_length)"),

@@ -87,7 +87,6 @@ static void run_build_trainer_args(const RunConfig* c, TrainerArgs* a) {
         t5_die(T5_EXIT_USAGE, "not implemented yet: training on several ranks (the ZeRO engine's collectives have not "
                               "run on a multi-GPU machine yet; world size %d from the launcher)",
                c->world_size);
-    if (c->label_smoothing_factor > 0) t5_die(T5_EXIT_USAGE, "not implemented yet: label_smoothing_factor > 0");
     if (c->sortish_sampler) t5_die(T5_EXIT_USAGE, "not implemented yet: sortish_sampler");
     if (!c->has_deepspeed || !ds->scheduler.present) {
         if (c->lr_scheduler_type == LR_SCHED_INVERSE_SQRT || c->lr_scheduler_type == LR_SCHED_REDUCE_LR_ON_PLATEAU)
@@ -116,6 +115,7 @@ static void run_build_trainer_args(const RunConfig* c, TrainerArgs* a) {
         copy_str(a->weights_path, sizeof a->weights_path, loc.weights_path);
     }
     a->dropout_rate = isnan(c->dropout_rate) ? a->model.dropout_rate : (float)c->dropout_rate;
+    a->label_smoothing_factor = c->label_smoothing_factor;  // [0, 1) checked by the key table
     a->gradient_checkpointing = c->gradient_checkpointing;
 
     // ---- tokenizer

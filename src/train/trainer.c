@@ -375,6 +375,7 @@ static void model_setup(Trainer* t) {
     activation_lengths(t, &maxTs, &maxTt);
     T5ModelOptions mo = {.max_B = maxB, .max_Ts = maxTs, .max_Tt = maxTt,
                          .dtype = a->dtype, .dropout_rate = a->dropout_rate,
+                         .label_smoothing = (float)a->label_smoothing_factor,
                          .gradient_checkpointing = a->gradient_checkpointing};
     t->M = t5_model_create(&t->T, t->Z, &mo, err, sizeof err);
     if (!t->M) t5_die(T5_EXIT_FAILURE, "%s", err);

@@ -71,6 +71,7 @@ typedef struct {
     double lr, beta1, beta2, eps, weight_decay;
     bool adamw_mode;             // decoupled weight decay (torch AdamW / DeepSpeed adam_w_mode)
     double clip;                 // global-norm clip (<= 0: off)
+    double label_smoothing_factor;   // HF's LabelSmoother epsilon in [0, 1): train and eval loss (0: plain CE)
     // the ZeRO engine (deepspeed.zero_optimization): stage 0 = the trainer's own fused GPU AdamW; 1-3 = the
     // engine of src/zero/ steps the optimizer (offloads, buckets, prefetch...). The trainer fills the dtypes,
     // tensors, trace and Adam constants.
