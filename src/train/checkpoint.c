@@ -533,29 +533,13 @@ const CheckpointBlobInfo* checkpoint_state_find(const CheckpointState* s, const 
     return NULL;
 }
 
-int checkpoint_state_read(CheckpointState* s, const char* tag, void* dst, size_t nbytes, char* err, size_t errcap) {
-    const CheckpointBlobInfo* b = checkpoint_state_find(s, tag);
-    if (!b) {
-        snprintf(err, errcap, "%s: no '%s' state in this checkpoint", s->path, tag);
-        return -1;
-    }
-    if ((int64_t)nbytes != b->nbytes) {
-        snprintf(err, errcap, "%s: '%s' state has %lld bytes, this run expects %zu (different model or config?)",
-                 s->path, tag, (long long)b->nbytes, nbytes);
-        return -1;
-    }
-    if (fseeko(s->f, b->offset, SEEK_SET) != 0 || (nbytes && fread(dst, 1, nbytes, s->f) != nbytes)) {
-        snprintf(err, errcap, "%s: reading '%s' state failed: %s", s->path, tag,
-                 feof(s->f) ? "unexpected end of file" : strerror(errno));
-        return -1;
-    }
-    uint32_t crc = checkpoint_crc32c(0, dst, nbytes);
-    if (crc != b->crc) {
-        snprintf(err, errcap, "%s: checksum mismatch in '%s' state (stored %08x, computed %08x): the file is corrupt",
-                 s->path, tag, b->crc, crc);
-        return -1;
-    }
+static int read_into(void* ctx, const void* data, size_t off, size_t n) {
+    memcpy((char*)ctx + off, data, n);
     return 0;
+}
+
+int checkpoint_state_read(CheckpointState* s, const char* tag, void* dst, size_t nbytes, char* err, size_t errcap) {
+    return checkpoint_state_read_stream(s, tag, nbytes, T5_MAX(nbytes, (size_t)1), read_into, dst, err, errcap);
 }
 
 int checkpoint_state_read_stream(CheckpointState* s, const char* tag, size_t nbytes, size_t chunk,

@@ -70,11 +70,7 @@ static void do_release(ZeroPart* P, int u, cudaStream_t s) {
 
 void* zp_fetch(ZeroPart* P, int u, cudaStream_t s) {
     ZpUnit* U = &P->u[u];
-    if (U->fetched) {
-        char msg[160];
-        snprintf(msg, sizeof msg, "%s fetched twice without release", P->name[u]);
-        t5_check_failed("ZERO", "zero_fetch", msg, __FILE__, __LINE__, __func__);
-    }
+    if (U->fetched) zp_contract_failed(P, u, "zero_fetch", "fetched twice without release");
     U->fetched = true;
     if (P->o.stage != 3) {
         zp_wait_unit_updated(P, u, s);
@@ -105,11 +101,7 @@ void* zp_fetch(ZeroPart* P, int u, cudaStream_t s) {
 
 void zp_release(ZeroPart* P, int u, cudaStream_t s) {
     ZpUnit* U = &P->u[u];
-    if (!U->fetched) {
-        char msg[160];
-        snprintf(msg, sizeof msg, "%s released but not fetched", P->name[u]);
-        t5_check_failed("ZERO", "zero_release", msg, __FILE__, __LINE__, __func__);
-    }
+    if (!U->fetched) zp_contract_failed(P, u, "zero_release", "released but not fetched");
     U->fetched = false;
     if (P->o.stage != 3 || P->held) return;
     ZeroSchedAction a;

@@ -338,6 +338,12 @@ void zp_destroy(ZeroPart* P) {
     free(P);
 }
 
+void zp_contract_failed(ZeroPart* P, int unit, const char* fn, const char* rule) {
+    char msg[200];
+    snprintf(msg, sizeof msg, "%s %s", P->name[unit], rule);
+    t5_check_failed("ZERO", fn, msg, __FILE__, __LINE__, fn);
+}
+
 const float* zp_fp32_tensor(ZeroPart* P, int unit, size_t offset) {
     ZpUnit* U = &P->u[unit];
     for (int k = 0; k < U->nviews; k++)

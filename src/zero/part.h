@@ -127,6 +127,8 @@ typedef struct ZeroPart {
 } ZeroPart;
 
 // part.c
+// A broken call contract (a bug): aborts naming the unit and the rule, as stage 0's checks do.
+__attribute__((noreturn)) void zp_contract_failed(ZeroPart* P, int unit, const char* fn, const char* rule);
 ZeroPart* zp_create(const ZeroOptions* o, int num_units, const size_t* unit_numel, const char* const* unit_name,
                     char* err, size_t errlen);
 void zp_destroy(ZeroPart* P);

@@ -22,11 +22,7 @@
 
 void* zp_grad(ZeroPart* P, int u, cudaStream_t s) {
     ZpUnit* U = &P->u[u];
-    if (U->grad_ready) {
-        char msg[160];
-        snprintf(msg, sizeof msg, "gradient of %s asked for after grad_ready in the same step", P->name[u]);
-        t5_check_failed("ZERO", "zero_grad", msg, __FILE__, __LINE__, __func__);
-    }
+    if (U->grad_ready) zp_contract_failed(P, u, "zero_grad", "gradient asked for after grad_ready in the same step");
     if (!U->grad_alloc) {
         const size_t bytes = P->L.numel[u] * P->gs;
         CUDA_CHECK(cudaMallocAsync(&U->grad, bytes, s));
@@ -38,16 +34,8 @@ void* zp_grad(ZeroPart* P, int u, cudaStream_t s) {
 
 void zp_grad_ready(ZeroPart* P, int u, cudaStream_t s) {
     ZpUnit* U = &P->u[u];
-    if (U->grad_ready) {
-        char msg[160];
-        snprintf(msg, sizeof msg, "grad_ready called twice for %s in one step", P->name[u]);
-        t5_check_failed("ZERO", "zero_grad_ready", msg, __FILE__, __LINE__, __func__);
-    }
-    if (!U->grad_alloc) {
-        char msg[160];
-        snprintf(msg, sizeof msg, "grad_ready for %s whose gradient was never asked for", P->name[u]);
-        t5_check_failed("ZERO", "zero_grad_ready", msg, __FILE__, __LINE__, __func__);
-    }
+    if (U->grad_ready) zp_contract_failed(P, u, "zero_grad_ready", "grad_ready called twice in one step");
+    if (!U->grad_alloc) zp_contract_failed(P, u, "zero_grad_ready", "grad_ready but its gradient was never asked for");
     U->grad_ready = true;
     // the CPU optimizer may still read this unit's host slot from the previous step (it never does once the
     // forward has fetched the unit, which waited for it; this keeps the rule local)
@@ -103,11 +91,7 @@ void zp_grad_ready(ZeroPart* P, int u, cudaStream_t s) {
 
 void zp_grad_norm(ZeroPart* P, float* d_norm2, int* d_overflow, cudaStream_t s) {
     for (int u = 0; u < P->num_units; u++)
-        if (!P->u[u].grad_ready) {
-            char msg[160];
-            snprintf(msg, sizeof msg, "zero_grad_norm before grad_ready of %s", P->name[u]);
-            t5_check_failed("ZERO", "zero_grad_norm", msg, __FILE__, __LINE__, __func__);
-        }
+        if (!P->u[u].grad_ready) zp_contract_failed(P, u, "zero_grad_norm", "not grad_ready before zero_grad_norm");
     if (P->micro != P->n_micro - 1)
         t5_die(T5_EXIT_FAILURE, "internal: zero_grad_norm on micro-batch %d of %d", P->micro, P->n_micro);
     CUDA_CHECK(cudaEventRecord(P->ev_grads_done, P->s_grad));

@@ -36,22 +36,9 @@ struct ZeroEngine {
     ZeroPart* P;              // stages 1-3 (NULL: stage 0, the fields above)
 };
 
-ZeroEngine* zero_create(int stage, DType dt, int num_units, const size_t* unit_numel, const char* const* unit_name,
-                        char* err, size_t errlen) {
-    return zero_create_ex(stage, dt, dt, num_units, unit_numel, unit_name, err, errlen);
-}
-
-ZeroEngine* zero_create_ex(int stage, DType dt, DType gdt, int num_units, const size_t* unit_numel,
-                           const char* const* unit_name, char* err, size_t errlen) {
-    if (stage != 0) {
-        snprintf(err, errlen, "not implemented yet: ZeRO stage %d (only stage 0 exists)", stage);
-        return NULL;
-    }
-    if (gdt != dt && gdt != DT_F32) {
-        snprintf(err, errlen, "gradients in %s with %s weights are not supported (use %s or fp32)", dtype_name(gdt),
-                 dtype_name(dt), dtype_name(dt));
-        return NULL;
-    }
+// the unit tables every stage keeps (sizes, flat offsets, names for messages, fetch/grad bookkeeping)
+static ZeroEngine* engine_new(int stage, DType dt, DType gdt, int num_units, const size_t* unit_numel,
+                              const char* const* unit_name) {
     ZeroEngine* Z = calloc_check(1, sizeof *Z);
     Z->stage = stage;
     Z->dt = dt;
@@ -69,6 +56,26 @@ ZeroEngine* zero_create_ex(int stage, DType dt, DType gdt, int num_units, const 
         snprintf(buf, sizeof buf, "unit %d", u);
         Z->name[u] = strdup_check(unit_name && unit_name[u] ? unit_name[u] : buf);
     }
+    return Z;
+}
+
+ZeroEngine* zero_create(int stage, DType dt, int num_units, const size_t* unit_numel, const char* const* unit_name,
+                        char* err, size_t errlen) {
+    return zero_create_ex(stage, dt, dt, num_units, unit_numel, unit_name, err, errlen);
+}
+
+ZeroEngine* zero_create_ex(int stage, DType dt, DType gdt, int num_units, const size_t* unit_numel,
+                           const char* const* unit_name, char* err, size_t errlen) {
+    if (stage != 0) {
+        snprintf(err, errlen, "not implemented yet: ZeRO stage %d (only stage 0 exists)", stage);
+        return NULL;
+    }
+    if (gdt != dt && gdt != DT_F32) {
+        snprintf(err, errlen, "gradients in %s with %s weights are not supported (use %s or fp32)", dtype_name(gdt),
+                 dtype_name(dt), dtype_name(dt));
+        return NULL;
+    }
+    ZeroEngine* Z = engine_new(stage, dt, gdt, num_units, unit_numel, unit_name);
     size_t n = Z->flat_numel ? Z->flat_numel : 8;
     const size_t gsz = dtype_size(gdt);
     size_t bytes = n * 4 + n * gsz + (dt == DT_F32 ? 0 : n * dtype_size(dt));
@@ -99,21 +106,7 @@ ZeroEngine* zero_create_opts(const ZeroOptions* o, int num_units, const size_t* 
         return zero_create_ex(0, o->working_dtype, o->grad_dtype, num_units, unit_numel, unit_name, err, errlen);
     ZeroPart* P = zp_create(o, num_units, unit_numel, unit_name, err, errlen);
     if (!P) return NULL;
-    ZeroEngine* Z = calloc_check(1, sizeof *Z);
-    Z->stage = o->stage;
-    Z->dt = o->working_dtype;
-    Z->gdt = o->grad_dtype;
-    Z->num_units = num_units;
-    Z->numel = calloc_check((size_t)num_units, sizeof(size_t));
-    Z->offset = calloc_check((size_t)num_units, sizeof(size_t));
-    Z->name = calloc_check((size_t)num_units, sizeof(char*));
-    Z->state = calloc_check((size_t)num_units, sizeof(UnitState));
-    for (int u = 0; u < num_units; u++) {
-        Z->numel[u] = unit_numel[u];
-        Z->offset[u] = Z->flat_numel;
-        Z->flat_numel += unit_numel[u];
-        Z->name[u] = strdup_check(P->name[u]);
-    }
+    ZeroEngine* Z = engine_new(o->stage, o->working_dtype, o->grad_dtype, num_units, unit_numel, unit_name);
     Z->P = P;
     return Z;
 }
