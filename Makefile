@@ -72,6 +72,7 @@ HAVE_SPM      := $(shell $(PKG_CONFIG) --exists sentencepiece 2>/dev/null && ech
 HAVE_CMOCKA   := $(shell $(PKG_CONFIG) --exists cmocka 2>/dev/null && echo 1)
 HAVE_CURL     := $(shell $(PKG_CONFIG) --exists libcurl 2>/dev/null && echo 1)
 HAVE_ARCHIVE  := $(shell $(PKG_CONFIG) --exists libarchive 2>/dev/null && echo 1)
+HAVE_PROTOBUF_C := $(shell $(PKG_CONFIG) --exists libprotobuf-c 2>/dev/null && echo 1)
 HAVE_OPENMP   := $(shell printf '$(HASH)include <omp.h>\nint main(void){return omp_get_max_threads()<0;}\n' | $(CC) -x c - -fopenmp -o /dev/null 2>/dev/null && echo 1)
 ifeq ($(MPI),auto)
   HAVE_MPI := $(shell command -v mpicc >/dev/null 2>&1 && mpicc --showme:version >/dev/null 2>&1 && echo 1)
@@ -90,6 +91,7 @@ ifeq ($(filter clean,$(MAKECMDGOALS)),)
   $(info $(if $(HAVE_OPENMP),✓ OpenMP found,✗ OpenMP not found))
   $(info $(if $(HAVE_CURL),✓ libcurl found (downloads; loaded at run time),✗ libcurl not found: no Hub/dataset download; run scripts/install_deps.sh))
   $(info $(if $(HAVE_ARCHIVE),✓ libarchive found (dataset extraction; loaded at run time),✗ libarchive not found: no dataset extraction; run scripts/install_deps.sh))
+  $(info $(if $(HAVE_PROTOBUF_C),✓ protobuf-c found (TensorBoard event files; linked statically),✗ protobuf-c not found: no --report_to tensorboard; run scripts/install_deps.sh))
   $(info $(if $(HAVE_CMOCKA),✓ cmocka found (tests),✗ cmocka not found: tests cannot build; run scripts/install_deps.sh))
   $(info $(if $(HAVE_MPI),✓ MPI found,✗ MPI not found (multi-process launch disabled)))
   $(info ---------------------------------------------)
@@ -143,17 +145,28 @@ ifeq ($(HAVE_ARCHIVE),1)
   PKG_DL_CFLAGS += $(shell $(PKG_CONFIG) --cflags libarchive 2>/dev/null)
 endif
 
+# protobuf-c: --report_to tensorboard (src/report/tb_writer.c and the committed tb_event.pb-c.c, generated from
+# tb_event.proto by `make proto`); the static archive, so the binary needs no libprotobuf-c on the GPU machine
+ifeq ($(HAVE_PROTOBUF_C),1)
+  DEFS += -DT5_HAVE_PROTOBUF_C=1
+  PKG_DL_CFLAGS += $(shell $(PKG_CONFIG) --cflags libprotobuf-c 2>/dev/null)
+  PROTOBUF_C_LIBS := -Wl,-Bstatic $(shell $(PKG_CONFIG) --libs libprotobuf-c 2>/dev/null) -Wl,-Bdynamic
+endif
+
 CFLAGS   := -std=gnu11 $(OPT) -Wall -Wextra -fopenmp $(DEFS) $(INCLUDES) $(PKG_CFLAGS) $(PKG_DL_CFLAGS) $(MPI_CFLAGS)
 CXXFLAGS := -std=c++17 $(OPT) -Wall -Wextra -fopenmp $(DEFS) $(INCLUDES) $(PKG_CFLAGS) $(PKG_DL_CFLAGS)
 NVCCFLAGS := -std=c++17 $(NVOPT) $(NVCC_GENCODE) $(DEFS) $(INCLUDES) -Xcompiler -Wall
 LDFLAGS  := -L$(CUDA_HOME)/lib64 -L$(NCCL_HOME)/lib64 -L$(NCCL_HOME)/lib -Wl,-rpath,$(CUDA_HOME)/lib64
-LDLIBS   := -lcudart -lcublasLt -lcublas -lnccl $(PKG_LIBS) $(MPI_LIBS) -fopenmp -lm -lpthread -ldl -lrt
+LDLIBS   := -lcudart -lcublasLt -lcublas -lnccl $(PKG_LIBS) $(PROTOBUF_C_LIBS) $(MPI_LIBS) -fopenmp -lm -lpthread -ldl -lrt
 
 # ---------------------------------------------------------------------------------------------
 # sources: every file of every room is built (docs/layout.md: src/base, cuda, model, data, src/zero,
 # src/report, src/eval, src/train, src/cli); src/cli/main.c is kept out of the library
 
 C_SRCS   := $(filter-out src/cli/main.c,$(wildcard src/*/*.c model/*.c data/*.c))
+ifneq ($(HAVE_PROTOBUF_C),1)
+  C_SRCS := $(filter-out %.pb-c.c,$(C_SRCS))
+endif
 CXX_SRCS := $(wildcard data/*.cc)
 CU_SRCS  := $(wildcard src/base/*.cu cuda/*.cu)
 OBJS     := $(C_SRCS:%.c=$(BUILD)/%.o) $(CXX_SRCS:%.cc=$(BUILD)/%.o) $(CU_SRCS:%.cu=$(BUILD)/%.o)
@@ -235,6 +248,11 @@ test-gpu: $(GPU_TESTS) $(BIN)
 	@T5TRAIN_BIN=$(abspath $(BIN)) T5TRAIN_REQUIRE_GPU=1 bash test/run_tests.sh $(GPU_TESTS)
 
 test-ops: test-gpu
+
+# regenerates the committed protobuf-c code of the TensorBoard event messages (needs protobuf-c-compiler)
+.PHONY: proto
+proto:
+	cd src/report && protoc-c --c_out=. tb_event.proto
 
 clean:
 	rm -rf $(BUILD) $(BIN)

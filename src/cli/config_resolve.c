@@ -18,10 +18,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <dirent.h>
 #include <unistd.h>
 
 #include "../base/common.h"
+#include "../report/report_to.h"
 
 // ----------------------------------------------------------------------------
 // resolution ("auto", null fallbacks, cross-key rules)
@@ -357,9 +359,20 @@ int config_resolve(RunConfig* c, char* err, size_t n) {
         c->data_seed = c->seed;
         c->src[config_key_index("data_seed")] = CONFIG_SRC_DERIVED;
     }
-    if (!c->logging_dir[0]) {
-        snprintf(c->logging_dir, sizeof c->logging_dir, "%s", c->output_dir);
+    if (!c->logging_dir[0]) {  // HF 4.x default_logdir(): output_dir/runs/<date>_<host>
+        report_default_logging_dir(c->logging_dir, sizeof c->logging_dir, c->output_dir, time(NULL));
         c->src[config_key_index("logging_dir")] = CONFIG_SRC_DERIVED;
+    }
+    {  // report_to: "all" becomes what this build has; unknown names are an error (src/report/report_to.h)
+        unsigned mask;
+        char rerr[512];
+        if (report_to_parse(c->report_to, &mask, rerr, sizeof rerr)) return t5_errf(err, n, T5_EXIT_USAGE, "%s", rerr);
+        char norm[sizeof c->report_to];
+        report_to_format(norm, sizeof norm, mask);
+        if (strcmp(norm, c->report_to) != 0) {
+            snprintf(c->report_to, sizeof c->report_to, "%s", norm);
+            c->src[config_key_index("report_to")] = CONFIG_SRC_DERIVED;
+        }
     }
     if (c->warmup_steps > 0 && c->warmup_ratio > 0)
         add_note(c, "both warmup_steps and warmup_ratio given: warmup_steps wins (as HF)");
@@ -470,7 +483,6 @@ int config_check_implemented(const RunConfig* c, char* err, size_t n) {
         c->ds.scheduler.type != DS_SCHED_WARMUP_DECAY_LR)
         MISSING("DeepSpeed scheduler other than WarmupLR/WarmupDecayLR");
     if (c->resume_from_checkpoint[0] && !T5_BUILD_FEATURES.resume) MISSING("resume_from_checkpoint");
-    if (c->report_to[0] && strcmp(c->report_to, "none") != 0) MISSING("report_to %s", c->report_to);
 #undef MISSING
     if (count) return t5_errf(err, n, T5_EXIT_USAGE, "not implemented yet: %s", list);
     return 0;

@@ -305,6 +305,8 @@ static void run_build_trainer_args(const RunConfig* c, TrainerArgs* a) {
     a->seed = (uint64_t)c->seed;
     copy_str(a->output_dir, sizeof a->output_dir, c->output_dir);
     copy_str(a->resume_from_checkpoint, sizeof a->resume_from_checkpoint, c->resume_from_checkpoint);
+    copy_str(a->report_to, sizeof a->report_to, c->report_to);
+    copy_str(a->logging_dir, sizeof a->logging_dir, c->logging_dir);
     a->inject_inf_step = env_int("T5TRAIN_INJECT_INF_STEP");
     a->stop_after_steps = env_int("T5TRAIN_STOP_AFTER_STEPS");
 }

@@ -246,6 +246,16 @@ void results_speed_metrics(json_t* m, const char* split, double runtime, int64_t
     }
 }
 
+void results_train_speed_metrics(json_t* m, double runtime, int64_t max_steps_arg, double num_train_epochs_arg,
+                                 int64_t num_examples, int64_t total_train_batch_size, int64_t state_max_steps) {
+    results_set_real(m, "train_runtime", py_round(runtime, 4));
+    if (runtime == 0) return;
+    const double samples = max_steps_arg > 0 ? (double)max_steps_arg * (double)total_train_batch_size
+                                             : (double)num_examples * num_train_epochs_arg;
+    results_set_real(m, "train_samples_per_second", py_round(samples / runtime, 3));
+    results_set_real(m, "train_steps_per_second", py_round((double)state_max_steps / runtime, 3));
+}
+
 static int write_json_file(const char* path, const json_t* v, int indent, bool newline, char* err, size_t errcap) {
     char* text = results_dumps(v, indent, true);
     size_t len = strlen(text);
@@ -369,9 +379,15 @@ void trainer_state_append_log(TrainerState* s, json_t* entry) {
 
 json_t* trainer_state_to_json(const TrainerState* s) {
     json_t* o = json_object();
-    json_object_set_new(o, "best_global_step", json_null());
-    json_object_set_new(o, "best_metric", json_null());
-    json_object_set_new(o, "best_model_checkpoint", json_null());
+    if (s->has_best) {
+        results_set_int(o, "best_global_step", s->best_global_step);
+        results_set_real(o, "best_metric", s->best_metric);
+        json_object_set_new(o, "best_model_checkpoint", json_string(s->best_model_checkpoint));
+    } else {
+        json_object_set_new(o, "best_global_step", json_null());
+        json_object_set_new(o, "best_metric", json_null());
+        json_object_set_new(o, "best_model_checkpoint", json_null());
+    }
     results_set_real(o, "epoch", s->epoch);
     results_set_int(o, "eval_steps", s->eval_steps);
     results_set_int(o, "global_step", s->global_step);
@@ -460,6 +476,16 @@ int trainer_state_load(TrainerState* s, const char* path, char* err, size_t errc
               get_int(o, "num_train_epochs", &t.num_train_epochs, path, err, errcap) &&
               get_int(o, "num_input_tokens_seen", &t.num_input_tokens_seen, path, err, errcap) &&
               get_real(o, "total_flos", &t.total_flos, path, err, errcap);
+    const json_t* bm = json_object_get(o, "best_metric");
+    const json_t* bc = json_object_get(o, "best_model_checkpoint");
+    if (ok && bm && json_is_number(bm) && bc && json_is_string(bc)) {  // HF's files may lack best_global_step
+        t.has_best = true;
+        t.best_metric = json_number_value(bm);
+        snprintf(t.best_model_checkpoint, sizeof t.best_model_checkpoint, "%s", json_string_value(bc));
+        const json_t* bs = json_object_get(o, "best_global_step");
+        const char* dash = strrchr(t.best_model_checkpoint, '-');
+        t.best_global_step = bs && json_is_integer(bs) ? json_integer_value(bs) : dash ? atoll(dash + 1) : -1;
+    }
     json_t* lh = json_object_get(o, "log_history");
     if (ok && lh && !json_is_array(lh)) {
         snprintf(err, errcap, "%s: \"log_history\" must be a list", path);

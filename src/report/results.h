@@ -45,6 +45,15 @@ void results_set_int(json_t* obj, const char* key, int64_t v);
 void results_speed_metrics(json_t* m, const char* split, double runtime, int64_t num_samples, int64_t num_steps,
                            int64_t num_tokens);
 
+// The train split's speed metrics as HF's Trainer computes them at the end of training (speed_metrics("train",
+// start_time, num_samples=num_train_samples, num_steps=state.max_steps)): train_runtime (this session's wall
+// time), train_samples_per_second = num_train_samples / runtime with num_train_samples = max_steps_arg *
+// total_train_batch_size when --max_steps > 0, else num_examples * num_train_epochs_arg; train_steps_per_second =
+// state_max_steps / runtime. (HF counts the whole run's samples and steps even after a resume, over this
+// session's runtime; so does this.)
+void results_train_speed_metrics(json_t* m, double runtime, int64_t max_steps_arg, double num_train_epochs_arg,
+                                 int64_t num_examples, int64_t total_train_batch_size, int64_t state_max_steps);
+
 // Trainer.save_metrics(split, metrics, combined): output_dir/<split>_results.json and, if combined,
 // all_results.json merged. split is "train", "eval", "predict" (or "all").
 int results_save_metrics(const char* output_dir, const char* split, const json_t* metrics, bool combined,
@@ -69,6 +78,11 @@ typedef struct {
     int64_t num_input_tokens_seen;
     double total_flos;
     json_t* log_history;        // array of dicts, owned; entries carry "step"
+    // best model (Trainer._determine_best_metric): has_best false -> the three keys are null
+    bool has_best;
+    double best_metric;
+    int64_t best_global_step;
+    char best_model_checkpoint[4200];   // "<output_dir>/checkpoint-<best_global_step>"
     // TrainerControl as saved in stateful_callbacks
     bool should_training_stop, should_epoch_stop, should_save, should_evaluate, should_log;
 } TrainerState;

@@ -328,6 +328,7 @@ int trainer_log_format_step(char* buf, size_t cap, const StepLog* s) {
     if (s->gpu_mem_alloc_gib >= 0)
         appendf(buf, cap, &k, " | mem %.1f/%.1f GiB", s->gpu_mem_alloc_gib, s->gpu_mem_peak_gib);
     if (s->rss_gib >= 0) appendf(buf, cap, &k, " | rss %.1f GiB", s->rss_gib);
+    if (s->mfu > 0) appendf(buf, cap, &k, " | mfu %.1f%%", 100.0 * s->mfu);
     return (int)k;
 }
 
@@ -376,6 +377,10 @@ int trainer_log_format_json(char* buf, size_t cap, const StepLog* s) {
     json_num(buf, cap, &k, "gpu_mem_alloc_gib", s->gpu_mem_alloc_gib >= 0 ? s->gpu_mem_alloc_gib : NAN, false);
     json_num(buf, cap, &k, "gpu_mem_peak_gib", s->gpu_mem_peak_gib >= 0 ? s->gpu_mem_peak_gib : NAN, false);
     json_num(buf, cap, &k, "rss_gib", s->rss_gib >= 0 ? s->rss_gib : NAN, false);
+    if (s->mfu > 0) {
+        json_num(buf, cap, &k, "model_tflops_per_s", s->model_flops_per_s / 1e12, false);
+        json_num(buf, cap, &k, "mfu", s->mfu, false);
+    }
     appendf(buf, cap, &k, "}");
     return (int)k;
 }

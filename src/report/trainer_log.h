@@ -118,10 +118,13 @@ typedef struct {
     double samples_per_s;
     double gpu_mem_alloc_gib, gpu_mem_peak_gib;  // < 0: unknown (not printed)
     double rss_gib;                              // < 0: unknown (not printed)
+    // model FLOPs per second over the window (flops_t5_train_step, src/report/flops.h) and their share of the
+    // GPU's dense 16-bit peak; mfu <= 0: the peak is not known (H100/H200 only), neither is printed
+    double model_flops_per_s, mfu;
 } StepLog;
 
 // "step 120/3000 | loss 1.234567 | norm 0.8123 | lr 4.80e-05 | scale 65536 | skipped 3 | 412.3 ms |
-//  18234 tok/s | 12.5 samples/s | mem 10.2/12.3 GiB | rss 3.1 GiB"
+//  18234 tok/s | 12.5 samples/s | mem 10.2/12.3 GiB | rss 3.1 GiB | mfu 41.2%" (mfu only when known)
 int trainer_log_format_step(char* buf, size_t cap, const StepLog* s);
 // HF 4.x print(logs): "{'loss': 1.2346, 'grad_norm': 0.81, 'learning_rate': 4.8e-05, 'epoch': 0.12}"
 // (loss rounded to 4 digits, epoch to 2, as Trainer does; grad_norm omitted when NAN).

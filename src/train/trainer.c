@@ -34,6 +34,8 @@
 #include "../base/safetensors.h"
 #include "../base/signals.h"
 #include "../report/trainer_log.h"
+#include "../report/report_to.h"
+#include "../report/flops.h"
 #include "../../model/zero.h"
 #include "../zero/host_mem.h"
 
@@ -209,6 +211,9 @@ typedef struct {
     int64_t total_steps, upe, nb;
     // logging
     TrainerLog log;
+    Reporter rep;                 // --report_to writers (src/report/report_to.h), opened by report_start
+    bool rep_started;
+    double peak_flops, win_model_flops;  // the GPU's dense 16-bit peak (0: unknown), model FLOPs of the log window
     TrainerState hf;
     json_t* dump;                // --dump_batches: array of updates (arrays of micro-batches)
     double peak_mem_gib;
@@ -515,6 +520,9 @@ static json_t* run_eval_split(Trainer* t, Dataset* ds, DataLoader* dl, const cha
         if (evaluate_generate(t->Z, &t->T, t->tok, ds, &a->data, &gc, t->s, &r, err, sizeof err))
             t5_die(T5_EXIT_FAILURE, "%s generation: %s", prefix, err);
         evaluate_add_metrics(m, &r);
+        char ks[64];  // <prefix>_samples: run_translation adds it to the results files only, never to the logged dict
+        snprintf(ks, sizeof ks, "%s_samples", prefix);
+        json_object_del(m, ks);
         if (keep && evaluate_write_predictions(a->output_dir, &r, err, sizeof err)) t5_die(T5_EXIT_FAILURE, "%s", err);
         snprintf(kb, sizeof kb, "%s_bleu", prefix);
         snprintf(kg, sizeof kg, "%s_gen_len", prefix);
@@ -526,7 +534,7 @@ static json_t* run_eval_split(Trainer* t, Dataset* ds, DataLoader* dl, const cha
     t5_model_set_train(t->M, true);
     // HF's <prefix>_runtime covers the loss pass and the generation together
     results_speed_metrics(m, prefix, trainer_log_now() - t0, nex, nbatches, -1);
-    if (a->do_train) results_set_real(m, "epoch", epoch);
+    if (a->do_train && strcmp(prefix, "predict") != 0) results_set_real(m, "epoch", epoch);  // predict() does not log
     trainer_log_eval(&t->log, t->st.global_step, keys, vals, nkeys);
     return m;
 }
@@ -666,7 +674,26 @@ static void load_checkpoint(Trainer* t, const char* dir) {
     t->last_saved_step = c.global_step;
 }
 
-static void hf_log_entry(Trainer* t, json_t* e) { trainer_state_append_log(&t->hf, e); }
+static void hf_log_entry(Trainer* t, json_t* e) {
+    trainer_state_append_log(&t->hf, e);
+    reporter_log(&t->rep, e);  // HF's callbacks' on_log
+}
+
+// --report_to writers (after a resume has loaded log_history) and the GPU's peak for the MFU, once
+static void report_start(Trainer* t) {
+    if (t->rep_started) return;
+    t->rep_started = true;
+    unsigned mask;
+    static char e[1024];
+    if (report_to_parse(t->a->report_to, &mask, e, sizeof e) ||
+        reporter_open(&t->rep, mask, t->a->logging_dir, t->a->output_dir, t->hf.log_history, e, sizeof e))
+        t5_die(T5_EXIT_FAILURE, "%s", e);
+    struct cudaDeviceProp prop;
+    int dev = 0;
+    if ((t->a->dtype == DT_F16 || t->a->dtype == DT_BF16) && cudaGetDevice(&dev) == cudaSuccess &&
+        cudaGetDeviceProperties(&prop, dev) == cudaSuccess)
+        t->peak_flops = flops_device_peak_16bit(prop.name);
+}
 
 static void write_dump(Trainer* t) {
     if (!t->dump) return;
@@ -711,6 +738,7 @@ static double train_step(Trainer* t, int64_t n_micro, double* norm_out, bool* sk
         t->rng.micro_counter++;
         t->st.tokens_seen += b->n_src_tokens + b->n_tgt_tokens;
         t->hf.total_flos += results_hf_floating_point_ops(&a->model, (int64_t)b->B * b->Ts);  // HF: per micro-batch
+        t->win_model_flops += flops_t5_train_step(&a->model, b->B, b->Ts, b->Tt);           // the MFU's numerator
         t->st.samples_seen += b->B;
     }
     if (dump_step) json_array_append_new(t->dump, dump_step);
@@ -888,6 +916,7 @@ int trainer_run(const TrainerArgs* a) {
         t->hf.num_train_epochs = num_epochs;
         if (a->dump_batches[0]) t->dump = json_array();
 
+        report_start(t);
         TrainHeader th = {.num_examples = dataset_size(t->train_ds), .num_epochs = num_epochs,
                           .per_device_batch_size = a->data.train_batch_size,
                           .total_batch_size = a->data.train_batch_size * gas,
@@ -903,7 +932,6 @@ int trainer_run(const TrainerArgs* a) {
         double t_start = trainer_log_now();
         progress_init(&t->log.bar, stdout, t->total_steps, t->st.global_step, t_start, 0);
         t->log.bar_on = true;
-        int64_t start_step = t->st.global_step, session_samples = 0;
         double win_t0 = t_start;
         int64_t win_tokens = 0, win_samples = 0, win_steps_timed = 0;
         bool stopped = false;
@@ -929,7 +957,6 @@ int trainer_run(const TrainerArgs* a) {
             bie += n_micro;
             win_tokens += t->st.tokens_seen - tok0;
             win_samples += t->st.samples_seen - smp0;
-            session_samples += t->st.samples_seen - smp0;
             win_steps_timed++;
             t->st.total_loss_sum += loss;
             t->st.win_loss_sum += loss;
@@ -955,7 +982,10 @@ int trainer_run(const TrainerArgs* a) {
                               .tokens_per_s = dt > 0 ? (double)win_tokens / dt : 0,
                               .samples_per_s = dt > 0 ? (double)win_samples / dt : 0,
                               .gpu_mem_alloc_gib = gpu_mem_used_gib(t), .gpu_mem_peak_gib = t->peak_mem_gib,
-                              .rss_gib = (double)trainer_log_host_rss() / (1024.0 * 1024 * 1024)};
+                              .rss_gib = (double)trainer_log_host_rss() / (1024.0 * 1024 * 1024),
+                              .model_flops_per_s = dt > 0 ? t->win_model_flops / dt : 0,
+                              .mfu = dt > 0 && t->peak_flops > 0 ? t->win_model_flops / dt / t->peak_flops : 0};
+                t->win_model_flops = 0;
                 trainer_log_step(&t->log, &sl);
                 json_t* e = json_object();
                 results_set_real(e, "loss", py_round(sl.loss, 4));
@@ -1018,6 +1048,7 @@ int trainer_run(const TrainerArgs* a) {
                    (long long)t->st.global_step);
             fflush(stdout);
             trainer_log_free(&t->log);
+            reporter_close(&t->rep);
             trainer_state_free(&t->hf);
             return T5_EXIT_OK;
         }
@@ -1027,7 +1058,8 @@ int trainer_run(const TrainerArgs* a) {
         results_set_real(train_metrics, "epoch", t->hf.epoch);
         results_set_real(train_metrics, "train_loss",
                          t->st.global_step ? t->st.total_loss_sum / (double)t->st.global_step : NAN);
-        results_speed_metrics(train_metrics, "train", runtime, session_samples, t->st.global_step - start_step, -1);
+        results_train_speed_metrics(train_metrics, runtime, a->max_steps, a->num_train_epochs, dataset_size(t->train_ds),
+                                    a->data.train_batch_size * gas, t->total_steps);  // HF's counts
         results_set_int(train_metrics, "train_samples", dataset_size(t->train_ds));
         results_set_real(train_metrics, "total_flos", t->hf.total_flos);
         json_t* e = json_deep_copy(train_metrics);
@@ -1035,7 +1067,12 @@ int trainer_run(const TrainerArgs* a) {
         hf_log_entry(t, e);
     }
     if (a->do_eval) {
+        report_start(t);
         eval_metrics = run_eval(t, t->hf.epoch);
+        json_t* e = json_deep_copy(eval_metrics);  // HF's evaluate() logs it (after trainer_state.json is saved)
+        json_object_set_new(e, "step", json_integer(t->st.global_step));
+        reporter_log(&t->rep, e);
+        json_decref(e);
         results_set_int(eval_metrics, "eval_samples", dataset_size(t->eval_ds));
     }
     json_t* predict_metrics = NULL;
@@ -1048,6 +1085,7 @@ int trainer_run(const TrainerArgs* a) {
     json_decref(eval_metrics);
     json_decref(predict_metrics);
     trainer_log_free(&t->log);
+    reporter_close(&t->rep);
     trainer_state_free(&t->hf);
     // process exit releases the GPU; the handles are not reused
     return T5_EXIT_OK;

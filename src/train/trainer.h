@@ -92,6 +92,8 @@ typedef struct {
     // files
     char output_dir[4096];
     char resume_from_checkpoint[4096];   // "", a checkpoint dir, or "last"
+    char report_to[64];          // --report_to as resolved ("none", "csv", "tensorboard", "csv,tensorboard")
+    char logging_dir[4096];      // TensorBoard's folder (src/report/report_to.h)
     // test hooks
     char dump_batches[4096];     // write the token ids of the first dump_batches_steps updates to this JSON file
     int64_t dump_batches_steps;
