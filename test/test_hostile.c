@@ -602,6 +602,25 @@ static void make_cases(void) {
     add("label smoothing 0.1 runs (dry run)", 0, "", "$T $B --label_smoothing_factor 0.1 --dry_run");
     add("label smoothing 1 out of range", 2, "label_smoothing_factor", "$T $B --label_smoothing_factor 1 --dry_run");
     add("label smoothing negative", 2, "label_smoothing_factor", "$T $B --label_smoothing_factor -0.1 --dry_run");
+    // best model (issue 20): HF's TrainingArguments rules, EarlyStoppingCallback's requirements, known metrics only
+    add("best: load_best, matching steps", 0, "",
+        "$T $B --load_best_model_at_end --evaluation_strategy steps --eval_steps 1 --save_steps 2 --dry_run");
+    add("best: strategies differ", 2, "save and eval strategy to match",
+        "$T $B --load_best_model_at_end --evaluation_strategy epoch --save_strategy steps --dry_run");
+    add("best: save_steps not a multiple", 2, "not a round multiple of 3",
+        "$T $B --load_best_model_at_end --evaluation_strategy steps --eval_steps 3 --save_steps 4 --dry_run");
+    add("best: bleu without generation", 2, "eval_bleu",
+        "$T $B --load_best_model_at_end --metric_for_best_model bleu --evaluation_strategy steps --eval_steps 1 "
+        "--save_steps 1 --dry_run");
+    add("best: bleu with generation", 0, "",
+        "$T $B --load_best_model_at_end --metric_for_best_model bleu --predict_with_generate --evaluation_strategy "
+        "steps --eval_steps 1 --save_steps 1 --greater_is_better true --run_name r1 --dry_run");
+    add("best: unknown metric", 2, "'eval_rouge'", "$T $B --metric_for_best_model rouge --dry_run");
+    add("best: early stopping without load_best", 2, "requires load_best_model_at_end",
+        "$T $B --early_stopping_patience 2 --evaluation_strategy steps --eval_steps 1 --dry_run");
+    add("best: early stopping patience 0", 2, "early_stopping_patience", "$T $B --early_stopping_patience 0 --dry_run");
+    add("best: early stopping threshold negative", 2, "early_stopping_threshold",
+        "$T $B --early_stopping_threshold -1 --dry_run");
     add("nyi: sortish sampler", 2, "not implemented yet", "$T $B --sortish_sampler --dry_run");
     add("nyi: report_to wandb", 2, "not implemented yet", "$T $B --report_to wandb --dry_run");
     // ZeRO stages 1-3 and CPU offload are implemented (src/zero); NVMe offload is not

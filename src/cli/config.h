@@ -294,6 +294,12 @@ typedef struct {
     int save_strategy;                  // IntervalStrategy
     int64_t save_steps;
     int64_t save_total_limit;           // -1 = null (keep all)
+    bool load_best_model_at_end;
+    char metric_for_best_model[96];     // "" = null
+    bool greater_is_better;             // null -> HF's default from the metric name (run.c)
+    char run_name[256];                 // "" = null -> output_dir
+    int64_t early_stopping_patience;    // -1 = null (no early stopping)
+    double early_stopping_threshold;
     bool save_on_each_node;
     int64_t seed;
     int64_t data_seed;                  // -1 = null -> seed

@@ -30,6 +30,7 @@
 #include "fetch_inputs.h"
 #include "../train/trainer.h"
 #include "../train/checkpoint.h"
+#include "../train/best_model.h"
 #include "../base/safetensors.h"
 #include "../base/signals.h"
 #include "../../model/params.h"
@@ -76,6 +77,35 @@ static TrainerInterval interval(int strategy) {
 static void copy_str(char* dst, size_t cap, const char* src) {
     if (strlen(src) >= cap) t5_die(T5_EXIT_USAGE, "path too long: %.80s...", src);
     snprintf(dst, cap, "%s", src);
+}
+
+// best model: HF TrainingArguments.__post_init__ (metric "loss" when load_best_model_at_end has none,
+// greater_is_better from the name) and its checks, EarlyStoppingCallback's requirements; the metric must be one
+// the evaluation logs (HF raises KeyError at the first evaluation; here it is an input error before anything runs)
+static void run_best_model_args(const RunConfig* c, TrainerArgs* a) {
+    static char err[1024];
+    a->load_best_model_at_end = c->load_best_model_at_end;
+    const char* metric = c->metric_for_best_model[0] ? c->metric_for_best_model
+                                                     : (c->load_best_model_at_end ? "loss" : "");
+    copy_str(a->metric_for_best_model, sizeof a->metric_for_best_model, metric);
+    a->greater_is_better = key_present(c, "greater_is_better") ? c->greater_is_better
+                                                               : (metric[0] && best_model_default_greater(metric));
+    a->early_stopping_patience = c->early_stopping_patience > 0 ? c->early_stopping_patience : 0;
+    a->early_stopping_threshold = c->early_stopping_threshold;
+    copy_str(a->run_name, sizeof a->run_name, c->run_name[0] ? c->run_name : c->output_dir);
+    if (best_model_check_args(a->load_best_model_at_end, metric, a->eval_strategy, a->eval_steps, a->save_strategy,
+                              a->save_steps, a->early_stopping_patience, err, sizeof err))
+        t5_die(T5_EXIT_USAGE, "%s", err);
+    if (!metric[0]) return;
+    char key[128];
+    best_model_metric_key(metric, key, sizeof key);
+    const char* known[] = {"eval_loss", "eval_runtime", "eval_samples_per_second", "eval_steps_per_second",
+                           c->predict_with_generate ? "eval_bleu" : NULL, c->predict_with_generate ? "eval_gen_len" : NULL};
+    for (size_t i = 0; i < T5_ARRAY_LEN(known); i++)
+        if (known[i] && strcmp(known[i], key) == 0) return;
+    t5_die(T5_EXIT_USAGE, "metric_for_best_model is '%s', which is not in the evaluation metrics (eval_loss, "
+                          "eval_runtime, eval_samples_per_second, eval_steps_per_second%s)",
+           key, c->predict_with_generate ? ", eval_bleu, eval_gen_len" : "; eval_bleu and eval_gen_len need --predict_with_generate");
 }
 
 // The resolved RunConfig -> what the trainer needs. Dies (one line) on what this build cannot run.
@@ -302,6 +332,7 @@ static void run_build_trainer_args(const RunConfig* c, TrainerArgs* a) {
     a->save_steps = c->save_steps;
     a->logging_first_step = c->logging_first_step;
     a->save_total_limit = c->save_total_limit;
+    run_best_model_args(c, a);
     a->seed = (uint64_t)c->seed;
     copy_str(a->output_dir, sizeof a->output_dir, c->output_dir);
     copy_str(a->resume_from_checkpoint, sizeof a->resume_from_checkpoint, c->resume_from_checkpoint);

@@ -26,6 +26,7 @@
 #include "../../model/t5.h"
 #include "../../model/t5_weights.h"
 #include "checkpoint.h"
+#include "best_model.h"
 #include "../base/common.h"
 #include "../zero/cpu_adam.h"
 #include "lr_schedule.h"
@@ -215,6 +216,7 @@ typedef struct {
     bool rep_started;
     double peak_flops, win_model_flops;  // the GPU's dense 16-bit peak (0: unknown), model FLOPs of the log window
     TrainerState hf;
+    BestModel best;               // best-model selection and early stopping (best_model.h)
     json_t* dump;                // --dump_batches: array of updates (arrays of micro-batches)
     double peak_mem_gib;
     int64_t last_saved_step;
@@ -622,7 +624,8 @@ static void save_checkpoint(Trainer* t) {
     trainer_log_line(&t->log, line);
     t->last_saved_step = step;
     if (a->save_total_limit > 0 &&
-        checkpoint_rotate(a->output_dir, (int)a->save_total_limit, step, -1, stdout, err, sizeof err) < 0)
+        checkpoint_rotate(a->output_dir, (int)a->save_total_limit, step, t->best.has_best ? t->best.best_step : -1,
+                          stdout, err, sizeof err) < 0)
         t5_warn("%s", err);
     checkpoint_writer_free(&w);
 }
@@ -693,6 +696,27 @@ static void report_start(Trainer* t) {
     if ((t->a->dtype == DT_F16 || t->a->dtype == DT_BF16) && cudaGetDevice(&dev) == cudaSuccess &&
         cudaGetDeviceProperties(&prop, dev) == cudaSuccess)
         t->peak_flops = flops_device_peak_16bit(prop.name);
+}
+
+// After an evaluation: HF's EarlyStoppingCallback.on_evaluate, then _determine_best_metric (best_model.c); the
+// checkpoint saved right after carries the best in its trainer_state.json.
+static void note_best(Trainer* t, const json_t* m, int64_t step, bool* early_stop) {
+    static char err[1024];
+    const int r = best_model_observe(&t->best, m, step, early_stop, err, sizeof err);
+    if (r < 0) t5_die(T5_EXIT_USAGE, "%s", err);
+    if (r == 1) {
+        t->hf.has_best = true;
+        t->hf.best_metric = t->best.best_metric;
+        t->hf.best_global_step = step;
+        snprintf(t->hf.best_model_checkpoint, sizeof t->hf.best_model_checkpoint, "%s/checkpoint-%lld",
+                 t->a->output_dir, (long long)step);
+    }
+    if (*early_stop) {
+        char line[512];
+        snprintf(line, sizeof line, "Early stopping at step %lld: %s did not improve for %lld evaluations", (long long)step,
+                 t->best.key, (long long)t->best.patience_counter);
+        trainer_log_line(&t->log, line);
+    }
 }
 
 static void write_dump(Trainer* t) {
@@ -908,6 +932,14 @@ int trainer_run(const TrainerArgs* a) {
             load_checkpoint(t, dir);
             free(dir);
         }
+        if (best_model_init(&t->best, a->metric_for_best_model, a->greater_is_better, a->early_stopping_patience,
+                            a->early_stopping_threshold, err, sizeof err))
+            t5_die(T5_EXIT_USAGE, "%s", err);
+        if (t->hf.has_best) {  // resumed: the best so far, from the checkpoint's trainer_state.json (as HF's state)
+            t->best.has_best = true;
+            t->best.best_metric = t->hf.best_metric;
+            t->best.best_step = t->hf.best_global_step;
+        }
         t->hf.max_steps = t->total_steps;
         t->hf.logging_steps = a->logging_steps;
         t->hf.eval_steps = a->eval_steps;
@@ -1002,9 +1034,11 @@ int trainer_run(const TrainerArgs* a) {
             bool do_eval = t->eval_dl && (trainer_step_due(a->eval_strategy, step, a->eval_steps) ||
                                           (a->eval_strategy == TRAINER_INTERVAL_EPOCH && epoch_end));
             double pause0 = trainer_log_now();  // eval and save time is kept out of the step timing
+            bool early_stop = false;
             if (do_eval) {
                 json_t* m = run_eval(t, epoch_f);
                 hf_log_entry(t, json_deep_copy(m));
+                note_best(t, m, step, &early_stop);
                 json_decref(m);
             }
             bool stop_now = signals_stop_requested() || (a->stop_after_steps > 0 && step >= a->stop_after_steps);
@@ -1022,6 +1056,7 @@ int trainer_run(const TrainerArgs* a) {
                 stopped = true;
                 break;
             }
+            if (early_stop) break;  // HF: control.should_training_stop, after this step's save
         }
         progress_close(&t->log.bar, trainer_log_now());
         t->log.bar_on = false;
@@ -1054,6 +1089,17 @@ int trainer_run(const TrainerArgs* a) {
         }
         double runtime = trainer_log_now() - t_start;
         printf("\n\nTraining completed. Do not forget to share your model on huggingface.co/models =)\n\n\n");
+        if (a->load_best_model_at_end && t->hf.has_best) {
+            // HF _load_best_model: the best checkpoint's weights, before the final save and the final evaluation
+            char score[64];
+            py_float_repr(score, sizeof score, t->hf.best_metric);
+            printf("Loading best model from %s (score: %s).\n", t->hf.best_model_checkpoint, score);
+            fflush(stdout);
+            zero_optimizer_wait(t->Z);
+            if (t5_weights_load(t->Z, &t->T, t->hf.best_model_checkpoint, t->s, err, sizeof err))
+                t5_die(T5_EXIT_FAILURE, "loading the best model: %s", err);
+            zero_sync_working(t->Z, t->s);
+        }
         train_metrics = json_object();
         results_set_real(train_metrics, "epoch", t->hf.epoch);
         results_set_real(train_metrics, "train_loss",

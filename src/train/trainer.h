@@ -88,6 +88,14 @@ typedef struct {
     int64_t logging_steps, eval_steps, save_steps;
     bool logging_first_step;
     int64_t save_total_limit;    // <= 0: keep all
+    // best model (HF load_best_model_at_end / metric_for_best_model / greater_is_better; EarlyStoppingCallback's
+    // patience and threshold); the decisions live in best_model.c
+    bool load_best_model_at_end;
+    char metric_for_best_model[96];  // "" = none (run.c sets "loss" when load_best_model_at_end)
+    bool greater_is_better;
+    int64_t early_stopping_patience; // <= 0: no early stopping
+    double early_stopping_threshold;
+    char run_name[256];              // HF's run_name (default output_dir): a label for the reporters
     uint64_t seed;
     // files
     char output_dir[4096];
