@@ -477,7 +477,11 @@ int config_check_implemented(const RunConfig* c, char* err, size_t n) {
         c->optim != OPTIM_ADAMW_HF && c->optim != OPTIM_ADAMW_TORCH_FUSED) {
         char name[64];
         enum_choice(&CONFIG_KEYS[config_key_index("optim")], c->optim, name, sizeof name);
-        MISSING("optim %s (only AdamW)", name);
+        if (c->optim == OPTIM_ADAFACTOR)
+            MISSING("optim adafactor (the CPU Adafactor exists, src/zero/cpu_adafactor.c; the GPU kernels, the ZeRO "
+                    "engine's use of it and its checkpoint state do not)");
+        else
+            MISSING("optim %s (only AdamW)", name);
     }
     if (c->has_deepspeed && c->ds.scheduler.present && c->ds.scheduler.type != DS_SCHED_WARMUP_LR &&
         c->ds.scheduler.type != DS_SCHED_WARMUP_DECAY_LR)
