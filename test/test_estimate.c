@@ -20,6 +20,7 @@
 #include "../model/t5.h"
 #include "../model/t5_config.h"
 #include "../src/base/common.h"
+#include "../src/cli/config.h"
 #include "../src/cli/planner.h"
 #include "../src/zero/estimate.h"
 
@@ -197,12 +198,146 @@ static void test_auto_choice(void** state) {
     assert_true(rows[k].off_opt && rows[k].off_param && rows[k].ratio > 0.5 && rows[k].ratio < 1.0);
 }
 
+// the automatic micro-batch and gradient checkpointing (issue 17 item 3) on fake machines
+static int search(const PlanInput* in, bool bauto, bool cauto, double gpu_gib, double host_gib, PlanPick* p, FILE* log) {
+    char err[512];
+    PlanSearch s = {.batch_auto = bauto, .ckpt_auto = cauto, .max_batch = PLANNER_AUTO_MAX_BATCH};
+    return planner_auto_search(in, &s, true, (size_t)(gpu_gib * GiB), (size_t)(host_gib * GiB), 0.05, p, log, err,
+                               sizeof err);
+}
+
+static bool plan_fits(const PlanInput* in, const PlanRow* plan, int batch, bool ckpt, double gpu_gib, double host_gib) {
+    PlanInput x = *in;
+    x.batch = batch;
+    x.gradient_checkpointing = ckpt;
+    PlanRow r;
+    char err[256];
+    assert_int_equal(planner_row(&x, plan->stage, plan->off_opt, plan->off_param, plan->ratio, &r, err, sizeof err), 0);
+    planner_fit(&r, 1, true, (size_t)(gpu_gib * GiB), (size_t)(host_gib * GiB), 0.05);
+    return r.fits;
+}
+
+static void test_auto_batch_and_checkpointing(void** state) {
+    (void)state;
+    const double H100 = 79.6, HOST = 125, G24 = 24e9 / GiB;  // the measured machine; a 24 GB card
+    PlanPick p;
+    // t5-3b, batch 8 fixed, checkpointing auto: stage 0 fits without it (docs/zero.md measured 51.0 GiB)
+    PlanInput in = input("t5-3b", 8, 128, 128, DT_F16, false);
+    assert_int_equal(search(&in, false, true, H100, HOST, &p, NULL), 0);
+    assert_int_equal(p.batch, 8);
+    assert_false(p.ckpt);
+    assert_int_equal(p.row.stage, 0);
+    // batch auto: stage 0 at the largest batch it fits, the next batch does not fit with stage 0
+    assert_int_equal(search(&in, true, false, H100, HOST, &p, NULL), 0);
+    assert_int_equal(p.row.stage, 0);
+    assert_true(p.batch > 8 && p.batch < PLANNER_AUTO_MAX_BATCH);
+    assert_true(plan_fits(&in, &p.row, p.batch, false, H100, HOST));
+    assert_false(plan_fits(&in, &p.row, p.batch + 1, false, H100, HOST));
+    // both auto on a 24 GB card: no (batch, checkpointing) of 1..64 x {off, on} has more predicted samples/s, and
+    // checkpointing is on only where the same plan at the same batch does not fit without it
+    assert_int_equal(search(&in, true, true, G24, HOST, &p, NULL), 0);
+    assert_true(p.row.fits && p.row.g_total * 1.05 <= G24 * GiB);
+    static PlanRow rows[256];
+    char err[512];
+    int n;
+    for (int ck = 0; ck < 2; ck++)
+        for (int b = 1; b <= PLANNER_AUTO_MAX_BATCH; b++) {
+            PlanInput x = in;
+            x.batch = b;
+            x.gradient_checkpointing = ck;
+            int k = planner_auto_choose(&x, true, (size_t)(G24 * GiB), (size_t)(HOST * GiB), 0.05, rows, 256, &n, NULL,
+                                        err, sizeof err);
+            if (k >= 0) assert_true(b / rows[k].step_s <= p.samples_s * (1 + 1e-9));
+        }
+    if (p.ckpt) assert_false(plan_fits(&in, &p.row, p.batch, false, G24, HOST));
+    // its log: the choice, why not the next batch / the plan without checkpointing, the faster families rejected
+    char* text = NULL;
+    size_t len = 0;
+    FILE* log = open_memstream(&text, &len);
+    assert_int_equal(search(&in, true, true, G24, HOST, &p, log), 0);
+    fclose(log);
+    char want[96];
+    snprintf(want, sizeof want, "zero plan auto: micro-batch %d, gradient checkpointing %s: ", p.batch, p.ckpt ? "on" : "off");
+    assert_non_null(strstr(text, want));
+    assert_non_null(strstr(text, p.batch == PLANNER_AUTO_MAX_BATCH ? "is the cap (64)" : "rejected micro-batch"));
+    assert_non_null(strstr(text, p.ckpt ? "rejected the same plan without gradient checkpointing" : "checkpointing off"));
+    assert_non_null(strstr(text, "zero plan auto: rejected stage 0 ("));
+    free(text);
+
+    // t5-11b, batch 8 fixed, checkpointing auto, on the measured machine: nothing fits without checkpointing (its
+    // activations at batch 8: docs/zero.md "~29 GiB more"), so it is on, with a stage 3 plan with both offloads
+    // (docs/zero.md ran ratio 0.65 with checkpointing at batch 8: 79.2 GiB of 79.6 in use, pool included)
+    in = input("t5-11b", 8, 128, 128, DT_F16, false);
+    assert_int_equal(planner_auto_choose(&in, true, (size_t)(H100 * GiB), (size_t)(HOST * GiB), 0.05, rows, 256, &n,
+                                         NULL, err, sizeof err), -1);
+    assert_int_equal(search(&in, false, true, H100, HOST, &p, NULL), 0);
+    assert_int_equal(p.batch, 8);
+    assert_true(p.ckpt);
+    assert_true(p.row.stage == 3 && p.row.off_opt && p.row.off_param && p.row.ratio > 0.5 && p.row.ratio < 1.0);
+    PlanRow with, without;
+    PlanInput ck = in;
+    ck.gradient_checkpointing = true;
+    assert_int_equal(planner_row(&ck, 3, true, true, 0.65, &with, err, sizeof err), 0);
+    assert_int_equal(planner_row(&in, 3, true, true, 0.65, &without, err, sizeof err), 0);
+    assert_true((without.g_act - with.g_act) / GiB > 25 && (without.g_act - with.g_act) / GiB < 30);
+    // both auto: checkpointing on, and a batch of at least 8
+    assert_int_equal(search(&in, true, true, H100, HOST, &p, NULL), 0);
+    assert_true(p.ckpt && p.batch >= 8);
+    assert_false(plan_fits(&in, &p.row, p.batch, false, H100, HOST));
+    // a 24 GB card: full offload needs 168.5 GiB of host, the partial ones too much GPU: nothing (the sentence's case)
+    assert_int_equal(search(&in, true, true, G24, HOST, &p, NULL), 1);
+    assert_int_equal(p.batch, 1);
+    assert_true(p.ckpt);
+}
+
+static void test_auto_from_config(void** state) {
+    (void)state;
+    static RunConfig c;
+    char err[CONFIG_ERR_LEN];
+    PlanSearch s;
+    struct {
+        const char* extra[4];
+        bool batch_auto, ckpt_auto;
+    } cases[] = {
+        {{"--deepspeed", "configs/ds_config_zero3.json", NULL}, true, false},  // micro-batch "auto", no HF batch
+        {{"--deepspeed", "configs/ds_config_zero3.json", "--per_device_train_batch_size", "1"}, false, false},
+        {{"--per_device_train_batch_size", "auto", "--gradient_checkpointing", "auto"}, true, true},
+        {{NULL}, false, false},  // no DeepSpeed config: HF's batch 8
+    };
+    for (size_t i = 0; i < T5_ARRAY_LEN(cases); i++) {
+        const char* argv[16] = {"t5train", "--model_name_or_path", "t5-small", "--dataset_name", "wmt16", "--source_lang",
+                                "en", "--target_lang", "ro", "--zero_plan", "auto"};
+        int argc = 11;
+        for (int k = 0; k < 4 && cases[i].extra[k]; k++) argv[argc++] = cases[i].extra[k];
+        config_init(&c);
+        assert_int_equal(config_parse_args(&c, argc, (char**)argv, err, sizeof err), 0);
+        planner_search_from_config(&c, &s);
+        assert_int_equal(s.batch_auto, cases[i].batch_auto);
+        assert_int_equal(s.ckpt_auto, cases[i].ckpt_auto);
+        assert_int_equal(config_resolve(&c, err, sizeof err), 0);
+        // the pick into the config: the values, marked derived
+        PlanPick p = {.batch = 24, .ckpt = true};
+        planner_pick_to_config(&p, &s, &c);
+        assert_int_equal(c.per_device_train_batch_size, s.batch_auto ? 24 : cases[i].extra[2] ? 1 : 8);
+        assert_int_equal(c.gradient_checkpointing, s.ckpt_auto);
+    }
+    // "auto" without the planner: one error line
+    const char* argv[] = {"t5train", "--model_name_or_path", "t5-small", "--dataset_name", "wmt16", "--source_lang", "en",
+                          "--target_lang", "ro", "--gradient_checkpointing", "auto"};
+    config_init(&c);
+    assert_int_equal(config_parse_args(&c, (int)T5_ARRAY_LEN(argv), (char**)argv, err, sizeof err), 0);
+    assert_int_equal(config_resolve(&c, err, sizeof err), T5_EXIT_USAGE);
+    assert_non_null(strstr(err, "gradient_checkpointing \"auto\" needs the memory planner"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_activation_twin),
         cmocka_unit_test(test_engine_sizes),
         cmocka_unit_test(test_deepspeed_estimator),
         cmocka_unit_test(test_auto_choice),
+        cmocka_unit_test(test_auto_batch_and_checkpointing),
+        cmocka_unit_test(test_auto_from_config),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -314,7 +314,11 @@ static int tokenize_args(int argc, char** argv, ParsedFlag* flags, int* nflags, 
         if (!eq) {
             if (is_bool) {
                 // HF: `--fp16` alone is true; `--fp16 false` is accepted too
-                if (!f->negated && i + 1 < argc && parse_bool_word(argv[i + 1]) >= 0) f->value = argv[++i];
+                // and `--gradient_checkpointing auto` where the key takes "auto" (the memory planner, issue 17)
+                if (!f->negated && i + 1 < argc &&
+                    (parse_bool_word(argv[i + 1]) >= 0 ||
+                     (f->kind == FLAG_KEY && (CONFIG_KEYS[f->ki].flags & CONFIG_F_AUTO) && strcmp(argv[i + 1], "auto") == 0)))
+                    f->value = argv[++i];
             } else {
                 if (i + 1 >= argc || (argv[i + 1][0] == '-' && argv[i + 1][1] == '-'))
                     return t5_errf(err, n, T5_EXIT_USAGE, "--%s: missing value", f->name);

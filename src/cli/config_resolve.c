@@ -387,6 +387,13 @@ int config_resolve(RunConfig* c, char* err, size_t n) {
         int rc = resolve_deepspeed(c, err, n);
         if (rc) return rc;
     }
+    // "auto" micro-batch / checkpointing: the memory planner's (issue 17), nothing else decides them
+    const char* planned[] = {"per_device_train_batch_size", "gradient_checkpointing"};
+    for (int i = 0; i < 2; i++)
+        if (c->src[config_key_index(planned[i])] == CONFIG_SRC_AUTO && strcmp(c->zero_plan, "auto") != 0)
+            return t5_errf(err, n, T5_EXIT_USAGE,
+                           "%s \"auto\" needs the memory planner: add --zero_plan auto (or \"stage\": \"auto\" in "
+                           "zero_optimization), or give a value", planned[i]);
     c->resolved = true;
     return 0;
 }

@@ -123,6 +123,8 @@ int estimate_main(int argc, char** argv) {
         snprintf(c->dataset_name, sizeof c->dataset_name, "wmt16");
     if (!c->source_lang[0]) snprintf(c->source_lang, sizeof c->source_lang, "en");
     if (!c->target_lang[0]) snprintf(c->target_lang, sizeof c->target_lang, "ro");
+    static RunConfig raw;  // before "auto" is resolved: what the automatic plan may choose
+    raw = *c;
     if ((rc = config_resolve(c, err, sizeof err))) t5_die(rc, "estimate: %s", err);
     if (!c->model_found)
         t5_die(T5_EXIT_USAGE, "estimate: model '%s' is neither a preset (%s) nor a directory with config.json",
@@ -176,6 +178,22 @@ int estimate_main(int argc, char** argv) {
                rows[best].g_total / 1073741824.0, rows[best].h_total / 1073741824.0);
     } else {
         printf("\nno plan fits %s\n", have_gpu ? "this machine" : "(no GPU to check against; --gpu_mem GIB to assume one)");
+    }
+    if (strcmp(c->zero_plan, "auto") == 0) {
+        // the job's automatic plan on this (or the --gpu_mem / --host_mem) machine, as a run would choose it
+        PlanSearch ps;
+        planner_search_from_config(&raw, &ps);
+        if (batch) ps.batch_auto = false;  // --batch fixes the micro-batch
+        PlanInput ai = in;
+        ai.batch = batch ? batch : (int)c->per_device_train_batch_size;
+        ai.arena_batch = (c->do_eval || c->do_predict) ? (int)c->per_device_eval_batch_size : 0;
+        PlanPick pick;
+        printf("\n");
+        rc = planner_auto_search(&ai, &ps, have_gpu, gpu_free, host_avail, margin, &pick, stdout, err, sizeof err);
+        if (rc < 0) t5_die(T5_EXIT_USAGE, "estimate: %s", err);
+        if (rc > 0)
+            printf("zero plan auto: no ZeRO plan fits at micro-batch %d%s (a run stops here)\n", pick.batch,
+                   pick.ckpt ? " with gradient checkpointing" : "");
     }
     return T5_EXIT_OK;
 }

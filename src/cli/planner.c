@@ -115,7 +115,7 @@ int planner_row(const PlanInput* in, int stage, bool off_opt, bool off_param, do
     ZeroMemEstimate e;
     int rc = zero_estimate(&o, nu, numel, in->grad_accum_steps, &e, err, errlen);
     if (rc == 0) {
-        T5ModelOptions mo = {.max_B = in->batch, .max_Ts = in->src_len, .max_Tt = in->tgt_len, .dtype = in->dtype,
+        T5ModelOptions mo = {.max_B = T5_MAX(in->batch, in->arena_batch), .max_Ts = in->src_len, .max_Tt = in->tgt_len, .dtype = in->dtype,
                              .gradient_checkpointing = in->gradient_checkpointing,
                              .dropout_rate = in->model.dropout_rate};
         size_t ptr = 0;

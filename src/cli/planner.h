@@ -26,7 +26,8 @@ typedef struct {
     T5Config model;
     DType dtype;             // the run dtype (fp32, fp16, bf16)
     DType grad_dtype;        // gradients / grad_accum_dtype (dtype, or fp32)
-    int batch;               // micro-batch per GPU (the largest batch the run feeds)
+    int batch;               // micro-batch per GPU (training's; the step time is for this batch)
+    int arena_batch;         // the activations are sized for max(batch, arena_batch) (evaluation's batch; 0: none)
     int src_len, tgt_len;    // token lengths the activations are sized for
     bool gradient_checkpointing;
     int grad_accum_steps;
@@ -99,12 +100,47 @@ void planner_print(FILE* f, const PlanInput* in, const PlanRow* rows, int n, boo
 // family, why it was rejected.
 int planner_auto_choose(const PlanInput* in, bool have_gpu, size_t gpu_free, size_t host_avail, double margin,
                         PlanRow* rows, int cap, int* nrows, FILE* log, char* err, size_t errlen);
-// `"stage": "auto"` / `--zero_plan auto` for a run: in (without knobs) describes the run; zo holds the run's
-// zero_optimization knobs and receives the chosen stage, offloads and ratio. Asks CUDA for the free GPU memory
-// and host_mem_available(); prints the choice; exits with a sentence when no plan fits.
-void planner_auto_apply(PlanInput* in, ZeroOptions* zo);
+// The automatic micro-batch and gradient checkpointing (issue 17 item 3): with batch_auto the micro-batch runs over
+// 1..max_batch, with ckpt_auto gradient checkpointing over off and on; each (batch, checkpointing) gets the fastest
+// plan that fits (planner_auto_choose) and the pick is the highest predicted samples/s (batch / s per step); ties:
+// checkpointing off, then the larger batch. Memory grows with the batch, so for a plan the largest batch that
+// fits is also its fastest in samples/s; checkpointing (x 4/3 compute) wins only where the same plan at the same
+// batch does not fit without it. in->batch and in->gradient_checkpointing are the fixed values when not auto.
+#define PLANNER_AUTO_MAX_BATCH 64
+typedef struct {
+    bool batch_auto, ckpt_auto;
+    int max_batch;           // the cap of the micro-batch (<= 0: PLANNER_AUTO_MAX_BATCH)
+} PlanSearch;
+typedef struct {
+    int batch;
+    bool ckpt;
+    PlanRow row;             // the plan at (batch, ckpt)
+    double samples_s;        // batch / row.step_s
+} PlanPick;
+// Returns 0 with *pick, 1 when nothing fits (pick->row: the smallest GPU need among the rows whose host part fits
+// at batch 1, or the fixed batch), -1 with a message. With log: the choice, why the next larger batch and the plan
+// without checkpointing were rejected, and the faster plan families rejected at the chosen batch.
+int planner_auto_search(const PlanInput* in, const PlanSearch* s, bool have_gpu, size_t gpu_free, size_t host_avail,
+                        double margin, PlanPick* pick, FILE* log, char* err, size_t errlen);
+#define AUTO_MARGIN 0.05
+
+// `"stage": "auto"` / `--zero_plan auto` for a run: in describes the run (knobs taken from zo); zo holds the run's
+// zero_optimization knobs and receives the chosen stage, offloads and ratio; *pick the micro-batch and checkpointing.
+// Asks CUDA for the free GPU memory and host_mem_available(); prints the choice; exits with a sentence when no
+// plan fits.
+void planner_auto_apply(PlanInput* in, const PlanSearch* s, ZeroOptions* zo, PlanPick* pick);
+// The pick's stage, offloads and ratio into zo (pinned offload buffers: the measured rates are for pinned ones).
+void planner_pick_apply(const PlanPick* pick, ZeroOptions* zo, FILE* log);
 
 #include "config.h"
 #include "../train/trainer.h"
-// run.c: `"stage": "auto"` / `--zero_plan auto` applied to the run's TrainerArgs (its zero options).
-void planner_auto_run(const RunConfig* c, TrainerArgs* a);
+// What the run leaves to the planner, from the config before config_resolve (raw): the micro-batch when
+// per_device_train_batch_size is "auto", or when the DeepSpeed config's train_micro_batch_size_per_gpu is "auto"
+// and per_device_train_batch_size was not given (with it, HF's "auto" takes it); gradient checkpointing when
+// gradient_checkpointing is "auto".
+void planner_search_from_config(const RunConfig* raw, PlanSearch* s);
+// run.c: `"stage": "auto"` / `--zero_plan auto` applied to the run's TrainerArgs (its zero options). Returns true
+// when it chose the micro-batch or gradient checkpointing: run.c then resolves the config again from raw with
+// planner_pick_to_config, rebuilds the TrainerArgs and applies the pick's plan with planner_pick_apply.
+bool planner_auto_run(const RunConfig* c, const RunConfig* raw, TrainerArgs* a, PlanSearch* search, PlanPick* pick);
+void planner_pick_to_config(const PlanPick* pick, const PlanSearch* s, RunConfig* c);

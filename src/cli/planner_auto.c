@@ -14,7 +14,6 @@
 #include "../zero/host_mem.h"
 
 #define AUTO_RATIO_STEP 0.05
-#define AUTO_MARGIN 0.05
 
 int planner_auto_choose(const PlanInput* in, bool have_gpu, size_t gpu_free, size_t host_avail, double margin,
                         PlanRow* rows, int cap, int* nrows, FILE* log, char* err, size_t errlen) {
@@ -48,8 +47,178 @@ int planner_auto_choose(const PlanInput* in, bool have_gpu, size_t gpu_free, siz
     return best;
 }
 
-void planner_auto_apply(PlanInput* in, ZeroOptions* zo) {
-    static PlanRow rows[256];
+// ---- the micro-batch and gradient checkpointing (planner.h)
+
+static double samples_s(const PlanRow* r, int batch) { return r->step_s > 0 ? batch / r->step_s : 0; }
+
+// the fastest plan at (batch, ckpt); -1: none fits (rows[] hold the table either way)
+static int best_at(const PlanInput* in, int batch, bool ckpt, bool have_gpu, size_t gpu_free, size_t host_avail,
+                   double margin, PlanRow* rows, int* n, char* err, size_t errlen) {
+    PlanInput x = *in;
+    x.batch = batch;
+    x.gradient_checkpointing = ckpt;
+    *n = 0;
+    int k = planner_auto_choose(&x, have_gpu, gpu_free, host_avail, margin, rows, 256, n, NULL, err, errlen);
+    return k < 0 && *n == 0 ? -2 : k;
+}
+
+// is (a) better than (b): more samples/s; ties: checkpointing off, then the larger batch
+static bool better(const PlanPick* a, const PlanPick* b) {
+    if (b->batch == 0) return true;
+    const double tol = 1e-9 * fmax(a->samples_s, b->samples_s);
+    if (a->samples_s > b->samples_s + tol) return true;
+    if (a->samples_s < b->samples_s - tol) return false;
+    if (a->ckpt != b->ckpt) return !a->ckpt;
+    return a->batch > b->batch;
+}
+
+// the same plan (stage, offloads, ratio) at another batch / checkpointing, fitted: why it does not fit
+static void same_plan(const PlanInput* in, const PlanRow* p, int batch, bool ckpt, bool have_gpu, size_t gpu_free,
+                      size_t host_avail, double margin, PlanRow* out) {
+    PlanInput x = *in;
+    x.batch = batch;
+    x.gradient_checkpointing = ckpt;
+    char err[256];
+    if (planner_row(&x, p->stage, p->off_opt, p->off_param, p->ratio, out, err, sizeof err)) {
+        snprintf(out->why, sizeof out->why, "%.190s", err);
+        out->fits = false;
+        return;
+    }
+    planner_fit(out, 1, have_gpu, gpu_free, host_avail, margin);
+}
+
+int planner_auto_search(const PlanInput* in, const PlanSearch* s, bool have_gpu, size_t gpu_free, size_t host_avail,
+                        double margin, PlanPick* pick, FILE* log, char* err, size_t errlen) {
+    static const int ladder[] = {1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112,
+                                 128, 160, 192, 224, 256, 320, 384, 448, 512, 640, 768, 896, 1024};
+    const int cap = s->batch_auto ? (s->max_batch > 0 ? s->max_batch : PLANNER_AUTO_MAX_BATCH) : in->batch;
+    PlanRow* rows = malloc_check(256 * sizeof(PlanRow));
+    memset(pick, 0, sizeof *pick);
+    PlanPick best_off = {0};  // the best without checkpointing (for the explanation)
+    int rc = 1;
+    for (int ck = 0; ck < 2; ck++) {
+        const bool ckpt = s->ckpt_auto ? ck == 1 : in->gradient_checkpointing;
+        if (!s->ckpt_auto && ck == 1) break;
+        PlanPick here = {0};
+        int n = 0;
+        // the ladder (every batch up to 8, then steps), then every batch between the best rung and the next one
+        int last_fit = 0, next_after_best = 0;
+        for (size_t li = 0; li < T5_ARRAY_LEN(ladder) + 1; li++) {
+            const int b = !s->batch_auto ? in->batch : li < T5_ARRAY_LEN(ladder) ? T5_MIN(ladder[li], cap) : cap;
+            if (b <= last_fit) {
+                if (!s->batch_auto) break;
+                continue;
+            }
+            int k = best_at(in, b, ckpt, have_gpu, gpu_free, host_avail, margin, rows, &n, err, errlen);
+            if (k == -2) goto out_err;
+            if (k < 0) {
+                if (here.batch == last_fit) next_after_best = b;
+                break;  // memory grows with the batch: a larger one does not fit either
+            }
+            PlanPick c = {.batch = b, .ckpt = ckpt, .row = rows[k], .samples_s = samples_s(&rows[k], b)};
+            if (here.batch == last_fit && here.batch > 0) next_after_best = b;
+            if (better(&c, &here)) here = c;
+            last_fit = b;
+            if (!s->batch_auto || b >= cap) break;
+        }
+        if (s->batch_auto && here.batch > 0 && next_after_best > here.batch + 1) {
+            const int lo = here.batch + 1;
+            for (int b = lo; b < next_after_best; b++) {
+                int k = best_at(in, b, ckpt, have_gpu, gpu_free, host_avail, margin, rows, &n, err, errlen);
+                if (k == -2) goto out_err;
+                if (k < 0) break;
+                PlanPick c = {.batch = b, .ckpt = ckpt, .row = rows[k], .samples_s = samples_s(&rows[k], b)};
+                if (better(&c, &here)) here = c;
+            }
+        }
+        if (!ckpt) best_off = here;
+        if (here.batch > 0 && better(&here, pick)) *pick = here;
+    }
+    if (pick->batch == 0) {
+        // nothing fits: the smallest GPU need among the rows whose host part fits, at the smallest batch
+        int n = 0;
+        const int b = s->batch_auto ? 1 : in->batch;
+        const bool ckpt = s->ckpt_auto || in->gradient_checkpointing;
+        if (best_at(in, b, ckpt, have_gpu, gpu_free, host_avail, margin, rows, &n, err, errlen) == -2) goto out_err;
+        int k = -1;
+        for (int i = 0; i < n; i++)
+            if (rows[i].h_total + PLANNER_HOST_MARGIN_BYTES <= host_avail && (k < 0 || rows[i].g_total < rows[k].g_total))
+                k = i;
+        if (k < 0) k = 0;
+        pick->batch = b;
+        pick->ckpt = ckpt;
+        pick->row = rows[k];
+        free(rows);
+        return 1;
+    }
+    rc = 0;
+    if (log) {
+        char name[96];
+        planner_row_name(&pick->row, name, sizeof name);
+        const PlanRow* r = &pick->row;
+        fprintf(log, "zero plan auto: micro-batch %d, gradient checkpointing %s: %s: predicted %.1f GiB GPU of %.1f "
+                     "GiB free, %.1f GiB host of %.1f GiB available, %.3f s/step, %.1f samples/s\n",
+                pick->batch, pick->ckpt ? "on" : "off", name, r->g_total / 1073741824.0, gpu_free / 1073741824.0,
+                r->h_total / 1073741824.0, host_avail / 1073741824.0, r->step_s, pick->samples_s);
+        if (s->batch_auto) {
+            if (pick->batch >= cap) {
+                fprintf(log, "zero plan auto: micro-batch %d is the cap (%d)\n", pick->batch, cap);
+            } else {
+                PlanRow nx;
+                same_plan(in, r, pick->batch + 1, pick->ckpt, have_gpu, gpu_free, host_avail, margin, &nx);
+                if (!nx.fits)
+                    fprintf(log, "zero plan auto: rejected micro-batch %d with this plan: %s\n", pick->batch + 1, nx.why);
+                else
+                    fprintf(log, "zero plan auto: micro-batch %d fits only slower plans (fewer samples/s)\n",
+                            pick->batch + 1);
+            }
+        }
+        if (s->ckpt_auto && pick->ckpt) {
+            PlanRow off;
+            same_plan(in, r, pick->batch, false, have_gpu, gpu_free, host_avail, margin, &off);
+            fprintf(log, "zero plan auto: rejected the same plan without gradient checkpointing (%.3f s/step): %s\n",
+                    off.step_s, off.fits ? "fits, but slower" : off.why);
+            if (best_off.batch > 0) {
+                planner_row_name(&best_off.row, name, sizeof name);
+                fprintf(log, "zero plan auto: the best without checkpointing: micro-batch %d, %s, %.1f samples/s "
+                             "(fewer)\n", best_off.batch, name, best_off.samples_s);
+            } else {
+                fprintf(log, "zero plan auto: without checkpointing no plan fits at micro-batch %d\n",
+                        s->batch_auto ? 1 : in->batch);
+            }
+        } else if (s->ckpt_auto) {
+            fprintf(log, "zero plan auto: gradient checkpointing off: the fastest plan fits without it\n");
+        }
+        // the faster plan families rejected at the chosen batch
+        PlanInput x = *in;
+        x.batch = pick->batch;
+        x.gradient_checkpointing = pick->ckpt;
+        int n = 0;
+        char e2[256];
+        planner_auto_choose(&x, have_gpu, gpu_free, host_avail, margin, rows, 256, &n, log, e2, sizeof e2);
+    }
+    free(rows);
+    return rc;
+out_err:
+    free(rows);
+    return -1;
+}
+
+void planner_pick_apply(const PlanPick* pick, ZeroOptions* zo, FILE* log) {
+    const PlanRow* r = &pick->row;
+    zo->stage = r->stage;
+    zo->offload_optimizer = r->off_opt;
+    zo->ratio = r->off_opt ? r->ratio : 1.0;
+    zo->offload_param = r->off_param;
+    if (r->off_opt && !zo->optimizer_pin_memory) {
+        zo->optimizer_pin_memory = true;
+        if (log) fprintf(log, "zero plan auto: offload_optimizer.pin_memory true (the measured rates are for pinned buffers)\n");
+    }
+    if (r->off_param) zo->param_pin_memory = zo->param_pin_memory || zo->optimizer_pin_memory;
+    if (zo->stage == 3 && !zo->overlap_comm) zo->overlap_comm = true;  // DeepSpeed's stage 3 default
+}
+
+void planner_auto_apply(PlanInput* in, const PlanSearch* s, ZeroOptions* zo, PlanPick* pick) {
     char err[512];
     bool have_gpu = false;
     size_t gpu_free = 0, tot = 0;
@@ -63,45 +232,31 @@ void planner_auto_apply(PlanInput* in, ZeroOptions* zo) {
                                 "--gpu_mem GIB ...` shows the choice for a given GPU)");
     const size_t host = host_mem_available();
     in->knobs = *zo;
-    int n = 0;
-    int best = planner_auto_choose(in, have_gpu, gpu_free, host, AUTO_MARGIN, rows, 256, &n, stdout, err, sizeof err);
-    if (best < -1 || (best < 0 && n == 0)) t5_die(T5_EXIT_USAGE, "zero plan auto: %s", err);
-    if (best < 0) {
-        // the smallest GPU need among the rows whose host part fits, for the sentence
-        int k = -1;
-        for (int i = 0; i < n; i++)
-            if (rows[i].h_total + PLANNER_HOST_MARGIN_BYTES <= host && (k < 0 || rows[i].g_total < rows[k].g_total)) k = i;
-        char name[96] = "none";
-        if (k >= 0) planner_row_name(&rows[k], name, sizeof name);
+    int rc = planner_auto_search(in, s, have_gpu, gpu_free, host, AUTO_MARGIN, pick, stdout, err, sizeof err);
+    if (rc < 0) t5_die(T5_EXIT_USAGE, "zero plan auto: %s", err);
+    if (rc > 0) {
+        char name[96];
+        planner_row_name(&pick->row, name, sizeof name);
         t5_die_hint(T5_EXIT_FAILURE, "lower the batch or the lengths, add --gradient_checkpointing, or use a larger GPU",
-                    "zero plan auto: no ZeRO plan fits this machine (%.1f GiB GPU free, %.1f GiB host available); the "
-                    "smallest that fits the host is %s at %.1f GiB of GPU", gpu_free / 1073741824.0,
-                    host / 1073741824.0, name, k >= 0 ? rows[k].g_total / 1073741824.0 : 0.0);
+                    "zero plan auto: no ZeRO plan fits this machine (%.1f GiB GPU free, %.1f GiB host available) at "
+                    "micro-batch %d%s; the smallest that fits the host is %s at %.1f GiB of GPU",
+                    gpu_free / 1073741824.0, host / 1073741824.0, pick->batch,
+                    pick->ckpt ? " with gradient checkpointing" : "", name, pick->row.g_total / 1073741824.0);
     }
-    const PlanRow* r = &rows[best];
-    zo->stage = r->stage;
-    zo->offload_optimizer = r->off_opt;
-    zo->ratio = r->off_opt ? r->ratio : 1.0;
-    zo->offload_param = r->off_param;
-    if (r->off_opt && !zo->optimizer_pin_memory) {
-        zo->optimizer_pin_memory = true;
-        printf("zero plan auto: offload_optimizer.pin_memory true (the measured rates are for pinned buffers)\n");
-    }
-    if (r->off_param) zo->param_pin_memory = zo->param_pin_memory || zo->optimizer_pin_memory;
-    if (zo->stage == 3 && !zo->overlap_comm) zo->overlap_comm = true;  // DeepSpeed's stage 3 default
+    planner_pick_apply(pick, zo, stdout);
     fflush(stdout);
 }
 
-void planner_auto_run(const RunConfig* c, TrainerArgs* a) {
+bool planner_auto_run(const RunConfig* c, const RunConfig* raw, TrainerArgs* a, PlanSearch* search, PlanPick* pick) {
     PlanInput in;
     memset(&in, 0, sizeof in);
     in.model = a->model;
     in.dtype = a->dtype;
     in.grad_dtype = a->grad_dtype;
-    // the trainer's largest batch (training's, evaluation's only when it evaluates) and the length caps (the
-    // trainer sizes the arena for the longest example within them: the caps are an upper bound)
-    in.batch = (int)T5_MAX(a->do_train ? a->data.train_batch_size : 1,
-                           (a->do_eval || a->do_predict) ? a->data.eval_batch_size : 1);
+    // training's batch, and evaluation's for the arena when the run evaluates; the length caps (the trainer sizes
+    // the arena for the longest example within them: the caps are an upper bound)
+    in.batch = a->do_train ? a->data.train_batch_size : 1;
+    in.arena_batch = (a->do_eval || a->do_predict) ? a->data.eval_batch_size : 0;
     const DataOptions* o = &a->data;
     in.src_len = (o->max_source_length + 7) / 8 * 8;
     in.tgt_len = (T5_MAX(o->max_target_length, o->val_max_target_length) + 7) / 8 * 8;
@@ -109,11 +264,40 @@ void planner_auto_run(const RunConfig* c, TrainerArgs* a) {
     in.grad_accum_steps = (int)a->gradient_accumulation_steps;
     in.gpus_per_node = 1;
     in.num_nodes = 1;
+    PlanSearch s;
+    planner_search_from_config(raw, &s);
+    s.batch_auto = s.batch_auto && a->do_train;
+    if (s.batch_auto && c->train_samples > 0 && c->train_samples < s.max_batch) s.max_batch = (int)c->train_samples;
     int ndev = 0;
     if (c->dry_run && (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0)) {
         (void)cudaGetLastError();
         printf("dry run: zero plan auto is chosen at start against the GPU's free memory (no GPU here)\n");
-        return;
+        memset(pick, 0, sizeof *pick);
+        *search = s;
+        return false;
     }
-    planner_auto_apply(&in, &a->zero);
+    planner_auto_apply(&in, &s, &a->zero, pick);
+    *search = s;
+    return s.batch_auto || s.ckpt_auto;
+}
+
+void planner_search_from_config(const RunConfig* raw, PlanSearch* s) {
+    memset(s, 0, sizeof *s);
+    const int pd = config_key_source(raw, "per_device_train_batch_size");
+    s->batch_auto = pd == CONFIG_SRC_AUTO ||
+                    (raw->has_deepspeed && pd == CONFIG_SRC_DEFAULT &&
+                     config_key_source(raw, "deepspeed.train_micro_batch_size_per_gpu") == CONFIG_SRC_AUTO);
+    s->ckpt_auto = config_key_source(raw, "gradient_checkpointing") == CONFIG_SRC_AUTO;
+    s->max_batch = PLANNER_AUTO_MAX_BATCH;
+}
+
+void planner_pick_to_config(const PlanPick* pick, const PlanSearch* s, RunConfig* c) {
+    if (s->batch_auto) {
+        c->per_device_train_batch_size = pick->batch;
+        c->src[config_key_index("per_device_train_batch_size")] = CONFIG_SRC_DERIVED;
+    }
+    if (s->ckpt_auto) {
+        c->gradient_checkpointing = pick->ckpt;
+        c->src[config_key_index("gradient_checkpointing")] = CONFIG_SRC_DERIVED;
+    }
 }

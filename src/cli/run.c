@@ -627,6 +627,8 @@ int run_main(int argc, char** argv) {
         config_print_help(stdout);
         return T5_EXIT_OK;
     }
+    static RunConfig raw;  // before "auto" is resolved: the zero plan auto may resolve it again (issue 17)
+    raw = *c;
     if ((rc = config_resolve(c, err, sizeof err))) t5_die(rc, "%s", err);
     // resuming continues in the same output_dir (HF run_translation): its checkpoints are why it is not empty
     if (!c->resume_from_checkpoint[0] && (rc = config_check_output_dir(c, err, sizeof err))) t5_die(rc, "%s", err);
@@ -644,7 +646,18 @@ int run_main(int argc, char** argv) {
         t5_die_hint(T5_EXIT_USAGE, "add --do_train, --do_eval and/or --do_predict",
                     "nothing to do: none of do_train, do_eval, do_predict");
     run_build_trainer_args(c, &targs);
-    if (strcmp(c->zero_plan, "auto") == 0) planner_auto_run(c, &targs);  // issue 17: before anything is created
+    if (strcmp(c->zero_plan, "auto") == 0) {  // issue 17: before anything is created
+        PlanSearch ps;
+        PlanPick pick;
+        if (planner_auto_run(c, &raw, &targs, &ps, &pick)) {
+            // it chose the micro-batch or gradient checkpointing: the config again with them (batch sizes, steps)
+            *c = raw;
+            planner_pick_to_config(&pick, &ps, c);
+            if ((rc = config_resolve(c, err, sizeof err))) t5_die(rc, "%s", err);
+            run_build_trainer_args(c, &targs);
+            planner_pick_apply(&pick, &targs.zero, NULL);
+        }
+    }
     run_preflight(c, &targs);
     if (c->dry_run) {
         for (int i = 0; i < preflight_count; i++) printf("dry run: checked %s\n", preflight_done[i]);
