@@ -330,6 +330,39 @@ static void test_auto_from_config(void** state) {
     assert_non_null(strstr(err, "gradient_checkpointing \"auto\" needs the memory planner"));
 }
 
+// out of memory explained (issue 17 item 4): the sentence the trainer appends to an allocation failure
+static void test_oom_sentence(void** state) {
+    (void)state;
+    char buf[1024];
+    // t5-11b at batch 8 without checkpointing under the measured ratio 0.65 plan: the arena fails (fake failure:
+    // the model's own message), the advice is the same plan with checkpointing
+    PlanInput in = input("t5-11b", 8, 128, 128, DT_F16, false);
+    ZeroOptions cur = in.knobs;
+    cur.stage = 3;
+    cur.offload_optimizer = cur.offload_param = true;
+    cur.ratio = 0.65;
+    const size_t gpu = (size_t)(79.6 * GiB), host = (size_t)(125 * GiB);
+    assert_int_equal(planner_oom_sentence(&in, &cur, true, gpu, host, buf, sizeof buf), 0);
+    char msg[1200];
+    snprintf(msg, sizeof msg, "out of GPU memory for activations: 29.34 GiB needed for batch 8 x (128, 128) in fp16, "
+                              "6.10 GiB free%s", buf);
+    assert_non_null(strstr(msg, "; the estimate for this job (stage 3, offload_optimizer cpu (ratio 0.65), offload_param "
+                                "cpu, micro-batch 8): "));
+    assert_non_null(strstr(msg, "; set gradient_checkpointing true: predicted "));
+    assert_null(strstr(msg, "offload_optimizer.ratio"));  // the ratio stays: checkpointing alone fits
+    // t5-3b stage 0 at batch 8 on a 24 GB card: an offload plan
+    in = input("t5-3b", 8, 128, 128, DT_F16, false);
+    cur = in.knobs;
+    cur.stage = 0;
+    assert_int_equal(planner_oom_sentence(&in, &cur, true, (size_t)24e9, host, buf, sizeof buf), 0);
+    assert_non_null(strstr(buf, "(stage 0, micro-batch 8): 51.0 GiB GPU, 0.0 GiB host"));
+    assert_non_null(strstr(buf, "offload_optimizer.device cpu"));
+    // t5-11b on a 24 GB card: nothing fits, and the sentence says so
+    in = input("t5-11b", 8, 128, 128, DT_F16, false);
+    assert_int_equal(planner_oom_sentence(&in, &cur, true, (size_t)24e9, host, buf, sizeof buf), 1);
+    assert_non_null(strstr(buf, "no plan is predicted to fit 22.4 GiB of GPU and 125.0 GiB of host memory"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_activation_twin),
@@ -338,6 +371,7 @@ int main(void) {
         cmocka_unit_test(test_auto_choice),
         cmocka_unit_test(test_auto_batch_and_checkpointing),
         cmocka_unit_test(test_auto_from_config),
+        cmocka_unit_test(test_oom_sentence),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

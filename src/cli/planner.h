@@ -144,3 +144,11 @@ void planner_search_from_config(const RunConfig* raw, PlanSearch* s);
 // planner_pick_to_config, rebuilds the TrainerArgs and applies the pick's plan with planner_pick_apply.
 bool planner_auto_run(const RunConfig* c, const RunConfig* raw, TrainerArgs* a, PlanSearch* search, PlanPick* pick);
 void planner_pick_to_config(const PlanPick* pick, const PlanSearch* s, RunConfig* c);
+// Out of memory explained (issue 17 item 4): "; the estimate for this job (plan, batch): X GiB GPU, Y GiB host; set
+// <the keys that change>: predicted ... (or --zero_plan auto)" for a job whose allocation failed, against gpu_mem /
+// host_mem (the whole GPU, the host available). The plan keeps the batch (checkpointing allowed), else the largest
+// smaller batch. Returns 0, 1 when nothing fits (the sentence says so), -1 when buf is too short.
+int planner_oom_sentence(const PlanInput* in, const ZeroOptions* cur, bool have_gpu, size_t gpu_mem, size_t host_mem,
+                         char* buf, size_t len);
+// TrainerArgs.oom_advice (run.c sets it): planner_oom_sentence for the run, against this GPU and host.
+void planner_oom_advice(const void* args, char* buf, size_t len);

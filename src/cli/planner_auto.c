@@ -301,3 +301,85 @@ void planner_pick_to_config(const PlanPick* pick, const PlanSearch* s, RunConfig
         c->src[config_key_index("gradient_checkpointing")] = CONFIG_SRC_DERIVED;
     }
 }
+
+// ---- out of memory explained (issue 17 item 4)
+
+int planner_oom_sentence(const PlanInput* in, const ZeroOptions* cur, bool have_gpu, size_t gpu_mem, size_t host_mem,
+                         char* buf, size_t len) {
+    char err[256], name[96];
+    buf[0] = 0;
+    PlanRow now;
+    size_t l = 0;
+    if (planner_row(in, cur->stage, cur->stage > 0 && cur->offload_optimizer, cur->offload_param, cur->ratio, &now, err,
+                    sizeof err) == 0) {
+        planner_row_name(&now, name, sizeof name);
+        l += (size_t)snprintf(buf + l, len - l, "; the estimate for this job (%s, micro-batch %d%s): %.1f GiB GPU, "
+                              "%.1f GiB host", name, in->batch, in->gradient_checkpointing ? ", gradient checkpointing" : "",
+                              now.g_total / 1073741824.0, now.h_total / 1073741824.0);
+    }
+    if (l >= len) return -1;
+    // a plan that fits: the same batch (checkpointing allowed), else a smaller batch
+    PlanSearch s = {.batch_auto = false, .ckpt_auto = !in->gradient_checkpointing};
+    PlanPick p;
+    int rc = planner_auto_search(in, &s, have_gpu, gpu_mem, host_mem, AUTO_MARGIN, &p, NULL, err, sizeof err);
+    if (rc == 1 && in->batch > 1) {
+        s.batch_auto = true;
+        s.ckpt_auto = true;
+        s.max_batch = in->batch - 1;
+        rc = planner_auto_search(in, &s, have_gpu, gpu_mem, host_mem, AUTO_MARGIN, &p, NULL, err, sizeof err);
+    }
+    if (rc != 0) {
+        snprintf(buf + l, len - l, "; no plan is predicted to fit %.1f GiB of GPU and %.1f GiB of host memory "
+                 "(t5train estimate shows every plan)", gpu_mem / 1073741824.0, host_mem / 1073741824.0);
+        return 1;
+    }
+    // the config change: the keys that differ
+    char change[512];
+    size_t c = 0;
+    const PlanRow* r = &p.row;
+    if (r->stage != cur->stage) c += (size_t)snprintf(change + c, sizeof change - c, "%sstage %d", c ? ", " : "", r->stage);
+    const bool cur_oo = cur->stage > 0 && cur->offload_optimizer;
+    if (r->off_opt != cur_oo)
+        c += (size_t)snprintf(change + c, sizeof change - c, "%soffload_optimizer.device %s", c ? ", " : "",
+                              r->off_opt ? "cpu" : "none");
+    if (r->off_opt && fabs(r->ratio - (cur_oo ? cur->ratio : 1.0)) > 1e-9)
+        c += (size_t)snprintf(change + c, sizeof change - c, "%soffload_optimizer.ratio %.2f", c ? ", " : "", r->ratio);
+    if (r->off_param != cur->offload_param)
+        c += (size_t)snprintf(change + c, sizeof change - c, "%soffload_param.device %s", c ? ", " : "",
+                              r->off_param ? "cpu" : "none");
+    if (p.ckpt != in->gradient_checkpointing)
+        c += (size_t)snprintf(change + c, sizeof change - c, "%sgradient_checkpointing true", c ? ", " : "");
+    if (p.batch != in->batch)
+        c += (size_t)snprintf(change + c, sizeof change - c, "%sper_device_train_batch_size %d", c ? ", " : "", p.batch);
+    if (!c) snprintf(change, sizeof change, "the same plan (the estimate says it fits: something else holds memory)");
+    snprintf(buf + l, len - l, "; set %s: predicted %.1f GiB of %.1f GiB GPU, %.1f GiB host (or --zero_plan auto)",
+             change, r->g_total / 1073741824.0, gpu_mem / 1073741824.0, r->h_total / 1073741824.0);
+    return 0;
+}
+
+static void input_from_args(const TrainerArgs* a, PlanInput* in) {
+    memset(in, 0, sizeof *in);
+    in->model = a->model;
+    in->dtype = a->dtype;
+    in->grad_dtype = a->grad_dtype;
+    in->batch = a->do_train ? a->data.train_batch_size : 1;
+    in->arena_batch = (a->do_eval || a->do_predict) ? a->data.eval_batch_size : 0;
+    const DataOptions* o = &a->data;
+    in->src_len = (o->max_source_length + 7) / 8 * 8;
+    in->tgt_len = (T5_MAX(o->max_target_length, o->val_max_target_length) + 7) / 8 * 8;
+    in->gradient_checkpointing = a->gradient_checkpointing;
+    in->grad_accum_steps = (int)a->gradient_accumulation_steps;
+    in->gpus_per_node = in->num_nodes = 1;
+    in->knobs = a->zero;
+}
+
+void planner_oom_advice(const void* args, char* buf, size_t len) {
+    const TrainerArgs* a = args;
+    PlanInput in;
+    input_from_args(a, &in);
+    // the whole GPU (what is free now is what this run left) and the host available now
+    size_t fr = 0, tot = 0;
+    const bool have_gpu = cudaMemGetInfo(&fr, &tot) == cudaSuccess;
+    if (!have_gpu) (void)cudaGetLastError();
+    planner_oom_sentence(&in, &a->zero, have_gpu, tot, host_mem_available(), buf, len);
+}

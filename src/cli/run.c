@@ -658,6 +658,7 @@ int run_main(int argc, char** argv) {
             planner_pick_apply(&pick, &targs.zero, NULL);
         }
     }
+    targs.oom_advice = planner_oom_advice;  // out of memory explained (issue 17)
     run_preflight(c, &targs);
     if (c->dry_run) {
         for (int i = 0; i < preflight_count; i++) printf("dry run: checked %s\n", preflight_done[i]);

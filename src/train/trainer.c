@@ -306,6 +306,16 @@ static void activation_lengths(Trainer* t, int* Ts, int* Tt) {
            cap_s, cap_t);
 }
 
+// an allocation failure at start (the engine's buffers, the activation arena): the message, and with
+// a->oom_advice the estimate for this job and a plan predicted to fit (issue 17)
+static void die_alloc(const TrainerArgs* a, const char* err) {
+    static char advice[1024];
+    advice[0] = 0;
+    const bool oom = strstr(err, "out of GPU memory") || strstr(err, "not enough host memory");
+    if (oom && a->oom_advice) a->oom_advice(a, advice, sizeof advice);
+    t5_die(T5_EXIT_FAILURE, "%s%s", err, advice);
+}
+
 static void model_setup(Trainer* t) {
     const TrainerArgs* a = t->a;
     static char err[TRAINER_ERR_LEN];
@@ -350,7 +360,7 @@ static void model_setup(Trainer* t) {
     free(trace);
     free(numel);
     free(names);
-    if (!t->Z) t5_die(T5_EXIT_FAILURE, "%s", err);
+    if (!t->Z) die_alloc(a, err);
     t->n = zero_flat_numel(t->Z);
     t->engine_opt = zero_owns_optimizer(t->Z);
     t->zero_profile = getenv("T5TRAIN_ZERO_PROFILE") && atoi(getenv("T5TRAIN_ZERO_PROFILE")) > 0;
@@ -385,7 +395,7 @@ static void model_setup(Trainer* t) {
                          .label_smoothing = (float)a->label_smoothing_factor,
                          .gradient_checkpointing = a->gradient_checkpointing};
     t->M = t5_model_create(&t->T, t->Z, &mo, err, sizeof err);
-    if (!t->M) t5_die(T5_EXIT_FAILURE, "%s", err);
+    if (!t->M) die_alloc(a, err);
     t5_model_set_train(t->M, true);
 
     if (!a->do_train) return;

@@ -107,6 +107,10 @@ typedef struct {
     int64_t dump_batches_steps;
     int64_t inject_inf_step;     // > 0: put +inf into the gradient at this update (overflow test)
     int64_t stop_after_steps;    // > 0: behave as if SIGTERM arrived after this update (save + exit 0)
+    // out of memory explained (issue 17): after the engine's or the activation arena's allocation fails, appends
+    // the estimate for this job and a plan predicted to fit to the message (set by src/cli, which may call the
+    // planner; args is this TrainerArgs); NULL: the message alone
+    void (*oom_advice)(const void* args, char* buf, size_t len);
 } TrainerArgs;
 
 // Defaults matching HF TrainingArguments (lr 5e-5, linear, clip 1.0, logging/save every 500, seed 42, ...).
