@@ -3,28 +3,12 @@
  */
 #include "tb_record.h"
 
+#include "../base/crc32c.h"
+
 #include <stdlib.h>
 #include <string.h>
 
-static uint32_t crc_table[256];
-static int crc_table_ready;
-
-static void crc_init(void) {
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
-        crc_table[i] = c;
-    }
-    __atomic_store_n(&crc_table_ready, 1, __ATOMIC_RELEASE);
-}
-
-uint32_t tb_crc32c(uint32_t crc, const void* data, size_t n) {
-    if (!__atomic_load_n(&crc_table_ready, __ATOMIC_ACQUIRE)) crc_init();  // idempotent: a race writes equal values
-    const unsigned char* p = (const unsigned char*)data;
-    crc = ~crc;
-    for (size_t i = 0; i < n; i++) crc = crc_table[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
-    return ~crc;
-}
+uint32_t tb_crc32c(uint32_t crc, const void* data, size_t n) { return t5_crc32c(crc, data, n); }
 
 uint32_t tb_masked_crc32c(const void* data, size_t n) {
     uint32_t c = tb_crc32c(0, data, n);

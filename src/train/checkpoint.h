@@ -33,6 +33,7 @@
  * Library code: errors are returned (-1 or NULL, one sentence naming the file in err); the trainer calls t5_die.
  */
 #pragma once
+#include "../base/crc32c.h"
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -57,9 +58,11 @@ extern "C" {
 #define CKPT_TAG_DATA "data_position"
 #define CKPT_TAG_RNG "rng"
 
-// CRC32C (Castagnoli), zlib-style chaining: crc(crc(0, a), b) == crc(0, a||b). SSE4.2 when available.
-uint32_t checkpoint_crc32c(uint32_t crc, const void* data, size_t n);
-uint32_t checkpoint_crc32c_sw(uint32_t crc, const void* data, size_t n);  // table version (tests compare)
+// CRC32C of the state files: src/base/crc32c.h (zlib-style chaining, SSE4.2 when available).
+static inline uint32_t checkpoint_crc32c(uint32_t crc, const void* data, size_t n) { return t5_crc32c(crc, data, n); }
+static inline uint32_t checkpoint_crc32c_sw(uint32_t crc, const void* data, size_t n) {
+    return t5_crc32c_sw(crc, data, n);  // table version (tests compare)
+}
 
 // output_dir/checkpoint-<step> (malloc'd)
 char* checkpoint_dir_path(const char* output_dir, int64_t step);

@@ -29,7 +29,7 @@ build() {  # name sources... (.cc files are compiled as C++ and linked with the 
   $CC $FLAGS -o "$OUT/$name" "test/fuzz/$name.c" "${objs[@]}" $LIBS $extra
 }
 build fuzz_safetensors src/base/safetensors.c src/base/common.c src/base/signals.c
-build fuzz_state src/train/checkpoint.c src/base/safetensors.c src/base/common.c src/base/signals.c src/report/results.c src/report/trainer_log.c model/params.c model/optim_groups.c model/t5_config.c
+build fuzz_state src/train/checkpoint.c src/base/crc32c.c src/base/safetensors.c src/base/common.c src/base/signals.c src/report/results.c src/report/trainer_log.c model/params.c model/optim_groups.c model/t5_config.c
 build fuzz_readers data/readers.c data/tokenizer.c data/spm.cc src/base/common.c
 CONFIG_SRCS=$(ls src/cli/config*.c)
 build fuzz_config $CONFIG_SRCS model/t5_config.c src/base/safetensors.c src/base/common.c src/base/signals.c
