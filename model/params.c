@@ -223,3 +223,8 @@ void params_block_index(const ParamTable* t, T5Stack st, int l, BlockParamIdx* b
     b->wo = params_find(t, ROLE_FF_WO, st, l);
     b->ffln = params_find(t, ROLE_FF_LN, st, l);
 }
+
+bool params_role_reads_fp32(ParamRole r) {
+    return r == ROLE_EMBED || r == ROLE_SA_RELBIAS || r == ROLE_SA_LN || r == ROLE_CA_LN || r == ROLE_FF_LN ||
+           r == ROLE_FINAL_LN;
+}

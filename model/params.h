@@ -127,6 +127,10 @@ void params_block_index(const ParamTable* t, T5Stack stack, int layer, BlockPara
 // Index of the tensor with this HF name, or -1.
 int params_find_name(const ParamTable* t, const char* name);
 
+// True for the tensors the model reads in fp32 (as HF autocast runs those ops on fp32 parameters): the shared
+// embedding, the relative-bias tables and every RMSNorm weight. The ZeRO engine keeps these as fp32 views.
+bool params_role_reads_fp32(ParamRole role);
+
 // The weight-decay rule used for ParamDesc.decay: model/optim_groups.h hf_param_gets_weight_decay (HF Trainer:
 // no decay for layer norms and relative_attention_bias, decay for everything else).
 bool params_name_gets_decay(const char* hf_name);

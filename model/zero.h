@@ -109,11 +109,9 @@ size_t zero_unit_numel(const ZeroEngine* Z, int unit);
 // Device pointer to the unit's working weights (numel) X, valid until zero_release.
 void* zero_fetch(ZeroEngine* Z, int unit, cudaStream_t stream);
 void zero_release(ZeroEngine* Z, int unit, cudaStream_t stream);
-// fp32 view (numel) of a fetched unit, for the ops that HF autocast runs on fp32 parameters (RMSNorm weights,
-// relative-bias tables, the embedding lookup). Valid between zero_fetch and zero_release of that unit.
-// Stage 0 only (the master itself); the model uses zero_fp32_tensor, which works for every stage.
-const float* zero_fetch_fp32(ZeroEngine* Z, int unit, cudaStream_t stream);
-// Device fp32 copy of the tensor at `offset` of `unit` (a ZeroTensor with fp32_view, or any tensor at stage 0).
+// Device fp32 copy of the tensor at `offset` of `unit`, for the ops HF autocast runs on fp32 parameters (RMSNorm
+// weights, relative-bias tables, the embedding lookup): a ZeroTensor with fp32_view, or any tensor at stage 0 (the
+// master itself).
 // The pointer never changes during the engine's life; its contents follow every optimizer step.
 const float* zero_fp32_tensor(ZeroEngine* Z, int unit, size_t offset);
 // Gradient buffer (numel) of the unit, dtype zero_grad_dtype: its contents are undefined at the start of

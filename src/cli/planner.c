@@ -67,11 +67,6 @@ double planner_compute_s(const PlanInput* in) {
     return per_block * (double)(in->model.num_layers + in->model.num_decoder_layers) + f / rate;
 }
 
-static bool is_fp32_view(ParamRole r) {
-    return r == ROLE_EMBED || r == ROLE_SA_RELBIAS || r == ROLE_SA_LN || r == ROLE_CA_LN || r == ROLE_FF_LN ||
-           r == ROLE_FINAL_LN;
-}
-
 int planner_row(const PlanInput* in, int stage, bool off_opt, bool off_param, double ratio, PlanRow* r, char* err,
                 size_t errlen) {
     memset(r, 0, sizeof *r);
@@ -94,7 +89,7 @@ int planner_row(const PlanInput* in, int stage, bool off_opt, bool off_param, do
     for (int i = 0; i < T.num_params; i++) {
         const ParamDesc* p = &T.params[i];
         zt[i] = (ZeroTensor){.unit = p->unit, .offset = p->offset, .numel = p->numel, .decay = p->decay,
-                             .fp32_view = is_fp32_view(p->role)};
+                             .fp32_view = params_role_reads_fp32(p->role)};
     }
     const int trace_cap = 4 * nu + 16;
     int* trace = malloc_check((size_t)trace_cap * sizeof(int));

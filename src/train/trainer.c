@@ -346,8 +346,7 @@ static void model_setup(Trainer* t) {
         const ParamDesc* p = &t->T.params[i];
         const ParamRole r = p->role;
         zt[i] = (ZeroTensor){.unit = p->unit, .offset = p->offset, .numel = p->numel, .decay = p->decay,
-                             .fp32_view = r == ROLE_EMBED || r == ROLE_SA_RELBIAS || r == ROLE_SA_LN ||
-                                          r == ROLE_CA_LN || r == ROLE_FF_LN || r == ROLE_FINAL_LN};
+                             .fp32_view = params_role_reads_fp32(r)};
     }
     int trace_cap = 4 * t->T.num_units + 16;
     int* trace = malloc_check((size_t)trace_cap * sizeof(int));

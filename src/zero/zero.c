@@ -154,18 +154,6 @@ void* zero_fetch(ZeroEngine* Z, int unit, cudaStream_t stream) {
     return (char*)Z->working + Z->offset[unit] * dtype_size(Z->dt);
 }
 
-const float* zero_fetch_fp32(ZeroEngine* Z, int unit, cudaStream_t stream) {
-    if (Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_fetch_fp32 at ZeRO stage %d (use zero_fp32_tensor)", Z->stage);
-    (void)stream;
-    zero_check_unit(Z, unit, __func__);
-    if (!Z->state[unit].fetched) {
-        char msg[160];
-        snprintf(msg, sizeof msg, "fp32 view of %s asked for outside fetch/release", Z->name[unit]);
-        t5_check_failed("ZERO", "zero_fetch_fp32", msg, __FILE__, __LINE__, __func__);
-    }
-    return Z->master + Z->offset[unit];
-}
-
 void zero_release(ZeroEngine* Z, int unit, cudaStream_t stream) {
     if (Z->P) {
         zp_release(Z->P, unit, stream);
