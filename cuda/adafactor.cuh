@@ -1,0 +1,78 @@
+/*
+ * adafactor.cuh: fused multi-tensor Adafactor on the GPU with transformers' semantics
+ * (transformers.optimization.Adafactor.step), see adafactor.cu. One call updates every tensor of a plan:
+ * fp32 master in place, factored second moments (row and column statistics) for 2-D tensors, a full
+ * second moment for 1-D ones, optional first moment (beta1), gradient of any dtype times *d_grad_scale,
+ * optional fp16/bf16 working copy written in the same pass. The arithmetic is that of
+ * src/zero/cpu_adafactor.{c,h} (the CPU reference, which documents every rounding): same IEEE fp32
+ * operations, sums accumulated in fp64 and rounded once (in a different order than the CPU, so an fp32 sum
+ * can differ from the CPU's by one rounding of an fp64 value, which is almost never).
+ */
+#pragma once
+#include <cuda_runtime.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../src/base/dtype.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    float* master;          // (rows*cols) fp32, updated in place
+    const void* grad;       // (rows*cols) grad_dtype
+    void* work;             // (rows*cols) work_dtype (DT_F16 / DT_BF16) written from the new master, or NULL
+    float* exp_avg_sq_row;  // (rows) factored only
+    float* exp_avg_sq_col;  // (cols) factored only
+    float* exp_avg_sq;      // (rows*cols) unfactored only
+    float* exp_avg;         // (rows*cols) when the step args have beta1, else unused (may be NULL)
+    int64_t rows, cols;     // 2-D (rows, cols) row-major; a 1-D tensor of n: rows 1, cols n, factored false
+    bool factored;          // HF: ndim >= 2
+    DType grad_dtype;
+    DType work_dtype;
+    double weight_decay;    // this tensor's group (HF Trainer: 0 for the no-decay group)
+} AdafactorTensor;
+
+// The param group's options as Python values (HF's Adafactor(...) arguments) and the step.
+typedef struct {
+    int64_t step;           // HF state["step"] after its increment: 1, 2, ...
+    double lr;              // external lr (used when relative_step is false)
+    double eps1, eps2;      // (1e-30, 1e-3)
+    double clip_threshold;  // 1.0
+    double decay_rate;      // -0.8
+    bool has_beta1;
+    double beta1;
+    bool scale_parameter, relative_step, warmup_init;
+} AdafactorStepArgs;
+
+// What one tensor's last step used (device array, one per tensor, see adafactor_plan_scalars).
+typedef struct {
+    float param_rms;   // HF state["RMS"] (p before the step)
+    float lr;          // _get_lr as fp32
+    float update_rms;  // rms of the unclipped update
+    float clip_div;    // max(1, update_rms / clip_threshold)
+    float wd_alpha;    // -weight_decay * lr (fp32 as torch forms it)
+} AdafactorScalars;
+
+typedef struct AdafactorPlan AdafactorPlan;
+
+// Copies the tensor list and its work tables to the device and allocates the scratch (synchronous; once per
+// set of buffers). Scratch: per 1024-row group of a matrix one fp64 column partial (about 8/1024 bytes per
+// matrix element), row and column factors (fp32, rows + cols), two fp64 sums per chunk.
+AdafactorPlan* adafactor_plan_create(const AdafactorTensor* tensors, int count);
+void adafactor_plan_free(AdafactorPlan* plan);
+// Device bytes of the plan's scratch (for the memory report).
+size_t adafactor_plan_scratch_bytes(const AdafactorPlan* plan);
+// One Adafactor step of every tensor. d_grad_scale: device fp32 gradient multiplier (NULL for 1). d_skip:
+// device int, every kernel is a no-op when *d_skip != 0 (NULL for never). No host synchronisation.
+void adafactor_step(const AdafactorPlan* plan, const AdafactorStepArgs* args, const float* d_grad_scale,
+                    const int* d_skip, cudaStream_t stream);
+// Device array (count) of what the last step used per tensor.
+const AdafactorScalars* adafactor_plan_scalars(const AdafactorPlan* plan);
+// HF's relative step size rel (before the parameter scale) for args->step, in double as Python forms it.
+double adafactor_rel_step(const AdafactorStepArgs* args);
+
+#ifdef __cplusplus
+}
+#endif
