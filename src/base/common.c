@@ -63,8 +63,11 @@ int t5_errf(char* err, size_t errlen, int code, const char* fmt, ...) {
     return code;
 }
 
+void (*t5_check_failed_hook)(const char* kind, const char* stmt, const char* msg, const char* file, int line);
+
 void t5_check_failed(const char* kind, const char* stmt, const char* msg, const char* file, int line,
                      const char* func) {
+    if (t5_check_failed_hook) t5_check_failed_hook(kind, stmt, msg, file, line);
     char host[256] = "?";
     gethostname(host, sizeof host - 1);
     fflush(stdout);

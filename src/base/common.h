@@ -40,6 +40,8 @@ int t5_set_err(char* err, size_t errlen, const char* fmt, ...) __attribute__((fo
 int t5_errf(char* err, size_t errlen, int code, const char* fmt, ...) __attribute__((format(printf, 4, 5)));
 
 // Generic check failure: "[KIND ERROR] rank R host H file:line func: <stmt> -> <msg>", then abort().
+// t5_check_failed_hook, when set (oom.c: CUDA's out of memory explained), is called first and may exit.
+extern void (*t5_check_failed_hook)(const char* kind, const char* stmt, const char* msg, const char* file, int line);
 __attribute__((noreturn)) void t5_check_failed(const char* kind, const char* stmt, const char* msg,
                                                const char* file, int line, const char* func);
 

@@ -24,6 +24,7 @@
 #include "../../data/tokenizer.h"
 #include "../../model/model_lookup.h"
 #include "commands.h"
+#include "../base/oom.h"
 #include "../base/common.h"
 #include "planner.h"
 #include "config.h"
@@ -108,6 +109,33 @@ static void run_best_model_args(const RunConfig* c, TrainerArgs* a) {
            key, c->predict_with_generate ? ", eval_bleu, eval_gen_len" : "; eval_bleu and eval_gen_len need --predict_with_generate");
 }
 
+static void preflight_creatable(const char* key, const char* path);
+static int data_pending;  // --dry_run: the splits a run would download and prepare (bit 1 << DataSplit)
+
+// --dry_run with a model that is not in the cache (fetch_inputs.c listed what would be downloaded): the checks
+// that need no model file (the dataset's downloads, the output paths), then exit 0; the checks of config.json,
+// the weights, the tokenizer and the plan need the files, which a dry run does not download.
+static void dry_run_model_pending(const RunConfig* c) {
+    DataOptions o;
+    data_options_default(&o);
+    o.dataset_name = c->dataset_name[0] ? c->dataset_name : NULL;
+    o.dataset_config = c->dataset_config_name[0] ? c->dataset_config_name : NULL;
+    o.data_dir = c->data_dir[0] ? c->data_dir : NULL;
+    o.split_file[0] = c->train_file[0] ? c->train_file : NULL;
+    o.split_file[1] = c->validation_file[0] ? c->validation_file : NULL;
+    o.split_file[2] = c->test_file[0] ? c->test_file : NULL;
+    o.source_lang = c->source_lang;
+    o.target_lang = c->target_lang;
+    run_fetch_dataset(c, &o);
+    preflight_creatable("output_dir", c->output_dir);
+    if (c->logging_dir[0]) preflight_creatable("logging_dir", c->logging_dir);
+    printf("dry run: not checked until the model is downloaded: its config.json, the weights' header, the tokenizer, "
+           "the data files against it, the memory plan (a run without --dry_run downloads it, then checks them)\n");
+    printf("dry run: nothing was downloaded or created\n");
+    fflush(stdout);
+    exit(T5_EXIT_OK);
+}
+
 // The resolved RunConfig -> what the trainer needs. Dies (one line) on what this build cannot run.
 static void run_build_trainer_args(const RunConfig* c, TrainerArgs* a) {
     static char err[MODEL_LOOKUP_ERRLEN];
@@ -126,6 +154,7 @@ static void run_build_trainer_args(const RunConfig* c, TrainerArgs* a) {
 
     // ---- model
     const char* name = run_model_source(c);  // a Hub name missing from the HF cache: downloaded (fetch_inputs.h)
+    if (c->dry_run && run_model_pending()) dry_run_model_pending(c);
     a->init_random = c->init == MODEL_INIT_RANDOM;
     ModelLocation loc;
     bool have_loc = false;
@@ -180,7 +209,7 @@ static void run_build_trainer_args(const RunConfig* c, TrainerArgs* a) {
     o->split_file[2] = c->test_file[0] ? c->test_file : NULL;
     o->source_lang = c->source_lang;
     o->target_lang = c->target_lang;
-    run_fetch_dataset(c, o);  // wmt16-ro-en splits missing on disk: prepared from the sources
+    data_pending = run_fetch_dataset(c, o);  // wmt16-ro-en splits missing on disk: prepared (a dry run: listed)
     o->tokenizer_path = tokpath_keep;
     o->source_prefix = c->source_prefix_set ? c->source_prefix : NULL;
     o->max_source_length = (int)c->max_source_length;
@@ -270,6 +299,28 @@ static void run_build_trainer_args(const RunConfig* c, TrainerArgs* a) {
         a->eps = c->adam_epsilon;
         a->weight_decay = c->weight_decay;
         a->adamw_mode = true;
+    }
+    // optim adafactor: transformers' Adafactor as HF's Trainer builds it (lr = learning_rate, scale_parameter and
+    // relative_step False, the rest Adafactor's defaults) unless the adafactor_* keys say otherwise
+    a->optimizer = TRAINER_OPTIM_ADAMW;
+    cpu_adafactor_default_opts(&a->adafactor);
+    if (c->optim == OPTIM_ADAFACTOR && !(c->has_deepspeed && ds->optimizer.present)) {
+        CpuAdafactorOpts* ao = &a->adafactor;
+        a->optimizer = TRAINER_OPTIM_ADAFACTOR;
+        ao->relative_step = c->adafactor_relative_step;
+        ao->has_lr = !ao->relative_step;  // relative_step: lr None (HF refuses both)
+        ao->lr = ao->has_lr ? c->learning_rate : 0.0;
+        ao->scale_parameter = c->adafactor_scale_parameter;
+        ao->warmup_init = c->adafactor_warmup_init;
+        ao->has_beta1 = !isnan(c->adafactor_beta1);
+        ao->beta1 = ao->has_beta1 ? c->adafactor_beta1 : 0.0;
+        ao->clip_threshold = c->adafactor_clip_threshold;
+        ao->decay_rate = c->adafactor_decay_rate;
+        ao->eps1 = c->adafactor_eps1;
+        ao->eps2 = c->adafactor_eps2;
+        ao->weight_decay = c->weight_decay;
+        char e[256];
+        if (cpu_adafactor_check_opts(ao, e, sizeof e)) t5_die(T5_EXIT_USAGE, "adafactor: %s", e);
     }
     // ---- the ZeRO engine (deepspeed.zero_optimization)
     zero_options_default(&a->zero);
@@ -505,6 +556,10 @@ static void preflight_data(const RunConfig* c, const TrainerArgs* a) {
     for (int i = 0; i < 3; i++) {
         if (files[i][0] && (used[i] || i == 0)) preflight_file(keys[i], files[i], c->source_lang, c->target_lang);
         if (!used[i]) continue;
+        if (data_pending & (1 << i)) {  // --dry_run: not on disk; a run downloads and prepares it first
+            preflight_note("%s: not on disk, would be downloaded and prepared (listed above)", what[i]);
+            continue;
+        }
         char *src = NULL, *tgt = NULL, fmt = 0;
         if (dataset_resolve_files(&a->data, (DataSplit)i, &src, &tgt, &fmt, err, sizeof err))
             t5_die(T5_EXIT_USAGE, "%s: %s", what[i], err);
@@ -659,10 +714,11 @@ int run_main(int argc, char** argv) {
         }
     }
     targs.oom_advice = planner_oom_advice;  // out of memory explained (issue 17)
+    t5_oom_set_advice(planner_oom_advice, &targs);  // the same, for an allocation failing during the run (oom.h)
     run_preflight(c, &targs);
     if (c->dry_run) {
         for (int i = 0; i < preflight_count; i++) printf("dry run: checked %s\n", preflight_done[i]);
-        printf("dry run: every check passed; nothing was created\n");
+        printf("dry run: every check passed; nothing was downloaded or created\n");
         return T5_EXIT_OK;
     }
 
