@@ -2,9 +2,12 @@
  * test_download_main.c: the main job's download part, through the binary, against the loopback Hub
  * (test/hub_server.py) serving a tiny T5 ("t5-tiny": test/fixtures/t5/tiny_v10 + the real spiece.model) and
  * synthetic WMT16 ro-en archives (test/make_wmt16_fixtures.py):
- *   - from an empty HF cache and data folder, the README-style command line (--model_name_or_path,
- *     --dataset_name wmt16 --dataset_config ro-en, do_train/eval/predict) fetches the model into the HF cache
- *     layout and prepares the three splits, then the dry run checks them (exit 0);
+ *   - from an empty HF cache and data folder, --dry_run lists what a run would download (the model's files with
+ *     their sizes, the three WMT16 archives) after HEAD requests only, and writes nothing (no HF cache folder, no
+ *     data folder, no output_dir; exit 0);
+ *   - the README-style command line (--model_name_or_path, --dataset_name wmt16 --dataset_config ro-en,
+ *     do_train/eval/predict), stopped at the GPU by CUDA_VISIBLE_DEVICES=-1, fetches the model into the HF cache
+ *     layout and prepares the three splits; the dry run then checks them (exit 0);
  *   - run again (dry run, then a real run stopped at the GPU by CUDA_VISIBLE_DEVICES=-1): no request at all;
  *   - --model_revision <commit> and --cache_dir DIR; a revision the Hub does not have; HF_HUB_OFFLINE=1 with an
  *     empty cache: one error line, exit 2.
@@ -79,15 +82,42 @@ static void test_fresh_then_cached(void** state) {
     (void)state;
     T5_REQUIRE_DATA();
     hub_server_clear_log(&srv);
+    // a dry run from the empty caches: what would be downloaded, HEAD requests only, nothing written
     int rc = run_job("", "--dry_run");
-    if (rc != 0) fail_msg("first run: exit %d:\n%s", rc, text);
+    if (rc != 0) fail_msg("dry run from empty caches: exit %d:\n%s", rc, text);
+    assert_contains(text, "dry run: would download 3 files");
+    assert_contains(text, "of model t5-tiny (revision main, commit ");
+    assert_contains(text, "dry run:   config.json (");
+    assert_contains(text, "dry run:   model.safetensors (");
+    assert_contains(text, "dry run:   spiece.model (");
+    assert_contains(text, "dry run: would download 3 of the 3 WMT16 ro-en source archives");
+    assert_contains(text, "dry run: nothing was downloaded or created");
+    assert_null(strstr(text, "fetching"));
+    assert_int_equal(requests(), hub_server_count(&srv, "HEAD ", NULL));  // only HEAD requests
+    assert_int_equal(hub_server_count(&srv, "GET ", NULL), 0);
+    char p0[800];
+    snprintf(p0, sizeof p0, "%s/home/hf", t5test_tmpdir());
+    if (t5_path_exists(p0)) fail_msg("the dry run created %s", p0);
+    snprintf(p0, sizeof p0, "%s/home/.cache/t5train", t5test_tmpdir());
+    if (t5_path_exists(p0)) fail_msg("the dry run created %s", p0);
+    snprintf(p0, sizeof p0, "%s/out", t5test_tmpdir());
+    if (t5_path_exists(p0)) fail_msg("the dry run created %s", p0);
+
+    // the real run downloads (stopped at the GPU once everything is there, so the same with or without one)
+    hub_server_clear_log(&srv);
+    rc = run_job("CUDA_VISIBLE_DEVICES=-1", "");
+    if (rc == 0) fail_msg("the run did not stop at the GPU:\n%s", text);
     assert_contains(text, "fetching t5-tiny (revision main)");
     assert_contains(text, "wmt16 ro-en: no train split on disk");
-    assert_contains(text, "dry run: every check passed");
+    assert_contains(text, "wmt16-ro-en/train.jsonl");  // tokenized, then stopped at the GPU
     // what came over the wire: the model's files (config, weights, tokenizer) and the three archives
     assert_int_equal(hub_server_count(&srv, "GET /lfs/", NULL), 2);
     assert_int_equal(hub_server_count(&srv, "GET /t5-tiny/resolve/main/config.json", NULL), 1);
     assert_int_equal(hub_server_count(&srv, "GET /files/", NULL), 3);
+    // the dry run now checks what is there
+    rc = run_job("", "--dry_run");
+    if (rc != 0) fail_msg("dry run after the download: exit %d:\n%s", rc, text);
+    assert_contains(text, "dry run: every check passed");
     // the HF cache layout (what transformers reads) and the prepared splits where dataset.c looks
     char commit[128];
     read_ref(commit, sizeof commit);
@@ -107,7 +137,7 @@ static void test_fresh_then_cached(void** state) {
     }
     char out[800];
     snprintf(out, sizeof out, "%s/out", t5test_tmpdir());
-    assert_false(t5_path_exists(out));  // the dry run creates no output_dir
+    assert_false(t5_path_exists(out) && !t5_is_dir(out));  // the GPU-less run may leave only an output_dir
 
     // again: nothing is requested, the dry run passes from the caches
     hub_server_clear_log(&srv);
@@ -117,13 +147,12 @@ static void test_fresh_then_cached(void** state) {
     assert_null(strstr(text, "downloading"));
     assert_int_equal(requests(), 0);
 
-    // a real run, stopped at the GPU (so the same with or without one): still no request, the data tokenized
+    // a real run again, stopped at the GPU: still no request
     hub_server_clear_log(&srv);
     rc = run_job("CUDA_VISIBLE_DEVICES=-1", "");
     if (rc == 0) fail_msg("the run did not stop at the GPU:\n%s", text);
     assert_contains(text, "t5train: error: ");
     assert_contains(text, "GPU");
-    assert_contains(text, "wmt16-ro-en/train.jsonl");
     assert_int_equal(requests(), 0);
 
     // the same commit by id: the complete snapshot, no request
@@ -139,19 +168,23 @@ static void test_revision_cache_dir_offline(void** state) {
     T5_REQUIRE_DATA();
     // --cache_dir: the model goes there (HF's cache_dir is the hub cache folder itself); --revision is the alias
     char flag[1024];
-    snprintf(flag, sizeof flag, "--cache_dir %s/cd --revision main --dry_run", t5test_tmpdir());
+    snprintf(flag, sizeof flag, "--cache_dir %s/cd --revision main", t5test_tmpdir());
     hub_server_clear_log(&srv);
-    int rc = run_job("", flag);
-    if (rc != 0) fail_msg("--cache_dir: exit %d:\n%s", rc, text);
+    int rc = run_job("CUDA_VISIBLE_DEVICES=-1", flag);  // stops at the GPU, after the download
+    if (rc == 0) fail_msg("--cache_dir: the run did not stop at the GPU:\n%s", text);
+    assert_contains(text, "GPU");
     char p[800];
     snprintf(p, sizeof p, "%s/cd/models--t5-tiny/refs/main", t5test_tmpdir());
     if (!t5_is_file(p)) fail_msg("nothing downloaded into --cache_dir: %s", text);
     assert_int_equal(hub_server_count(&srv, "GET /lfs/", NULL), 2);
-    // a revision the Hub does not have: one error line, exit 2, nothing placed for it
-    rc = run_job("", "--model_revision no-such-branch --dry_run");
+    // a revision the Hub does not have: one error line, exit 2, nothing placed for it (a run and a dry run)
+    rc = run_job("", "--model_revision no-such-branch");
     assert_int_equal(rc, 2);
     assert_contains(text, "t5train: error: model 't5-tiny' (revision no-such-branch) was not downloaded");
     assert_contains(text, "no-such-branch");
+    rc = run_job("", "--model_revision no-such-branch --dry_run");
+    assert_int_equal(rc, 2);
+    assert_contains(text, "t5train: error: model 't5-tiny' (revision no-such-branch) cannot be downloaded");
     // offline with an empty cache: the lookup's message, exit 2, no request
     hub_server_clear_log(&srv);
     snprintf(flag, sizeof flag, "HF_HUB_OFFLINE=1 HF_HOME=%s/empty_hf", t5test_tmpdir());

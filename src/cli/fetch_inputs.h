@@ -16,6 +16,11 @@
  *   run uses (train with do_train, validation with do_eval, test with do_predict) that has no --<split>_file and
  *   that dataset.c cannot find is prepared with wmt16_prepare into --data_dir, else ~/.cache/t5train/data.
  *   HF_DATASETS_OFFLINE=1 or HF_HUB_OFFLINE=1: no download, dataset.c's "not found" error.
+ * --dry_run downloads nothing (an HF user expects a dry run to leave the machine as it was): the model's cache
+ *   is checked and the Hub asked which files it would send (HEAD requests only; HF_HUB_OFFLINE=1: none, and a
+ *   model missing from the cache is the usual error), each missing file is listed with its size and the cache
+ *   folder it would go to, and nothing is written into the cache; a missing WMT16 split lists the three archives
+ *   (the builder's recorded sizes, those already in <data_dir>/downloads counted as there) and the folder.
  * Every failure dies with one `t5train: error:` sentence (then HINT lines) and a non-zero exit.
  */
 #pragma once
@@ -26,8 +31,16 @@
 
 // The model to read: c->model_name_or_path, or the HF-cache snapshot folder it was downloaded into.
 // The returned string stays valid for the process. Dies on a failed download.
+// --dry_run: returns the name as given when the model would be downloaded; run_model_pending() then says so.
 const char* run_model_source(const RunConfig* c);
 
-// Makes the wmt16-ro-en splits the run needs present (see above). Dies on a failed download.
-void run_fetch_dataset(const RunConfig* c, const DataOptions* o);
+// true after run_model_source found, in a dry run, that the model is not in the cache (its files are listed)
+bool run_model_pending(void);
+
+// Makes the wmt16-ro-en splits the run needs present (see above). Dies on a failed download. Returns 0, or in a
+// dry run the splits that would be downloaded and prepared (bit 1 << DataSplit), after listing what.
+int run_fetch_dataset(const RunConfig* c, const DataOptions* o);
+
+// "12.3 MB" (decimal units, as huggingface_hub's progress bars); n < 0: "size unknown"
+void run_format_bytes(long long n, char* out, size_t len);
 

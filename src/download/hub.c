@@ -191,7 +191,7 @@ static int fetch_file(Ctx* c, const char* filename, char* err, size_t errlen) {
                           c->token ? " (a token was sent: does it have access?)" : "");
     }
     if (m.status == 404) {
-        if (m.repo_commit[0]) hub_cache_mark_missing(c->repo_dir, m.repo_commit, filename);
+        if (m.repo_commit[0] && !c->o.dry) hub_cache_mark_missing(c->repo_dir, m.repo_commit, filename);
         if (!c->commit[0] && m.repo_commit[0]) snprintf(c->commit, sizeof c->commit, "%s", m.repo_commit);
         return FETCH_MISSING;
     }
@@ -209,10 +209,24 @@ static int fetch_file(Ctx* c, const char* filename, char* err, size_t errlen) {
     else if (strcmp(c->commit, m.repo_commit) != 0)
         return t5_set_err(err, errlen, "%s changed on the Hub while it was being downloaded (commit %s, then %s); run "
                           "again", c->repo_id, c->commit, m.repo_commit);
-    if (snapshot_has(c, c->commit, filename)) return FETCH_OK;
+    if (snapshot_has(c, c->commit, filename)) {
+        if (c->o.dry) c->o.dry->n_cached++;
+        return FETCH_OK;
+    }
     int64_t size = m.linked_size >= 0 ? m.linked_size : m.content_length;
     char blob[HUB_PATHLEN];
     hub_cache_blob_path(c->repo_dir, etag, blob, sizeof blob);
+    if (c->o.dry) {  // what a run would do: link a blob already there, else download it
+        HubDryRun* d = c->o.dry;
+        if (t5_is_file(blob)) {
+            d->n_cached++;
+        } else if (d->n_files < HUB_DRY_MAX) {
+            snprintf(d->files[d->n_files], sizeof d->files[0], "%s", filename);
+            d->sizes[d->n_files++] = size;
+            if (size > 0) d->bytes += size;
+        }
+        return FETCH_OK;
+    }
     if (!t5_is_file(blob) && download_blob(c, url, filename, etag, size, err, errlen) != FETCH_OK) return FETCH_ERROR;
     if (hub_cache_link(c->repo_dir, c->commit, filename, etag, err, errlen) != 0) return FETCH_ERROR;
     return FETCH_OK;
@@ -313,17 +327,21 @@ static int fetch_all(Ctx* c, char* err, size_t errlen) {
         }
         char p[HUB_PATHLEN];
         hub_cache_snapshot_path(c->repo_dir, c->commit, "model.safetensors.index.json", p, sizeof p);
-        char** shards = index_shards(p, err, errlen);
-        if (!shards) return -1;
-        int rc = 0;
-        for (char** s = shards; *s && rc == 0; s++) {
-            r = fetch_file(c, *s, err, errlen);
-            if (r == FETCH_MISSING) rc = t5_set_err(err, errlen, "%s lists the shard %s, which the Hub does not have",
-                                                    p, *s);
-            else if (r == FETCH_ERROR) rc = -1;
+        if (c->o.dry && !t5_is_file(p)) {
+            c->o.dry->shards_unknown = true;  // the index is not downloaded in a dry run: its shards are unknown
+        } else {
+            char** shards = index_shards(p, err, errlen);
+            if (!shards) return -1;
+            int rc = 0;
+            for (char** s = shards; *s && rc == 0; s++) {
+                r = fetch_file(c, *s, err, errlen);
+                if (r == FETCH_MISSING) rc = t5_set_err(err, errlen, "%s lists the shard %s, which the Hub does not have",
+                                                        p, *s);
+                else if (r == FETCH_ERROR) rc = -1;
+            }
+            free_list(shards);
+            if (rc != 0) return -1;
         }
-        free_list(shards);
-        if (rc != 0) return -1;
     }
     for (const char* const* f = OPTIONAL_FILES; *f; f++) {
         if (c->o.offline && !snapshot_has(c, c->commit, *f)) continue;
@@ -356,6 +374,10 @@ int hub_fetch_model(const char* repo_id, const HubOptions* opt, char* dir, size_
     hub_cache_read_ref(c.repo_dir, c.revision, c.commit, sizeof c.commit);
 
     int rc = 0;
+    if (c.o.dry) {
+        memset(c.o.dry, 0, sizeof *c.o.dry);
+        snprintf(c.o.dry->repo_dir, sizeof c.o.dry->repo_dir, "%s", c.repo_dir);
+    }
     if (cache_complete(&c, !c.o.offline)) {
         // complete for this revision: no request at all (start-up time; a new commit on the Hub is picked up by
         // --revision or by deleting refs/<revision>)
@@ -365,7 +387,7 @@ int hub_fetch_model(const char* repo_id, const HubOptions* opt, char* dir, size_
                             "HINT: run once with network access (unset HF_HUB_OFFLINE), or pass a local directory",
                             repo_id, c.revision, c.repo_dir);
         } else {
-            if (!c.o.quiet && !c.o.offline)
+            if (!c.o.quiet && !c.o.offline && !c.o.dry)
                 fprintf(stderr, "fetching %s (revision %s) from %s into %s\n", repo_id, c.revision, c.endpoint,
                         c.repo_dir);
             char saved[128];
@@ -373,13 +395,15 @@ int hub_fetch_model(const char* repo_id, const HubOptions* opt, char* dir, size_
             if (!c.o.offline) c.commit[0] = 0;  // the Hub says which commit the revision is now
             rc = fetch_all(&c, err, errlen);
             if (rc != 0 && !c.commit[0]) snprintf(c.commit, sizeof c.commit, "%s", saved);
-            if (rc == 0 && !c.o.offline) rc = hub_cache_write_ref(c.repo_dir, c.revision, c.commit, err, errlen);
-            if (rc == 0 && !c.o.quiet && !c.o.offline)
+            if (rc == 0 && !c.o.offline && !c.o.dry)
+                rc = hub_cache_write_ref(c.repo_dir, c.revision, c.commit, err, errlen);
+            if (rc == 0 && !c.o.quiet && !c.o.offline && !c.o.dry)
                 fprintf(stderr, "%s: %d file%s downloaded, snapshot %s\n", repo_id, c.n_downloaded,
                         c.n_downloaded == 1 ? "" : "s", c.commit);
         }
     }
     if (rc == 0) snprintf(dir, dirlen, "%s/snapshots/%s", c.repo_dir, c.commit);
+    if (rc == 0 && c.o.dry) snprintf(c.o.dry->commit, sizeof c.o.dry->commit, "%s", c.commit);
     free(c.token);
     return rc;
 }

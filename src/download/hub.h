@@ -20,10 +20,24 @@
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+// What a dry run would download (HubOptions.dry): the Hub is asked (HEAD requests only), nothing is written.
+#define HUB_DRY_MAX 64
+typedef struct {
+    int n_files;                   // files the cache lacks (each would be downloaded)
+    char files[HUB_DRY_MAX][256];  // their names
+    int64_t sizes[HUB_DRY_MAX];    // their sizes in bytes (-1: the Hub did not say)
+    int64_t bytes;                 // sum of the known sizes
+    int n_cached;                  // files of the model already in the cache
+    bool shards_unknown;           // model.safetensors.index.json is not in the cache: its shards are not listed
+    char commit[128];              // the commit the revision points at on the Hub
+    char repo_dir[4700];           // the cache folder the files would go to (HUB_PATHLEN + the repo folder)
+} HubDryRun;
 
 typedef struct {
     const char* revision;   // NULL: "main"
@@ -32,6 +46,8 @@ typedef struct {
     const char* token;      // NULL: $HF_TOKEN, else the token file
     bool offline;           // true, or HF_HUB_OFFLINE=1: no network
     bool quiet;             // no progress lines
+    HubDryRun* dry;         // non-NULL: a dry run: HEAD requests only, fills *dry, writes nothing (no cache
+                            // folder, lock, blob, link, .no_exist marker or ref); dir gets the snapshot path
 } HubOptions;
 
 void hub_options_default(HubOptions* o);
