@@ -152,3 +152,14 @@ int planner_oom_sentence(const PlanInput* in, const ZeroOptions* cur, bool have_
                          char* buf, size_t len);
 // TrainerArgs.oom_advice (run.c sets it): planner_oom_sentence for the run, against this GPU and host.
 void planner_oom_advice(const void* args, char* buf, size_t len);
+// A fixed plan (not "auto") predicted not to fit, refused before anything is allocated or created (issue 17 item
+// 4): 1 with the sentence in buf ("the ZeRO plan of this run is predicted not to fit this machine: GPU: X GiB
+// needed, Y GiB free" + planner_oom_sentence's estimate and a plan that fits), 0 when it fits. gpu_free is what
+// CUDA reports free once this process has its context (the row's context allowance is already spent: it is
+// added back); host_avail as host_mem_available (the row's host part + 2 GiB for the process must fit).
+int planner_fixed_plan_check(const PlanInput* in, const ZeroOptions* cur, size_t gpu_free, size_t gpu_total,
+                             size_t host_avail, char* buf, size_t len);
+// run.c, before output_dir is created: planner_fixed_plan_check for the run against this GPU and host; dies with
+// the sentence (exit 1). No GPU visible: nothing checked (the trainer says so). T5TRAIN_SKIP_PLAN_CHECK=1 skips it
+// (the run then fails at its first allocation that does not fit, with the same advice).
+void planner_check_run(const TrainerArgs* a);

@@ -383,3 +383,49 @@ void planner_oom_advice(const void* args, char* buf, size_t len) {
     if (!have_gpu) (void)cudaGetLastError();
     planner_oom_sentence(&in, &a->zero, have_gpu, tot, host_mem_available(), buf, len);
 }
+
+int planner_fixed_plan_check(const PlanInput* in, const ZeroOptions* cur, size_t gpu_free, size_t gpu_total,
+                             size_t host_avail, char* buf, size_t len) {
+    char err[256];
+    buf[0] = 0;
+    PlanRow r;
+    if (planner_row(in, cur->stage, cur->stage > 0 && cur->offload_optimizer, cur->offload_param, cur->ratio, &r, err,
+                    sizeof err) != 0)
+        return 0;  // no row for this plan: the engine's own checks speak
+    const size_t host_need = r.h_total + PLANNER_HOST_MARGIN_BYTES;
+    const bool gpu_ok = r.g_total <= gpu_free + PLANNER_CONTEXT_BYTES;
+    const bool host_ok = host_need <= host_avail;
+    if (gpu_ok && host_ok) return 0;
+    size_t l = 0;
+    l += (size_t)snprintf(buf + l, len - l, "the ZeRO plan of this run is predicted not to fit this machine:");
+    if (!gpu_ok && l < len)
+        l += (size_t)snprintf(buf + l, len - l, " GPU: %.1f GiB needed, %.1f GiB free", r.g_total / 1073741824.0,
+                              (gpu_free + PLANNER_CONTEXT_BYTES) / 1073741824.0);
+    if (!host_ok && l < len)
+        l += (size_t)snprintf(buf + l, len - l, "%s host: %.1f GiB needed (+%.0f GiB for the process), %.1f GiB "
+                              "available", gpu_ok ? "" : ";", r.h_total / 1073741824.0,
+                              PLANNER_HOST_MARGIN_BYTES / 1073741824.0, host_avail / 1073741824.0);
+    if (l < len) planner_oom_sentence(in, cur, true, gpu_total, host_avail, buf + l, len - l);
+    return 1;
+}
+
+void planner_check_run(const TrainerArgs* a) {
+    const char* skip = getenv("T5TRAIN_SKIP_PLAN_CHECK");
+    if (skip && !strcmp(skip, "1")) return;
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+        (void)cudaGetLastError();
+        return;
+    }
+    size_t fr = 0, tot = 0;
+    if (cudaMemGetInfo(&fr, &tot) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return;
+    }
+    PlanInput in;
+    input_from_args(a, &in);
+    static char buf[2048];
+    if (planner_fixed_plan_check(&in, &a->zero, fr, tot, host_mem_available(), buf, sizeof buf))
+        t5_die_hint(T5_EXIT_FAILURE, "T5TRAIN_SKIP_PLAN_CHECK=1 runs it anyway (it then stops at the first "
+                    "allocation that does not fit)", "%s", buf);
+}

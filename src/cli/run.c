@@ -716,6 +716,9 @@ int run_main(int argc, char** argv) {
     targs.oom_advice = planner_oom_advice;  // out of memory explained (issue 17)
     t5_oom_set_advice(planner_oom_advice, &targs);  // the same, for an allocation failing during the run (oom.h)
     run_preflight(c, &targs);
+    // a fixed plan predicted not to fit: refused now, before anything is allocated or created (issue 17 item 4);
+    // the automatic plan has already been fitted
+    if (strcmp(c->zero_plan, "auto") != 0 && c->do_train) planner_check_run(&targs);
     if (c->dry_run) {
         for (int i = 0; i < preflight_count; i++) printf("dry run: checked %s\n", preflight_done[i]);
         printf("dry run: every check passed; nothing was downloaded or created\n");
