@@ -58,7 +58,8 @@ typedef enum {
     DS_OPTIM_ZERO_ONE_ADAM,
     DS_OPTIM_ONEBIT_LAMB,
     DS_OPTIM_LION,
-} DsOptimizerType;  // "Adam|AdamW|Adagrad|Lamb|OneBitAdam|ZeroOneAdam|OneBitLamb|Lion" (case-insensitive)
+    DS_OPTIM_ADAFACTOR,  // accepted by the parser only to be refused with a reason (config_resolve.c)
+} DsOptimizerType;  // "Adam|AdamW|Adagrad|Lamb|OneBitAdam|ZeroOneAdam|OneBitLamb|Lion|Adafactor" (case-insensitive)
 typedef enum {
     DS_SCHED_WARMUP_LR = 0,
     DS_SCHED_WARMUP_DECAY_LR,
@@ -287,6 +288,10 @@ typedef struct {
     int64_t warmup_steps;
     int optim;                          // TrainerOptim
     bool adafactor;
+    // t5train: transformers' Adafactor(...) arguments for optim adafactor (defaults: what HF's Trainer passes)
+    bool adafactor_scale_parameter, adafactor_relative_step, adafactor_warmup_init;
+    double adafactor_beta1;             // NAN = None
+    double adafactor_clip_threshold, adafactor_decay_rate, adafactor_eps1, adafactor_eps2;
     char logging_dir[CONFIG_STR_LEN];
     int logging_strategy;               // IntervalStrategy
     bool logging_first_step;

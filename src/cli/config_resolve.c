@@ -281,10 +281,44 @@ static int resolve_deepspeed(RunConfig* c, char* err, size_t n) {
     if (z->offload_optimizer.device != OFFLOAD_NONE && z->stage == 0)
         return t5_errf(err, n, T5_EXIT_USAGE,
                     "deepspeed: zero_optimization.offload_optimizer needs stage 1, 2 or 3 (stage is 0)");
+    if (ds->optimizer.present && ds->optimizer.type == DS_OPTIM_ADAFACTOR)
+        // DeepSpeed builds any type it does not know as getattr(torch.optim, type): torch.optim.Adafactor (torch
+        // >= 2.5), a different algorithm from transformers' (no beta1, relative_step, scale_parameter,
+        // clip_threshold; beta2_decay, d, eps (None, 1e-3)), and with ZeRO only with zero_allow_untested_optimizer
+        return t5_errf(err, n, T5_EXIT_USAGE,
+                    "deepspeed: optimizer type \"Adafactor\" would be torch.optim.Adafactor in DeepSpeed (PyTorch's "
+                    "variant, not transformers' Adafactor), which t5train does not implement; remove the `optimizer` "
+                    "block from the DeepSpeed config and pass --optim adafactor (transformers' Adafactor, as the HF "
+                    "Trainer builds it; options: --adafactor_beta1, --adafactor_relative_step, ...)");
     if (ds->optimizer.present && (c->adafactor || c->optim == OPTIM_ADAFACTOR))
         return t5_errf(err, n, T5_EXIT_USAGE,
                     "--adafactor was passed, but also found `optimizer` configured in the DeepSpeed config. Only one "
                     "optimizer can be configured.");
+    return 0;
+}
+
+// The adafactor_* keys: only with optim adafactor (and no DeepSpeed optimizer); HF's constructor checks.
+static int check_adafactor_options(RunConfig* c, char* err, size_t n) {
+    static const char* const keys[] = {"adafactor_scale_parameter", "adafactor_relative_step", "adafactor_warmup_init",
+                                       "adafactor_beta1", "adafactor_clip_threshold", "adafactor_decay_rate",
+                                       "adafactor_eps1", "adafactor_eps2"};
+    const bool ds_opt = c->has_deepspeed && c->ds.optimizer.present;
+    if (c->optim != OPTIM_ADAFACTOR || ds_opt) {
+        for (size_t i = 0; i < T5_ARRAY_LEN(keys); i++)
+            if (c->src[config_key_index(keys[i])] != CONFIG_SRC_DEFAULT)
+                return t5_errf(err, n, T5_EXIT_USAGE,
+                               "%s is set but the optimizer is %s: the adafactor_* keys are options of --optim "
+                               "adafactor", keys[i], ds_opt ? "the DeepSpeed config's" : "not Adafactor");
+        return 0;
+    }
+    if (c->adafactor_warmup_init && !c->adafactor_relative_step)
+        return t5_errf(err, n, T5_EXIT_USAGE,
+                       "adafactor_warmup_init true requires adafactor_relative_step true (transformers' Adafactor: "
+                       "`warmup_init=True` requires `relative_step=True`)");
+    if (c->adafactor_relative_step)
+        add_note(c, "adafactor_relative_step: Adafactor's own step size min(%s, 1/sqrt(step)) replaces learning_rate "
+                    "and the LR schedule (transformers' Adafactor(lr=None, relative_step=True))",
+                 c->adafactor_warmup_init ? "1e-6*step" : "1e-2");
     return 0;
 }
 
@@ -340,6 +374,7 @@ int config_resolve(RunConfig* c, char* err, size_t n) {
         c->optim = OPTIM_ADAFACTOR;
         c->src[config_key_index("optim")] = CONFIG_SRC_DERIVED;
     }
+    if (check_adafactor_options(c, err, n)) return -1;
     // null fallbacks (run_translation / TrainingArguments)
     derive_int(c, "val_max_target_length", c->max_target_length);
     if (c->val_max_target_length < 0) c->val_max_target_length = c->max_target_length;
@@ -484,11 +519,16 @@ int config_check_implemented(const RunConfig* c, char* err, size_t n) {
         c->optim != OPTIM_ADAMW_HF && c->optim != OPTIM_ADAMW_TORCH_FUSED) {
         char name[64];
         enum_choice(&CONFIG_KEYS[config_key_index("optim")], c->optim, name, sizeof name);
-        if (c->optim == OPTIM_ADAFACTOR)
-            MISSING("optim adafactor (the CPU Adafactor exists, src/zero/cpu_adafactor.c; the GPU kernels, the ZeRO "
-                    "engine's use of it and its checkpoint state do not)");
-        else
-            MISSING("optim %s (only AdamW)", name);
+        if (c->optim == OPTIM_ADAFACTOR) {
+            // stage 0 runs (the trainer's fused GPU Adafactor, cuda/adafactor.cu); the engine's stages do not
+            if (c->has_deepspeed && z->stage > 0)
+                MISSING("optim adafactor with ZeRO stage %lld%s (Adafactor runs at stage 0 only, on the GPU: the "
+                        "engine's partitioned Adafactor, whose row/column statistics are reduced across the ranks "
+                        "holding pieces of a matrix, and the offloaded CPU Adafactor step are missing)",
+                        (long long)z->stage, z->offload_optimizer.device != OFFLOAD_NONE ? " and offload_optimizer" : "");
+        } else {
+            MISSING("optim %s (only AdamW and Adafactor)", name);
+        }
     }
     if (c->has_deepspeed && c->ds.scheduler.present && c->ds.scheduler.type != DS_SCHED_WARMUP_LR &&
         c->ds.scheduler.type != DS_SCHED_WARMUP_DECAY_LR)

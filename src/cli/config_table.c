@@ -97,6 +97,23 @@ const ConfigKey CONFIG_KEYS[] = {
            "adamw_torch|adamw_torch_fused|adamw_hf|adamw_apex_fused|adafactor|sgd|adagrad", 0,
            "HF optimizer (used when the DeepSpeed config has no optimizer)"),
     K_BOOL("adafactor", adafactor, "false", 0, "deprecated HF spelling of optim adafactor"),
+    // t5train's Adafactor options (transformers.optimization.Adafactor arguments; defaults = HF Trainer's optim
+    // adafactor: Adafactor(lr=learning_rate, scale_parameter=False, relative_step=False), the rest HF's defaults)
+    K_BOOL("adafactor_scale_parameter", adafactor_scale_parameter, "false", 0,
+           "t5train: Adafactor scale_parameter (lr times max(eps2, RMS(p))); HF Trainer passes false"),
+    K_BOOL("adafactor_relative_step", adafactor_relative_step, "false", 0,
+           "t5train: Adafactor relative_step (lr = min(1e-2, 1/sqrt(step)); learning_rate and the LR schedule are "
+           "then not used); HF Trainer passes false"),
+    K_BOOL("adafactor_warmup_init", adafactor_warmup_init, "false", 0,
+           "t5train: Adafactor warmup_init (relative step min(1e-6*step, 1/sqrt(step)); needs relative_step)"),
+    K_FLT("adafactor_beta1", adafactor_beta1, "null", 0, 0.999999999, NUL,
+          "t5train: Adafactor beta1 (null: no first moment, HF's default)"),
+    K_FLT("adafactor_clip_threshold", adafactor_clip_threshold, "1.0", 1e-30, 1e30, 0,
+          "t5train: Adafactor clip_threshold (RMS of the update)"),
+    K_FLT("adafactor_decay_rate", adafactor_decay_rate, "-0.8", -100, 0, 0,
+          "t5train: Adafactor decay_rate (second-moment decay 1 - step^decay_rate)"),
+    K_FLT("adafactor_eps1", adafactor_eps1, "1e-30", 0, 1, 0, "t5train: Adafactor eps[0] (added to grad^2)"),
+    K_FLT("adafactor_eps2", adafactor_eps2, "1e-3", 0, 1, 0, "t5train: Adafactor eps[1] (least parameter scale)"),
     K_STR("logging_dir", logging_dir, "null", NUL, "TensorBoard event files (null: output_dir/runs/<date>_<host>, as HF)"),
     K_ENUM("logging_strategy", logging_strategy, "\"steps\"", "no|steps|epoch", 0, "when to log"),
     K_BOOL("logging_first_step", logging_first_step, "false", 0, "log the first step too"),
@@ -191,7 +208,7 @@ const ConfigKey CONFIG_KEYS[] = {
     // ---- deepspeed.optimizer
     K_SEC("deepspeed.optimizer", ds.optimizer.present, "DeepSpeed optimizer (absent: the HF Trainer's `optim`)"),
     K_ENUM("deepspeed.optimizer.type", ds.optimizer.type, "\"Adam\"",
-           "Adam|AdamW|Adagrad|Lamb|OneBitAdam|ZeroOneAdam|OneBitLamb|Lion", NOCASE, "optimizer name"),
+           "Adam|AdamW|Adagrad|Lamb|OneBitAdam|ZeroOneAdam|OneBitLamb|Lion|Adafactor", NOCASE, "optimizer name"),
     K_SEC("deepspeed.optimizer.params", ds.optimizer.params_present, "optimizer parameters"),
     K_FLT("deepspeed.optimizer.params.lr", ds.optimizer.lr, "1e-3", 0, 10, AUTO, "auto: learning_rate"),
     {"deepspeed.optimizer.params.betas", CONFIG_BETAS, OFF(ds.optimizer.betas), 0, "[0.9, 0.999]", 0, 0.999999999, NULL,

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../../cuda/adafactor.cuh"
 #include "../../cuda/adamw.cuh"
 #include "../base/check.h"
 #include "../../cuda/elementwise.cuh"
@@ -100,12 +101,14 @@ bool trainer_step_due(TrainerInterval strategy, int64_t step, int64_t interval) 
 // what a checkpoint carries besides the weights (src/train/checkpoint.h blobs in t5train_state.bin)
 
 #define CKPT_TAG_TRAINER "trainer"
+#define CKPT_TAG_ADAFACTOR "adafactor"                // Adafactor's state (replaces the "optimizer" blob)
+#define CKPT_TAG_ADAFACTOR_LAYOUT "adafactor_layout"  // what that blob holds
 
 // blob "trainer": the loop's counters
 typedef struct {
-    int64_t flat_numel;          // parameters (the optimizer blob holds 2 x this many floats)
+    int64_t flat_numel;          // parameters (AdamW's optimizer blob holds 2 x this many floats)
     int32_t dtype;               // DType of the run (a checkpoint resumes only with the same precision)
-    int32_t reserved0;
+    int32_t optimizer;           // TrainerOptimizer (0 AdamW: checkpoints older than this field hold 0 here)
     int64_t global_step;         // updates done (overflow-skipped ones included, as HF + DeepSpeed)
     int64_t skipped_steps;       // overflow-skipped updates
     int64_t tokens_seen;         // source + target tokens
@@ -122,6 +125,15 @@ typedef struct {
     int64_t applied_steps;       // updates applied = the LR schedule's step
     CpuAdam adam;
 } TrainerSchedState;
+
+// blob "adafactor_layout": the "adafactor" blob is, per tensor in parameter-table order, exp_avg_sq_row (rows) and
+// exp_avg_sq_col (cols) for a matrix or exp_avg_sq (numel) for a vector, then exp_avg (numel) with beta1; fp32.
+// HF's state["step"] is the scheduler blob's applied_steps (every tensor steps on every applied update).
+typedef struct {
+    int64_t floats;              // floats in the "adafactor" blob
+    int32_t has_beta1;           // exp_avg present
+    int32_t version;             // 1
+} TrainerAdafactorLayout;
 
 // blob "rng": dropout masks are keyed by (seed, micro-batch counter)
 typedef struct {
@@ -178,6 +190,12 @@ typedef struct {
     void* opt_grad;              // (n) opt_grad_dtype: what the norm and AdamW read (d_acc, or the engine's grads)
     DType opt_grad_dtype;
     AdamWPlan* adam_plan;
+    // Adafactor (a->optimizer): one device buffer with every tensor's state (TrainerAdafactorLayout's order)
+    float* d_ada;                // (ada_floats) fp32
+    size_t ada_floats;
+    AdafactorPlan* ada_plan;
+    AdafactorScalars* h_ada0;    // pinned (1): what tensor 0 used (the lr logged with relative_step + scale_parameter)
+    double ada_last_lr;          // the lr logged for a skipped step with relative_step
     GlobalNormPlan* norm_plan;
     float* d_norm2;              // (1)
     int* d_overflow;             // (1)
@@ -189,6 +207,7 @@ typedef struct {
     bool engine_opt;             // stages 1-3: the engine owns master, m, v and steps them
     double t_start0, t_data, t_engine, t_weights;  // start-up milestones (s after process start)
     double prof_h2d, prof_d2h;   // engine copy counters at the last profile line
+    cudaEvent_t prof_ev[4];      // T5TRAIN_ZERO_PROFILE: forward start, forward end, backward end, gradients handed on
     bool zero_profile;           // T5TRAIN_ZERO_PROFILE=1: one JSON line per step with the engine's breakdown
     double first_step_s;         // seconds from process start to the end of the first step (0: not yet)
     int* h_overflow;             // pinned (1)
@@ -363,16 +382,20 @@ static void model_setup(Trainer* t) {
     t->n = zero_flat_numel(t->Z);
     t->engine_opt = zero_owns_optimizer(t->Z);
     t->zero_profile = getenv("T5TRAIN_ZERO_PROFILE") && atoi(getenv("T5TRAIN_ZERO_PROFILE")) > 0;
+    if (t->zero_profile)
+        for (int k = 0; k < 4; k++) CUDA_CHECK(cudaEventCreate(&t->prof_ev[k]));
     if (zo.stage > 0) {
         ZeroStats zs;
         zero_stats(t->Z, &zs);
         printf("ZeRO stage %d: optimizer state %s, 16-bit parameters %s; host %.2f GiB (%.2f GiB pinned), GPU %.2f "
-               "GiB resident; allocated in %.1f s\n",
+               "GiB resident%s; allocated in %.1f s\n",
                zo.stage,
                !zo.offload_optimizer ? "on the GPU" : zo.ratio >= 1.0 ? "on the CPU" : "split CPU/GPU by ratio",
                zo.offload_param ? "offloaded to the CPU" : zo.stage == 3 ? "partitioned on the GPU" : "on the GPU",
                (double)zs.host_bytes / (1 << 30), (double)zs.host_pinned_bytes / (1 << 30),
-               (double)zs.gpu_bytes / (1 << 30), zs.init_s);
+               (double)zs.gpu_bytes / (1 << 30),
+               zs.host_grads_share_weights ? "; offloaded gradients share the 16-bit weights' host buffer" : "",
+               zs.init_s);
         fflush(stdout);
     }
     t->t_engine = process_age_s();
@@ -407,19 +430,33 @@ static void model_setup(Trainer* t) {
     CUDA_CHECK(cudaMallocHost((void**)&t->h_overflow, sizeof(int)));
     CUDA_CHECK(cudaMallocHost((void**)&t->h_inv_scale, sizeof(float)));
     cpu_adam_init(&t->sch.adam, (float)a->beta1, (float)a->beta2, (float)a->eps, a->adamw_mode);
+    const bool ada = a->optimizer == TRAINER_OPTIM_ADAFACTOR;
+    if (t->engine_opt && ada)  // config_resolve refuses this first; a guard for other callers
+        t5_die(T5_EXIT_USAGE, "not implemented yet: optim adafactor with ZeRO stage %d (stage 0 only)", a->zero.stage);
     if (t->engine_opt) return;  // stages 1-3: the engine holds the optimizer state
-    // optimizer state + plans
-    if (cudaMalloc((void**)&t->d_m, t->n * sizeof(float)) != cudaSuccess ||
-        cudaMalloc((void**)&t->d_v, t->n * sizeof(float)) != cudaSuccess ||
+    // optimizer state + plans: AdamW's m and v (2 floats per parameter), or Adafactor's factored state
+    for (int i = 0; ada && i < t->T.num_params; i++) {
+        const ParamDesc* p = &t->T.params[i];
+        t->ada_floats += cpu_adafactor_state_floats(p->ndim == 2 ? (size_t)p->shape[0] : 1,
+                                                    p->ndim == 2 ? (size_t)p->shape[1] : p->numel, p->ndim == 2,
+                                                    a->adafactor.has_beta1);
+    }
+    const size_t state_floats = ada ? t->ada_floats : 2 * t->n;
+    if ((ada ? cudaMalloc((void**)&t->d_ada, T5_MAX(t->ada_floats, (size_t)1) * sizeof(float)) != cudaSuccess
+             : (cudaMalloc((void**)&t->d_m, t->n * sizeof(float)) != cudaSuccess ||
+                cudaMalloc((void**)&t->d_v, t->n * sizeof(float)) != cudaSuccess)) ||
         (a->gradient_accumulation_steps > 1 && cudaMalloc((void**)&t->d_acc, t->n * sizeof(float)) != cudaSuccess)) {
         (void)cudaGetLastError();
         t5_die_hint(T5_EXIT_FAILURE, "use ZeRO stage 1-3 with offload_optimizer (deepspeed.zero_optimization), or a smaller model",
-                    "out of GPU memory allocating the Adam state: %.2f GiB for %zu parameters",
-                    (double)t->n * 4 * (a->gradient_accumulation_steps > 1 ? 3 : 2) / (1 << 30), t->n);
+                    "out of GPU memory allocating the %s state: %.2f GiB for %zu parameters", ada ? "Adafactor" : "Adam",
+                    (double)(state_floats + (a->gradient_accumulation_steps > 1 ? t->n : 0)) * 4 / (1 << 30), t->n);
     }
-    CUDA_CHECK(cudaMemset(t->d_m, 0, t->n * sizeof(float)));
-    CUDA_CHECK(cudaMemset(t->d_v, 0, t->n * sizeof(float)));
+    if (ada) CUDA_CHECK(cudaMemset(t->d_ada, 0, T5_MAX(t->ada_floats, (size_t)1) * sizeof(float)));
+    else CUDA_CHECK(cudaMemset(t->d_m, 0, t->n * sizeof(float)));
+    if (!ada) CUDA_CHECK(cudaMemset(t->d_v, 0, t->n * sizeof(float)));
     AdamWTensor* at = calloc_check((size_t)t->T.num_params, sizeof(AdamWTensor));
+    AdafactorTensor* ft = calloc_check((size_t)t->T.num_params, sizeof(AdafactorTensor));
+    size_t ada_off = 0;
     float* master = zero_flat_master(t->Z);
     // what the optimizer reads: the engine's gradients, or with accumulation their fp32 sum
     t->opt_grad = a->gradient_accumulation_steps > 1 ? (void*)t->d_acc : zero_flat_grad(t->Z);
@@ -429,8 +466,8 @@ static void model_setup(Trainer* t) {
         const ParamDesc* p = &t->T.params[i];
         size_t off = zero_unit_offset(t->Z, p->unit) + p->offset;
         at[i].master = master + off;
-        at[i].m = t->d_m + off;
-        at[i].v = t->d_v + off;
+        at[i].m = ada ? NULL : t->d_m + off;
+        at[i].v = ada ? NULL : t->d_v + off;
         at[i].grad = (const char*)t->opt_grad + off * gsz;
         at[i].n = (int64_t)p->numel;
         at[i].grad_dtype = t->opt_grad_dtype;
@@ -442,9 +479,38 @@ static void model_setup(Trainer* t) {
             zero_release(t->Z, p->unit, t->s);
             at[i].work = w + p->offset * dtype_size(a->dtype);
         }
+        if (ada) {
+            // HF Adafactor factors every parameter with ndim >= 2 (T5: all but the layer norms)
+            const bool fac = p->ndim == 2;
+            const size_t rows = fac ? (size_t)p->shape[0] : 1, cols = fac ? (size_t)p->shape[1] : p->numel;
+            ft[i] = (AdafactorTensor){.master = at[i].master, .grad = at[i].grad, .work = at[i].work,
+                                      .rows = (int64_t)rows, .cols = (int64_t)cols, .factored = fac,
+                                      .grad_dtype = at[i].grad_dtype, .work_dtype = at[i].work_dtype,
+                                      .weight_decay = p->decay ? a->adafactor.weight_decay : 0.0};
+            float* st = t->d_ada + ada_off;
+            if (fac) {
+                ft[i].exp_avg_sq_row = st;
+                ft[i].exp_avg_sq_col = st + rows;
+                st += rows + cols;
+            } else {
+                ft[i].exp_avg_sq = st;
+                st += p->numel;
+            }
+            if (a->adafactor.has_beta1) ft[i].exp_avg = st;
+            ada_off += cpu_adafactor_state_floats(rows, cols, fac, a->adafactor.has_beta1);
+        }
     }
-    t->adam_plan = adamw_plan_create(at, t->T.num_params);
+    if (ada) {
+        t->ada_plan = adafactor_plan_create(ft, t->T.num_params);
+        CUDA_CHECK(cudaMallocHost((void**)&t->h_ada0, sizeof(AdafactorScalars)));
+        printf("Adafactor (%s): optimizer state %.2f MiB on the GPU (%.3f bytes per parameter; AdamW: 8) + %.2f MiB "
+               "scratch\n", a->adafactor.has_beta1 ? "with beta1" : "beta1 None", (double)t->ada_floats * 4 / (1 << 20),
+               (double)t->ada_floats * 4 / (double)t->n, (double)adafactor_plan_scratch_bytes(t->ada_plan) / (1 << 20));
+    } else {
+        t->adam_plan = adamw_plan_create(at, t->T.num_params);
+    }
     free(at);
+    free(ft);
     GradBuffer gb = {.ptr = t->opt_grad, .n = (int64_t)t->n, .dtype = t->opt_grad_dtype};
     t->norm_plan = global_norm_plan_create(&gb, 1);
 }
@@ -567,21 +633,30 @@ static void opt_state_range(Trainer* t, int which, size_t off, size_t n, float* 
     else CUDA_CHECK(cudaMemcpy(d, host, n * sizeof(float), cudaMemcpyHostToDevice));
 }
 
-// checkpoint_state_read_stream's consumer for the "optimizer" blob: bytes [off, off + n) of m then v
-static int opt_state_consume(void* ctx, const void* data, size_t off, size_t n) {
-    Trainer* t = ctx;
-    if (off % sizeof(float) || n % sizeof(float)) return -1;
-    size_t e = off / sizeof(float), cnt = n / sizeof(float);
-    const float* src = data;
+// floats [e, e + cnt) of the optimizer's checkpoint blob to or from host memory: AdamW's "optimizer" blob (m then v)
+// or Adafactor's "adafactor" blob (its device buffer as is)
+static void opt_blob_range(Trainer* t, size_t e, size_t cnt, float* host, bool to_host) {
+    if (t->a->optimizer == TRAINER_OPTIM_ADAFACTOR) {
+        if (to_host) CUDA_CHECK(cudaMemcpy(host, t->d_ada + e, cnt * sizeof(float), cudaMemcpyDeviceToHost));
+        else CUDA_CHECK(cudaMemcpy(t->d_ada + e, host, cnt * sizeof(float), cudaMemcpyHostToDevice));
+        return;
+    }
     while (cnt > 0) {
         const int which = e < t->n ? 0 : 1;
         const size_t start = which ? e - t->n : e;
         const size_t take = T5_MIN(cnt, t->n - start);
-        opt_state_range(t, which, start, take, (float*)src, false);
-        src += take;
+        opt_state_range(t, which, start, take, host, to_host);
+        host += take;
         e += take;
         cnt -= take;
     }
+}
+
+// checkpoint_state_read_stream's consumer for the optimizer's blob: bytes [off, off + n)
+static int opt_state_consume(void* ctx, const void* data, size_t off, size_t n) {
+    Trainer* t = ctx;
+    if (off % sizeof(float) || n % sizeof(float)) return -1;
+    opt_blob_range(t, off / sizeof(float), n / sizeof(float), (float*)data, false);
     return 0;
 }
 
@@ -605,19 +680,23 @@ static void save_checkpoint(Trainer* t) {
     dataloader_state_save(t->train_dl, &ds);
     t->st.flat_numel = (int64_t)t->n;
     t->st.dtype = (int32_t)a->dtype;
+    t->st.optimizer = (int32_t)a->optimizer;
+    const bool ada = a->optimizer == TRAINER_OPTIM_ADAFACTOR;
+    const TrainerAdafactorLayout lay = {.floats = (int64_t)t->ada_floats, .has_beta1 = a->adafactor.has_beta1,
+                                        .version = 1};
     CheckpointStateWriter* sw = checkpoint_state_create(w.tmp_dir, step, 0, 1, err, sizeof err);
-    // the "optimizer" blob (m then v, flat fp32) streamed through one bounded buffer: no full host copy of the
-    // state next to the engine's own (t5-3b: 2 x 11.4 GB)
+    // the optimizer's blob streamed through one bounded buffer: AdamW's "optimizer" (m then v, flat fp32: no full
+    // host copy of the state next to the engine's own, t5-3b: 2 x 11.4 GB) or Adafactor's "adafactor"
     bool ok = sw && checkpoint_state_add(sw, CKPT_TAG_TRAINER, &t->st, sizeof t->st, err, sizeof err) == 0 &&
-              checkpoint_state_blob_begin(sw, CKPT_TAG_OPTIMIZER, err, sizeof err) == 0;
-    const size_t chunk = T5_MIN(t->n, (size_t)1 << 24);  // 64 MiB of fp32
+              (!ada || checkpoint_state_add(sw, CKPT_TAG_ADAFACTOR_LAYOUT, &lay, sizeof lay, err, sizeof err) == 0) &&
+              checkpoint_state_blob_begin(sw, ada ? CKPT_TAG_ADAFACTOR : CKPT_TAG_OPTIMIZER, err, sizeof err) == 0;
+    const size_t total = ada ? t->ada_floats : 2 * t->n;
+    const size_t chunk = T5_MIN(total, (size_t)1 << 24);  // 64 MiB of fp32
     float* buf = malloc_check(T5_MAX(chunk, (size_t)1) * sizeof(float));
-    for (int which = 0; which < 2 && ok; which++) {
-        for (size_t off = 0; off < t->n && ok; off += chunk) {
-            const size_t n = T5_MIN(chunk, t->n - off);
-            opt_state_range(t, which, off, n, buf, true);
-            ok = checkpoint_state_blob_write(sw, buf, n * sizeof(float), err, sizeof err) == 0;
-        }
+    for (size_t off = 0; off < total && ok; off += chunk) {
+        const size_t n = T5_MIN(chunk, total - off);
+        opt_blob_range(t, off, n, buf, true);
+        ok = checkpoint_state_blob_write(sw, buf, n * sizeof(float), err, sizeof err) == 0;
     }
     free(buf);
     if (!ok || checkpoint_state_blob_end(sw, err, sizeof err) ||
@@ -661,9 +740,31 @@ static void load_checkpoint(Trainer* t, const char* dir) {
     if (c.dtype != (int32_t)t->a->dtype)
         t5_die(T5_EXIT_USAGE, "resume: %s was saved by a %s run, this run is %s (use the same precision flag)", p,
                dtype_name((DType)c.dtype), dtype_name(t->a->dtype));
-    // the "optimizer" blob streamed into the engine / the GPU state (no full host copy)
-    if (checkpoint_state_read_stream(&cs, CKPT_TAG_OPTIMIZER, 2 * t->n * sizeof(float), (size_t)1 << 26,
-                                     opt_state_consume, t, err, sizeof err))
+    static const char* const OPT_NAMES[] = {"AdamW", "Adafactor"};
+    const TrainerOptimizer opt = t->a->optimizer;
+    if (c.optimizer != (int32_t)opt)
+        t5_die(T5_EXIT_USAGE,
+               "resume: %s was saved by a run with the %s optimizer, this run uses %s (an optimizer's state cannot be "
+               "carried over to another: resume with the checkpoint's optimizer, or start a new run from the "
+               "checkpoint's weights with --model_name_or_path %s)",
+               p, c.optimizer >= 0 && c.optimizer < 2 ? OPT_NAMES[c.optimizer] : "unknown",
+               OPT_NAMES[opt], dir);
+    size_t blob_floats = 2 * t->n;
+    if (opt == TRAINER_OPTIM_ADAFACTOR) {
+        TrainerAdafactorLayout lay;
+        state_read_check(&cs, CKPT_TAG_ADAFACTOR_LAYOUT, &lay, sizeof lay);
+        if (lay.version != 1 || (bool)lay.has_beta1 != t->a->adafactor.has_beta1 || lay.floats != (int64_t)t->ada_floats)
+            t5_die(T5_EXIT_USAGE,
+                   "resume: %s holds Adafactor state %s beta1 (%lld floats, layout version %d), this run's Adafactor %s "
+                   "(%zu floats): resume with the same adafactor_beta1 (null or a value)",
+                   p, lay.has_beta1 ? "with" : "without", (long long)lay.floats, (int)lay.version,
+                   t->a->adafactor.has_beta1 ? "has beta1" : "has no beta1", t->ada_floats);
+        blob_floats = t->ada_floats;
+    }
+    // the optimizer's blob streamed into the engine / the GPU state (no full host copy)
+    if (checkpoint_state_read_stream(&cs, opt == TRAINER_OPTIM_ADAFACTOR ? CKPT_TAG_ADAFACTOR : CKPT_TAG_OPTIMIZER,
+                                     blob_floats * sizeof(float), (size_t)1 << 26, opt_state_consume, t, err,
+                                     sizeof err))
         t5_die(T5_EXIT_FAILURE, "resume: %s", err);
     LossScaler sc;
     state_read_check(&cs, CKPT_TAG_SCALER, &sc, sizeof sc);
@@ -759,8 +860,12 @@ static double train_step(Trainer* t, int64_t n_micro, double* norm_out, bool* sk
         zero_set_micro_step(t->Z, (int)i, (int)n_micro);
         zero_begin_grads(t->Z, t->s);
         uint64_t seed = splitmix64(a->seed ^ splitmix64((uint64_t)t->rng.micro_counter));
+        const bool prof = t->engine_opt && t->zero_profile;
+        if (prof && i == 0) CUDA_CHECK(cudaEventRecord(t->prof_ev[0], t->s));
         t5_model_forward(t->M, true, grad_scale, seed, t->s);
+        if (prof && i == n_micro - 1) CUDA_CHECK(cudaEventRecord(t->prof_ev[1], t->s));
         t5_model_backward(t->M, t->s);
+        if (prof && i == n_micro - 1) CUDA_CHECK(cudaEventRecord(t->prof_ev[2], t->s));
         CUDA_CHECK(cudaMemcpyAsync(t->h_loss + i, t5_model_loss_device(t->M), sizeof(float), cudaMemcpyDeviceToHost,
                                    t->s));
         if (t->d_acc) {
@@ -778,6 +883,7 @@ static double train_step(Trainer* t, int64_t n_micro, double* norm_out, bool* sk
     if (t->engine_opt) {
         // stages 1-3: the engine accumulated the partitions and took their squared norm on the GPU
         zero_grad_norm(t->Z, t->d_norm2, t->d_overflow, t->s);
+        if (t->zero_profile) CUDA_CHECK(cudaEventRecord(t->prof_ev[3], t->s));
         if (a->inject_inf_step > 0 && t->st.global_step + 1 == a->inject_inf_step)
             CUDA_CHECK(cudaMemsetAsync(t->d_overflow, 1, sizeof(int), t->s));
     } else {
@@ -793,14 +899,20 @@ static double train_step(Trainer* t, int64_t n_micro, double* norm_out, bool* sk
     CUDA_CHECK(cudaMemcpyAsync(t->h_inv_scale, t->d_inv_scale, sizeof(float), cudaMemcpyDeviceToHost, t->s));
     CUDA_CHECK(cudaStreamSynchronize(t->s));
     if (t->engine_opt && t->zero_profile) {
-        // the step's breakdown (machine-readable): forward + backward + gradient offload up to the norm (this
-        // includes any wait for the previous step's CPU AdamW, whose time is reported beside it), copies so far
+        // the step's breakdown (machine-readable): forward + backward + gradient offload up to the norm on the host
+        // clock (this includes any wait for the previous step's CPU AdamW, whose time is reported beside it); the
+        // same span on the compute stream's events: the forward of the last micro-batch (with the earlier
+        // micro-batches when accumulating; it waits for each unit's new weights from the CPU AdamW and their H2D),
+        // its backward (H2D of the units gathered again, gradients bucketed as they come), and the tail of the
+        // gradients' D2H after the backward; copies so far
         ZeroStats zs;
         zero_stats(t->Z, &zs);
-        printf("{\"zero_step\": %lld, \"fwd_bwd_s\": %.4f, \"prev_cpu_adam_s\": %.4f, \"h2d_gib\": %.3f, "
-               "\"d2h_gib\": %.3f}\n",
-               (long long)t->st.global_step + 1, trainer_log_now() - t_step0, zs.cpu_adam_s,
-               (zs.h2d_bytes - t->prof_h2d) / (1 << 30), (zs.d2h_bytes - t->prof_d2h) / (1 << 30));
+        float ms[3];
+        for (int k = 0; k < 3; k++) CUDA_CHECK(cudaEventElapsedTime(&ms[k], t->prof_ev[k], t->prof_ev[k + 1]));
+        printf("{\"zero_step\": %lld, \"fwd_bwd_s\": %.4f, \"fwd_s\": %.4f, \"bwd_s\": %.4f, \"grad_tail_s\": "
+               "%.4f, \"prev_cpu_adam_s\": %.4f, \"h2d_gib\": %.3f, \"d2h_gib\": %.3f}\n",
+               (long long)t->st.global_step + 1, trainer_log_now() - t_step0, ms[0] / 1e3, ms[1] / 1e3, ms[2] / 1e3,
+               zs.cpu_adam_s, (zs.h2d_bytes - t->prof_h2d) / (1 << 30), (zs.d2h_bytes - t->prof_d2h) / (1 << 30));
         t->prof_h2d = zs.h2d_bytes;
         t->prof_d2h = zs.d2h_bytes;
     }
@@ -838,11 +950,32 @@ static double train_step(Trainer* t, int64_t n_micro, double* norm_out, bool* sk
                                .bias_correction2 = t->sch.adam.bias_correction2, .d_inv_scale = t->d_inv_scale,
                                .inv_scale = *t->h_inv_scale};
             zero_optimizer_step(t->Z, &za, t->s);
+        } else if (a->optimizer == TRAINER_OPTIM_ADAFACTOR) {
+            // transformers' Adafactor with HF's state["step"] = the applied updates (a skipped one does not count)
+            const CpuAdafactorOpts* o = &a->adafactor;
+            AdafactorStepArgs fa = {.step = t->sch.applied_steps, .lr = *lr_out, .eps1 = o->eps1, .eps2 = o->eps2,
+                                    .clip_threshold = o->clip_threshold, .decay_rate = o->decay_rate,
+                                    .has_beta1 = o->has_beta1, .beta1 = o->beta1,
+                                    .scale_parameter = o->scale_parameter, .relative_step = o->relative_step,
+                                    .warmup_init = o->warmup_init};
+            adafactor_step(t->ada_plan, &fa, t->d_inv_scale, NULL, t->s);
+            if (o->relative_step) {
+                // the logged lr, as HF's AdafactorSchedule: _get_lr of the first tensor after the step
+                if (o->scale_parameter) {
+                    CUDA_CHECK(cudaMemcpyAsync(t->h_ada0, adafactor_plan_scalars(t->ada_plan), sizeof(AdafactorScalars),
+                                               cudaMemcpyDeviceToHost, t->s));
+                    CUDA_CHECK(cudaStreamSynchronize(t->s));
+                    t->ada_last_lr = t->h_ada0->lr;
+                } else {
+                    t->ada_last_lr = adafactor_rel_step(&fa);
+                }
+            }
         } else {
             adamw_step(t->adam_plan, &sa, t->d_inv_scale, NULL, t->s);
         }
         *norm_out = (double)norm / (double)loss_scale;
     }
+    if (a->optimizer == TRAINER_OPTIM_ADAFACTOR && a->adafactor.relative_step) *lr_out = t->ada_last_lr;
     t->st.global_step++;
     return loss;
 }

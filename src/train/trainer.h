@@ -37,6 +37,7 @@
 #include "../../model/generate.h"
 #include "../../model/t5_config.h"
 #include "../../model/zero.h"
+#include "../zero/cpu_adafactor.h"
 #include "loss_scaler.h"
 
 #ifdef __cplusplus
@@ -44,6 +45,8 @@ extern "C" {
 #endif
 
 typedef enum { TRAINER_INTERVAL_NO = 0, TRAINER_INTERVAL_STEPS, TRAINER_INTERVAL_EPOCH } TrainerInterval;
+// the optimizer (its value is saved in checkpoints: never renumber)
+typedef enum { TRAINER_OPTIM_ADAMW = 0, TRAINER_OPTIM_ADAFACTOR = 1 } TrainerOptimizer;
 
 typedef struct {
     // model
@@ -70,6 +73,11 @@ typedef struct {
     double num_train_epochs;
     double lr, beta1, beta2, eps, weight_decay;
     bool adamw_mode;             // decoupled weight decay (torch AdamW / DeepSpeed adam_w_mode)
+    // the optimizer: AdamW (lr, betas, eps above), or transformers' Adafactor (stage 0 only: cuda/adafactor.cu)
+    // with these options; its lr is `lr` (the schedule's) unless relative_step, its weight decay weight_decay
+    // on HF's decay group
+    TrainerOptimizer optimizer;
+    CpuAdafactorOpts adafactor;
     double clip;                 // global-norm clip (<= 0: off)
     double label_smoothing_factor;   // HF's LabelSmoother epsilon in [0, 1): train and eval loss (0: plain CE)
     // the ZeRO engine (deepspeed.zero_optimization): stage 0 = the trainer's own fused GPU AdamW; 1-3 = the
