@@ -12,7 +12,14 @@
  *   - a corrupt newest checkpoint is reported and skipped for the previous good one;
  *   - trajectory parity: 50 fp32 steps (accumulation 2, warmup, weight decay, clipping, an epoch boundary) from
  *     tiny_v10 match the committed torch trajectory (test/fixtures/trainer/trajectory_tiny_v10_fp32.json, made by
- *     scripts/trajectory_parity.py --init test/fixtures/t5/tiny_v10 --write_reference) within 1e-4 relative.
+ *     scripts/trajectory_parity.py --init test/fixtures/t5/tiny_v10 --write_reference) within 1e-4 relative;
+ *   - Adafactor (--optim adafactor): stop + resume bit-identical (fp16 with beta1, bf16 with relative_step and
+ *     scale_parameter); a resume with another optimizer, or another beta1 layout, is refused with a message;
+ *   - Adafactor parity: 50 fp32 steps in 4 settings (relative_step on/off x beta1 None/0.9) against transformers'
+ *     Adafactor (test/fixtures/trainer/adafactor_tiny_v10_fp32.{json,safetensors}, made by
+ *     scripts/adafactor_parity.py --write_reference test/fixtures/trainer on the device; skipped while absent):
+ *     every step's loss within 1e-5 relative, the final weights within 1e-5 relative L2 (every tensor but the
+ *     embedding in full, the embedding's used rows + every 16th row, and its sum of squares).
  */
 #include "t5test.h"
 
@@ -20,6 +27,7 @@
 #include <math.h>
 
 #include "../src/base/common.h"
+#include "../src/base/safetensors.h"
 
 static char g_text[1 << 18];
 
@@ -170,6 +178,168 @@ static void test_resume_bit_identical_bf16(void** state) {
     T5_REQUIRE_GPU();
     T5_REQUIRE_DATA();
     run_resume_case("resbf", "--bf16");
+}
+
+static void test_resume_bit_identical_adafactor(void** state) {
+    (void)state;
+    T5_REQUIRE_GPU();
+    T5_REQUIRE_DATA();
+    run_resume_case("resada", "--fp16 --optim adafactor --adafactor_beta1 0.9");
+    run_resume_case("resada_rel", "--bf16 --adafactor --adafactor_relative_step true --adafactor_scale_parameter true");
+}
+
+// a checkpoint of run_resume_case("resada") (Adafactor, beta1 0.9, stopped after step 6) resumed by AdamW, and by
+// Adafactor without beta1: both refused before a step, exit 2
+static void test_resume_other_optimizer_refused(void** state) {
+    (void)state;
+    T5_REQUIRE_GPU();
+    T5_REQUIRE_DATA();
+    char* a = t5_path_join(t5test_tmpdir(), "resada");
+    char ck[4096], args[4096];
+    snprintf(ck, sizeof ck, "%s_b/checkpoint-6", a);
+    if (!file_in(ck, "t5train_done")) run_resume_case("resada", "--fp16 --optim adafactor --adafactor_beta1 0.9");
+    char* o = t5_path_join(t5test_tmpdir(), "resada_other");
+    base_args(args, sizeof args, o, 40);
+    const char* common = "--do_train --max_steps 12 --gradient_accumulation_steps 2 --save_steps 100 --fp16";
+    int rc = t5test_run(g_text, sizeof g_text, "%s %s --resume_from_checkpoint %s 2>&1", args, common, ck);
+    assert_int_equal(rc, 2);
+    assert_contains(g_text, "was saved by a run with the Adafactor optimizer, this run uses AdamW");
+    rc = t5test_run(g_text, sizeof g_text, "%s %s --optim adafactor --resume_from_checkpoint %s 2>&1", args, common, ck);
+    assert_int_equal(rc, 2);
+    assert_contains(g_text, "resume with the same adafactor_beta1");
+    free(o);
+    free(a);
+}
+
+// relative L2 of t5train's final weights (out/model.safetensors) against the fixture's tensors of one setting
+static double adafactor_weights_rel_l2(const char* out, SafeTensors* fx, const char* setting, double* sumsq_rel) {
+    char err[1024], name[256];
+    char* p = t5_path_join(out, "model.safetensors");
+    SafeTensors* ours = NULL;
+    if (safetensors_open(&ours, p, err, sizeof err)) fail_msg("%s", err);
+    double num = 0, den = 0;
+    const size_t plen = strlen(setting) + 1;
+    for (int i = 0; i < safetensors_count(fx); i++) {
+        const char* fn = safetensors_name(fx, i);
+        if (strncmp(fn, setting, plen - 1) != 0 || fn[plen - 1] != '/') continue;
+        const char* tn = fn + plen;
+        if (!strcmp(tn, "shared.weight.sumsq")) continue;
+        const SafeTensorInfo* fi;
+        if (safetensors_info(fx, fn, &fi, err, sizeof err)) fail_msg("%s", err);
+        float* ref = malloc(fi->numel * sizeof(float));
+        if (safetensors_read(fx, fn, ref, DT_F32, NULL, 0, err, sizeof err)) fail_msg("%s", err);
+        const bool rows = !strcmp(tn, "shared.weight.rows");
+        snprintf(name, sizeof name, "%s", rows ? "shared.weight" : tn);
+        const SafeTensorInfo* oi;
+        if (safetensors_info(ours, name, &oi, err, sizeof err)) fail_msg("t5train's weights: %s", err);
+        float* got = malloc(oi->numel * sizeof(float));
+        if (safetensors_read(ours, name, got, DT_F32, NULL, 0, err, sizeof err)) fail_msg("%s", err);
+        if (rows) {
+            const SafeTensorInfo* ii;
+            if (safetensors_info(fx, "shared.weight.row_ids", &ii, err, sizeof err)) fail_msg("%s", err);
+            float* ids = malloc(ii->numel * sizeof(float));
+            if (safetensors_read(fx, "shared.weight.row_ids", ids, DT_F32, NULL, 0, err, sizeof err)) fail_msg("%s", err);
+            const size_t D = (size_t)oi->shape[1];
+            assert_int_equal(fi->numel, ii->numel * D);
+            for (size_t r = 0; r < ii->numel; r++)
+                for (size_t j = 0; j < D; j++) {
+                    double d = (double)got[(size_t)ids[r] * D + j] - ref[r * D + j];
+                    num += d * d, den += (double)ref[r * D + j] * ref[r * D + j];
+                }
+            double ss = 0;
+            for (size_t k = 0; k < oi->numel; k++) ss += (double)got[k] * got[k];
+            snprintf(name, sizeof name, "%s/shared.weight.sumsq", setting);
+            float want;
+            if (safetensors_read(fx, name, &want, DT_F32, NULL, 0, err, sizeof err)) fail_msg("%s", err);
+            *sumsq_rel = fabs(ss - want) / want;
+            free(ids);
+        } else {
+            assert_int_equal(fi->numel, oi->numel);
+            for (size_t k = 0; k < fi->numel; k++) {
+                double d = (double)got[k] - ref[k];
+                num += d * d, den += (double)ref[k] * ref[k];
+            }
+        }
+        free(ref);
+        free(got);
+    }
+    safetensors_close(ours);
+    free(p);
+    return sqrt(num / den);
+}
+
+static void test_adafactor_matches_torch_fp32(void** state) {
+    (void)state;
+    T5_REQUIRE_GPU();
+    T5_REQUIRE_DATA();
+    char* fx = t5_path_join(t5test_repo_dir(), "test/fixtures/trainer/adafactor_tiny_v10_fp32.json");
+    char* fxw = t5_path_join(t5test_repo_dir(), "test/fixtures/trainer/adafactor_tiny_v10_fp32.safetensors");
+    if (!t5_is_file(fx) || !t5_is_file(fxw)) {
+        print_message("no Adafactor fixture (%s and .safetensors): make it on a GPU machine with torch + transformers: "
+                      "python3 scripts/adafactor_parity.py --bin T5TRAIN --tokenizer DATA/t5-spiece/spiece.model "
+                      "--train_file DATA/wmt16-ro-en/validation.en --write_reference test/fixtures/trainer; skipping\n",
+                      fx);
+        free(fx);
+        free(fxw);
+        skip();
+    }
+    json_error_t jerr;
+    json_t* ref = json_load_file(fx, 0, &jerr);
+    if (!ref) fail_msg("cannot read %s: %s", fx, jerr.text);
+    char err[1024];
+    SafeTensors* w = NULL;
+    if (safetensors_open(&w, fxw, err, sizeof err)) fail_msg("%s", err);
+    const char* flags = json_string_value(json_object_get(ref, "flags"));
+    const int steps = (int)json_integer_value(json_object_get(ref, "max_steps"));
+    const double tol = json_real_value(json_object_get(ref, "tolerance_loss_rel"));
+    const double tolw = json_real_value(json_object_get(ref, "tolerance_weights_rel_l2"));
+    assert_non_null(flags);
+    const char* setting;
+    json_t* sv;
+    int nset = 0;
+    bool all_ok = true;
+    json_object_foreach(json_object_get(ref, "settings"), setting, sv) {
+        const char* extra = json_string_value(json_object_get(sv, "extra_flags"));
+        json_t* tl = json_object_get(sv, "torch_loss");
+        assert_int_equal((int)json_array_size(tl), steps);
+        char tag[128];
+        snprintf(tag, sizeof tag, "ada_%s", setting);
+        char* out = t5_path_join(t5test_tmpdir(), tag);
+        const char* d = t5test_data_dir();
+        int rc = t5test_run(g_text, sizeof g_text,
+                            "%s --model_name_or_path %s/test/fixtures/t5/tiny_v10 --tokenizer_name %s/t5-spiece/spiece.model "
+                            "--train_file %s/wmt16-ro-en/validation.en %s %s --max_steps %d --output_dir %s "
+                            "--overwrite_output_dir 2>&1",
+                            t5test_bin(), t5test_repo_dir(), d, d, flags, extra ? extra : "", steps, out);
+        if (rc) fail_msg("%s: exit %d:\n%s", setting, rc, g_text);
+        int n;
+        char** loss = jsonl_values(out, "loss", &n);
+        assert_int_equal(n, steps);
+        double worst = 0;
+        int worst_i = 0;
+        for (int i = 0; i < n; i++) {
+            double r = json_real_value(json_array_get(tl, (size_t)i));
+            double rel = fabs(atof(loss[i]) - r) / fabs(r);
+            if (rel > worst) worst = rel, worst_i = i;
+        }
+        double ssr = 0;
+        double l2 = adafactor_weights_rel_l2(out, w, setting, &ssr);
+        const bool ok = worst <= tol && l2 <= tolw && ssr <= tolw;
+        print_message("%s: max per-step loss rel diff %.3e at step %d (tolerance %.0e, %.1f%% used); final weights "
+                      "rel L2 %.3e (tolerance %.0e, %.1f%% used), embedding sum of squares rel diff %.3e %s\n",
+                      setting, worst, worst_i + 1, tol, 100 * worst / tol, l2, tolw, 100 * l2 / tolw, ssr,
+                      ok ? "OK" : "FAIL");
+        all_ok &= ok;
+        nset++;
+        free_vals(loss, n);
+        free(out);
+    }
+    assert_int_equal(nset, 4);
+    assert_true(all_ok);
+    safetensors_close(w);
+    json_decref(ref);
+    free(fx);
+    free(fxw);
 }
 
 static void test_sigterm_saves_and_exits_0(void** state) {
@@ -364,10 +534,13 @@ int main(void) {
         cmocka_unit_test(test_loss_decreases_and_files),
         cmocka_unit_test(test_resume_bit_identical_fp16),
         cmocka_unit_test(test_resume_bit_identical_bf16),
+        cmocka_unit_test(test_resume_bit_identical_adafactor),
+        cmocka_unit_test(test_resume_other_optimizer_refused),
         cmocka_unit_test(test_sigterm_saves_and_exits_0),
         cmocka_unit_test(test_fp16_overflow_skips_step),
         cmocka_unit_test(test_corrupt_checkpoint_skipped),
         cmocka_unit_test(test_trajectory_matches_torch_fp32),
+        cmocka_unit_test(test_adafactor_matches_torch_fp32),
         cmocka_unit_test(test_eval_and_predict_with_generate),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
