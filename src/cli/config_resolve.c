@@ -297,18 +297,24 @@ static int resolve_deepspeed(RunConfig* c, char* err, size_t n) {
     return 0;
 }
 
-// The adafactor_* keys: only with optim adafactor (and no DeepSpeed optimizer); HF's constructor checks.
+// The adafactor_* keys: only with optim adafactor (and no DeepSpeed optimizer); HF's constructor checks. A key at
+// its default value is fine anywhere (the resolved config, t5train_config.json, lists every key).
 static int check_adafactor_options(RunConfig* c, char* err, size_t n) {
-    static const char* const keys[] = {"adafactor_scale_parameter", "adafactor_relative_step", "adafactor_warmup_init",
-                                       "adafactor_beta1", "adafactor_clip_threshold", "adafactor_decay_rate",
-                                       "adafactor_eps1", "adafactor_eps2"};
     const bool ds_opt = c->has_deepspeed && c->ds.optimizer.present;
     if (c->optim != OPTIM_ADAFACTOR || ds_opt) {
-        for (size_t i = 0; i < T5_ARRAY_LEN(keys); i++)
-            if (c->src[config_key_index(keys[i])] != CONFIG_SRC_DEFAULT)
-                return t5_errf(err, n, T5_EXIT_USAGE,
-                               "%s is set but the optimizer is %s: the adafactor_* keys are options of --optim "
-                               "adafactor", keys[i], ds_opt ? "the DeepSpeed config's" : "not Adafactor");
+        const char* set = c->adafactor_scale_parameter ? "adafactor_scale_parameter"
+                          : c->adafactor_relative_step ? "adafactor_relative_step"
+                          : c->adafactor_warmup_init   ? "adafactor_warmup_init"
+                          : !isnan(c->adafactor_beta1) ? "adafactor_beta1"
+                          : c->adafactor_clip_threshold != 1.0 ? "adafactor_clip_threshold"
+                          : c->adafactor_decay_rate != -0.8    ? "adafactor_decay_rate"
+                          : c->adafactor_eps1 != 1e-30         ? "adafactor_eps1"
+                          : c->adafactor_eps2 != 1e-3          ? "adafactor_eps2"
+                                                               : NULL;
+        if (set)
+            return t5_errf(err, n, T5_EXIT_USAGE,
+                           "%s is set but the optimizer is %s: the adafactor_* keys are options of --optim adafactor",
+                           set, ds_opt ? "the DeepSpeed config's" : "not Adafactor");
         return 0;
     }
     if (c->adafactor_warmup_init && !c->adafactor_relative_step)
