@@ -12,6 +12,8 @@
 #include "../src/base/check.h"
 #include "../src/base/common.h"
 #include "../src/base/safetensors.h"
+#include "../cuda/elementwise.cuh"
+#include "../cuda/init_normal.cuh"
 
 // copies this rank's part of a host fp32 unit image to the unit's master (device or host memory: the
 // engine's stages 1-3 may keep it on the host, hence cudaMemcpyDefault)
@@ -133,7 +135,6 @@ static uint64_t splitmix64(uint64_t* x) {
     return z ^ (z >> 31);
 }
 
-static double uniform01(uint64_t* st) { return ((splitmix64(st) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
 
 static double init_std(const ParamTable* t, const ParamDesc* p) {
     const T5Config* c = &t->cfg;
@@ -160,38 +161,35 @@ static double init_std(const ParamTable* t, const ParamDesc* p) {
 
 int t5_weights_init_random(ZeroEngine* Z, const ParamTable* t, uint64_t seed, cudaStream_t s, char* err,
                            size_t errlen) {
-    (void)err;
-    (void)errlen;
-    float* h = malloc_check(max_unit_numel(t) * sizeof(float));
+    // Each unit is drawn on the GPU (cuda/init_normal.cu: the same Box-Muller stream per tensor as a
+    // sequential CPU loop, in double) into one device scratch, then this rank's part goes straight to its master
+    // (device, or pinned/pageable host memory for an offloaded optimizer): no host staging, no host RNG.
+    float* d = NULL;
+    const size_t maxn = max_unit_numel(t);
+    if (cudaMalloc((void**)&d, maxn * sizeof(float)) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return t5_set_err(err, errlen, "random init: out of GPU memory for a %.1f MiB scratch of the largest unit",
+                          (double)maxn * 4 / (1 << 20));
+    }
     for (int u = 0; u < t->num_units; u++) {
         const UnitDesc* U = &t->units[u];
-        memset(h, 0, U->numel * sizeof(float));
+        CUDA_CHECK(cudaMemsetAsync(d, 0, U->numel * sizeof(float), s));
         for (int i = U->first_param; i < U->first_param + U->num_params; i++) {
             const ParamDesc* p = &t->params[i];
-            float* dst = h + p->offset;
             if (p->role == ROLE_SA_LN || p->role == ROLE_CA_LN || p->role == ROLE_FF_LN || p->role == ROLE_FINAL_LN) {
-                for (size_t k = 0; k < p->numel; k++) dst[k] = 1.0f;
+                fill(d + p->offset, DT_F32, p->numel, 1.0f, s);
                 continue;
             }
-            double sd = init_std(t, p);
             uint64_t st = seed ^ (0xA0761D6478BD642Full * (uint64_t)(i + 1));
             splitmix64(&st);
-            // Box-Muller, two normals per pair of uniforms; pair j uses the stream's calls 2j+1 and 2j+2, so the
-            // pairs are computed in parallel with the same values as the sequential loop
-            const int64_t npairs = (int64_t)((p->numel + 1) / 2);
-#pragma omp parallel for schedule(static)
-            for (int64_t j = 0; j < npairs; j++) {
-                uint64_t s1 = st + (uint64_t)(2 * j) * 0x9E3779B97F4A7C15ull;
-                double u1 = uniform01(&s1), u2 = uniform01(&s1);
-                double r = sqrt(-2.0 * log(u1));
-                size_t k = (size_t)(2 * j);
-                dst[k] = (float)(sd * r * cos(2.0 * M_PI * u2));
-                if (k + 1 < p->numel) dst[k + 1] = (float)(sd * r * sin(2.0 * M_PI * u2));
-            }
+            init_normal(d + p->offset, p->numel, st, init_std(t, p), s);
         }
-        upload_unit(Z, u, h, s);
+        size_t lo, hi;
+        zero_unit_owned(Z, u, &lo, &hi);
+        CUDA_CHECK(cudaMemcpyAsync(zero_master(Z, u), d + lo, (hi - lo) * sizeof(float), cudaMemcpyDefault, s));
     }
-    free(h);
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    CUDA_CHECK(cudaFree(d));
     zero_sync_working(Z, s);
     CUDA_CHECK(cudaStreamSynchronize(s));
     return 0;
