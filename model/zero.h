@@ -80,6 +80,9 @@ typedef struct {
     int64_t max_reuse_distance;      // stage3_max_reuse_distance
     int64_t persistence_threshold;   // stage3_param_persistence_threshold
     bool overlap_comm;               // gradient reduction / offload on its own stream, overlapping the backward
+    int grad_accum_steps;            // the run's gradient_accumulation_steps (default 1). At 1, with offload_param
+                                     // and the accumulation dtype the working dtype, an offloaded unit's gradient
+                                     // lands in the host buffer of its own 16-bit weights (zero_host_grads_share_weights)
     // the tensors (every parameter), and stage 3's static unit order of one forward + backward
     const ZeroTensor* tensors;
     int num_tensors;
@@ -159,6 +162,10 @@ typedef struct {
 void zero_optimizer_step(ZeroEngine* Z, const ZeroStepArgs* a, cudaStream_t stream);
 // Waits for the CPU part of the last step (and its copies) to finish.
 void zero_optimizer_wait(ZeroEngine* Z);
+// The step is skipped (overflow): instead of zero_optimizer_step. Restores what the gradient path wrote over
+// (the 16-bit host weights whose buffer the offloaded gradients shared: rounded again from the fp32 master).
+// Synchronous; a no-op when nothing is shared.
+void zero_optimizer_skip(ZeroEngine* Z, cudaStream_t stream);
 // Optimizer state of this rank as flat fp32 in unit order, partition sizes (= stage 0's flat layout at one
 // rank): elements [offset, offset + n) of it. which: 0 = m, 1 = v. Synchronous; bounded memory (no full copy).
 size_t zero_partition_numel(const ZeroEngine* Z);
@@ -175,6 +182,7 @@ typedef struct {
     double h2d_bytes, d2h_bytes;  // copies since the last zero_stats_reset
     int64_t gathers, prefetches, releases, trace_mismatches;
     size_t host_bytes, host_pinned_bytes, gpu_bytes;  // the engine's own allocations
+    bool host_grads_share_weights;   // zero_host_grads_share_weights held for this engine
 } ZeroStats;
 void zero_stats(const ZeroEngine* Z, ZeroStats* out);
 void zero_stats_reset(ZeroEngine* Z);

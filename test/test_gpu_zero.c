@@ -6,7 +6,9 @@
  *   - fp32, 30 updates of 2 micro-batches (accumulation), warmup, weight decay, clipping: stages 1, 2, 3, each
  *     with and without offload_optimizer cpu, stage 3 with offload_param cpu, and offload ratio 0.3 against
  *     stage 0: every loss within 1e-6 relative, the final fp32 weights within 1e-6 relative L2;
- *   - fp16 and bf16, stage 3 with both offloads against stage 0: every loss within 1e-3 relative and the same
+ *   - fp16 and bf16, stage 3 with both offloads against stage 0 (gradient_accumulation_steps 1: the host gradients
+ *     share the 16-bit weights' buffer), and fp16 from a scale of 2^40 (skipped steps, whose shared buffers are
+ *     rounded again from the master): every loss within 1e-3 relative and the same
  *     skipped (overflow) steps;
  *   - stage 3 + offload: stop at step 6 + --resume_from_checkpoint last == an uninterrupted run, bit for bit;
  *     a checkpoint written by stage 0 resumes under stage 3 (the optimizer state is the same tensors);
@@ -209,8 +211,22 @@ static void low_precision_case(const char* prec_json, const char* tag) {
                      "{\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true}, "
                      "\"offload_param\": {\"device\": \"cpu\", \"pin_memory\": true}, " SMALL_KNOBS "}",
                      NULL, 1);
+    // gradient_accumulation_steps 1 with both offloads: the host gradients share the 16-bit weights' buffer
+    if (!strstr(g_text, "offloaded gradients share the 16-bit weights' host buffer"))
+        fail_msg("%s: stage 3 + both offloads at gradient_accumulation_steps 1 did not share the host buffer:\n%s", tag,
+                 g_text);
     double worst = compare_runs(ref, got, tag);
     if (!(worst <= 1e-3)) fail_msg("%s: loss trajectory differs by %.3e > 1e-3", tag, worst);
+    if (strstr(tag, "skips")) {
+        double sk[ZSTEPS + 1], any = 0;
+        int n = jsonl_doubles(got, "skipped", sk, ZSTEPS + 1);
+        for (int i = 0; i < n; i++) any += sk[i] != 0;
+        print_message("%-34s %g of %d step lines report skipped steps\n", tag, any, n);
+        if (any == 0) fail_msg("%s: no step was skipped; the case does not test the skip path", tag);
+    }
+    double w = weights_rel_l2(ref, got);
+    print_message("%-34s final weights rel L2 %.3e\n", tag, w);
+    if (!(w <= 1e-3)) fail_msg("%s: final weights differ by %.3e > 1e-3", tag, w);
     free(ref);
     free(got);
 }
@@ -221,6 +237,11 @@ static void test_fp16_bf16_stage3_offload(void** state) {
     T5_REQUIRE_DATA();
     low_precision_case("\"fp16\": {\"enabled\": true, \"initial_scale_power\": 12, \"loss_scale_window\": 5},", "fp16");
     low_precision_case("\"bf16\": {\"enabled\": true},", "bf16");
+    // a scale of 2^40 overflows the first steps: each skipped step must restore the 16-bit host weights the
+    // gradients were written over (zero_optimizer_skip), or the next forward reads gradients as weights
+    low_precision_case("\"fp16\": {\"enabled\": true, \"initial_scale_power\": 40, \"loss_scale_window\": 5, "
+                       "\"hysteresis\": 1},",
+                       "fp16_skips");
 }
 
 // stop at 6, resume to 30 under stage 3 + offload == straight run; a stage 0 checkpoint resumes under stage 3

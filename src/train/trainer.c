@@ -207,6 +207,7 @@ typedef struct {
     bool engine_opt;             // stages 1-3: the engine owns master, m, v and steps them
     double t_start0, t_data, t_engine, t_weights;  // start-up milestones (s after process start)
     double prof_h2d, prof_d2h;   // engine copy counters at the last profile line
+    cudaEvent_t prof_ev[4];      // T5TRAIN_ZERO_PROFILE: forward start, forward end, backward end, gradients handed on
     bool zero_profile;           // T5TRAIN_ZERO_PROFILE=1: one JSON line per step with the engine's breakdown
     double first_step_s;         // seconds from process start to the end of the first step (0: not yet)
     int* h_overflow;             // pinned (1)
@@ -359,6 +360,7 @@ static void model_setup(Trainer* t) {
     zo.eps = (float)a->eps;
     zo.weight_decay = (float)a->weight_decay;
     zo.adamw_mode = a->adamw_mode;
+    zo.grad_accum_steps = (int)T5_MAX(a->gradient_accumulation_steps, (int64_t)1);
     ZeroTensor* zt = calloc_check((size_t)t->T.num_params, sizeof(ZeroTensor));
     for (int i = 0; i < t->T.num_params; i++) {
         const ParamDesc* p = &t->T.params[i];
@@ -381,16 +383,20 @@ static void model_setup(Trainer* t) {
     t->n = zero_flat_numel(t->Z);
     t->engine_opt = zero_owns_optimizer(t->Z);
     t->zero_profile = getenv("T5TRAIN_ZERO_PROFILE") && atoi(getenv("T5TRAIN_ZERO_PROFILE")) > 0;
+    if (t->zero_profile)
+        for (int k = 0; k < 4; k++) CUDA_CHECK(cudaEventCreate(&t->prof_ev[k]));
     if (zo.stage > 0) {
         ZeroStats zs;
         zero_stats(t->Z, &zs);
         printf("ZeRO stage %d: optimizer state %s, 16-bit parameters %s; host %.2f GiB (%.2f GiB pinned), GPU %.2f "
-               "GiB resident; allocated in %.1f s\n",
+               "GiB resident%s; allocated in %.1f s\n",
                zo.stage,
                !zo.offload_optimizer ? "on the GPU" : zo.ratio >= 1.0 ? "on the CPU" : "split CPU/GPU by ratio",
                zo.offload_param ? "offloaded to the CPU" : zo.stage == 3 ? "partitioned on the GPU" : "on the GPU",
                (double)zs.host_bytes / (1 << 30), (double)zs.host_pinned_bytes / (1 << 30),
-               (double)zs.gpu_bytes / (1 << 30), zs.init_s);
+               (double)zs.gpu_bytes / (1 << 30),
+               zs.host_grads_share_weights ? "; offloaded gradients share the 16-bit weights' host buffer" : "",
+               zs.init_s);
         fflush(stdout);
     }
     t->t_engine = process_age_s();
@@ -855,8 +861,12 @@ static double train_step(Trainer* t, int64_t n_micro, double* norm_out, bool* sk
         zero_set_micro_step(t->Z, (int)i, (int)n_micro);
         zero_begin_grads(t->Z, t->s);
         uint64_t seed = splitmix64(a->seed ^ splitmix64((uint64_t)t->rng.micro_counter));
+        const bool prof = t->engine_opt && t->zero_profile;
+        if (prof && i == 0) CUDA_CHECK(cudaEventRecord(t->prof_ev[0], t->s));
         t5_model_forward(t->M, true, grad_scale, seed, t->s);
+        if (prof && i == n_micro - 1) CUDA_CHECK(cudaEventRecord(t->prof_ev[1], t->s));
         t5_model_backward(t->M, t->s);
+        if (prof && i == n_micro - 1) CUDA_CHECK(cudaEventRecord(t->prof_ev[2], t->s));
         CUDA_CHECK(cudaMemcpyAsync(t->h_loss + i, t5_model_loss_device(t->M), sizeof(float), cudaMemcpyDeviceToHost,
                                    t->s));
         if (t->d_acc) {
@@ -874,6 +884,7 @@ static double train_step(Trainer* t, int64_t n_micro, double* norm_out, bool* sk
     if (t->engine_opt) {
         // stages 1-3: the engine accumulated the partitions and took their squared norm on the GPU
         zero_grad_norm(t->Z, t->d_norm2, t->d_overflow, t->s);
+        if (t->zero_profile) CUDA_CHECK(cudaEventRecord(t->prof_ev[3], t->s));
         if (a->inject_inf_step > 0 && t->st.global_step + 1 == a->inject_inf_step)
             CUDA_CHECK(cudaMemsetAsync(t->d_overflow, 1, sizeof(int), t->s));
     } else {
@@ -889,14 +900,20 @@ static double train_step(Trainer* t, int64_t n_micro, double* norm_out, bool* sk
     CUDA_CHECK(cudaMemcpyAsync(t->h_inv_scale, t->d_inv_scale, sizeof(float), cudaMemcpyDeviceToHost, t->s));
     CUDA_CHECK(cudaStreamSynchronize(t->s));
     if (t->engine_opt && t->zero_profile) {
-        // the step's breakdown (machine-readable): forward + backward + gradient offload up to the norm (this
-        // includes any wait for the previous step's CPU AdamW, whose time is reported beside it), copies so far
+        // the step's breakdown (machine-readable): forward + backward + gradient offload up to the norm on the host
+        // clock (this includes any wait for the previous step's CPU AdamW, whose time is reported beside it); the
+        // same span on the compute stream's events: the forward of the last micro-batch (with the earlier
+        // micro-batches when accumulating; it waits for each unit's new weights from the CPU AdamW and their H2D),
+        // its backward (H2D of the units gathered again, gradients bucketed as they come), and the tail of the
+        // gradients' D2H after the backward; copies so far
         ZeroStats zs;
         zero_stats(t->Z, &zs);
-        printf("{\"zero_step\": %lld, \"fwd_bwd_s\": %.4f, \"prev_cpu_adam_s\": %.4f, \"h2d_gib\": %.3f, "
-               "\"d2h_gib\": %.3f}\n",
-               (long long)t->st.global_step + 1, trainer_log_now() - t_step0, zs.cpu_adam_s,
-               (zs.h2d_bytes - t->prof_h2d) / (1 << 30), (zs.d2h_bytes - t->prof_d2h) / (1 << 30));
+        float ms[3];
+        for (int k = 0; k < 3; k++) CUDA_CHECK(cudaEventElapsedTime(&ms[k], t->prof_ev[k], t->prof_ev[k + 1]));
+        printf("{\"zero_step\": %lld, \"fwd_bwd_s\": %.4f, \"fwd_s\": %.4f, \"bwd_s\": %.4f, \"grad_tail_s\": "
+               "%.4f, \"prev_cpu_adam_s\": %.4f, \"h2d_gib\": %.3f, \"d2h_gib\": %.3f}\n",
+               (long long)t->st.global_step + 1, trainer_log_now() - t_step0, ms[0] / 1e3, ms[1] / 1e3, ms[2] / 1e3,
+               zs.cpu_adam_s, (zs.h2d_bytes - t->prof_h2d) / (1 << 30), (zs.d2h_bytes - t->prof_d2h) / (1 << 30));
         t->prof_h2d = zs.h2d_bytes;
         t->prof_d2h = zs.d2h_bytes;
     }
@@ -919,6 +936,7 @@ static double train_step(Trainer* t, int64_t n_micro, double* norm_out, bool* sk
                     (long long)t->st.global_step + 1, loss, dtype_name(a->dtype));
     }
     if (overflow) {
+        if (t->engine_opt) zero_optimizer_skip(t->Z, t->s);
         *skipped = true;
         t->st.skipped_steps++;
         *norm_out = NAN;

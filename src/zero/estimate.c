@@ -9,6 +9,12 @@
 #include "../../cuda/grad_accum.cuh"
 #include "../base/common.h"
 
+bool zero_host_grads_share_weights(const ZeroOptions* o) {
+    return o->stage == 3 && o->offload_param && o->offload_optimizer && o->working_dtype != DT_F32 &&
+           o->accum_dtype == o->working_dtype && o->grad_accum_steps <= 1 &&
+           o->optimizer_pin_memory == o->param_pin_memory;
+}
+
 void zero_estimate_layout(const ZeroOptions* o, const ZeroLayout* L, ZeroMemEstimate* e) {
     memset(e, 0, sizeof *e);
     e->stage = o->stage;
@@ -30,7 +36,7 @@ void zero_estimate_layout(const ZeroOptions* o, const ZeroLayout* L, ZeroMemEsti
     e->bucket_elems = T5_MIN((size_t)T5_MAX(o->reduce_bucket_size, (int64_t)8), max_part);
     // host: master, m, v, gacc of the CPU units; their 16-bit weights (the offloaded partitions with offload_param)
     e->host_master = e->host_m = e->host_v = e->cpu_numel * 4;
-    e->host_gacc = e->cpu_numel * as;
+    e->host_gacc = zero_host_grads_share_weights(o) ? 0 : e->cpu_numel * as;
     e->host_w = x32 ? 0 : e->cpu_numel * xs;
     e->host_total = e->host_master + e->host_m + e->host_v + e->host_gacc + e->host_w;
     const bool pin_any = o->optimizer_pin_memory || o->param_pin_memory;
@@ -87,7 +93,9 @@ int zero_estimate(const ZeroOptions* o, int num_units, const size_t* unit_numel,
     if (zero_layout_build(&L, o->world, o->rank, num_units, unit_numel, o->sub_group_size,
                           o->offload_optimizer ? o->ratio : 0.0, err, errlen))
         return -1;
-    zero_estimate_layout(o, &L, e);
+    ZeroOptions oo = *o;
+    oo.grad_accum_steps = grad_accum_steps;
+    zero_estimate_layout(&oo, &L, e);
     const size_t xs = dtype_size(o->working_dtype), gs = dtype_size(o->grad_dtype);
     // gradients in flight (stages 2/3): unit 0 (the shared embedding, held through the backward when tied; the
     // first unit asked for otherwise) plus two of the largest other unit

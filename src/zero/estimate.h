@@ -51,9 +51,16 @@ typedef struct {
     size_t gpu_grad_peak;     // stages 2/3: per-unit gradient buffers in flight
     int64_t peak_live_elems;  // stage 3: the schedule's peak of live non-persistent elements
     // host, allocated at creation
-    size_t host_master, host_m, host_v, host_gacc, host_w;
+    size_t host_master, host_m, host_v, host_gacc, host_w;  // host_gacc 0 when it shares host_w
     size_t host_total, host_pinned, host_pageable;
 } ZeroMemEstimate;
+
+// True when the offloaded units' accumulated gradients share the host buffer of their 16-bit weights: stage 3
+// with both offloads (pinned alike), a 16-bit working dtype that is also the accumulation dtype, and
+// gradient_accumulation_steps 1. Between a unit's last backward use and the optimizer step nothing reads its
+// host weights, and the CPU AdamW reads each gradient element before it writes the weight in its place (a skipped
+// step rounds them again from the master: zero_optimizer_skip). Saves 2 bytes per offloaded parameter.
+bool zero_host_grads_share_weights(const ZeroOptions* o);
 
 // The creation-time sizes for options o over a built layout L (the one zp_create builds): everything above
 // except the run-time peaks. Reads o->tensors (fp32 views). Used by zp_create for its checks and buffers.

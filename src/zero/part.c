@@ -70,6 +70,7 @@ void zero_options_default(ZeroOptions* o) {
     o->max_reuse_distance = 1000000000;
     o->persistence_threshold = 100000;
     o->overlap_comm = true;
+    o->grad_accum_steps = 1;
     o->beta1 = 0.9f;
     o->beta2 = 0.999f;
     o->eps = 1e-8f;
@@ -167,6 +168,7 @@ ZeroPart* zp_create(const ZeroOptions* o, int num_units, const size_t* unit_nume
         P->num_slots += P->u[u].num_buckets;
     }
     const bool x32 = P->X == DT_F32;
+    P->share_gw = zero_host_grads_share_weights(o);
     const bool pin_any = o->optimizer_pin_memory || o->param_pin_memory;
     // host: master, m, v, gacc of the CPU units; their 16-bit weights (whost == wpart with offload_param)
     size_t h_state = E.host_master, h_gacc = E.host_gacc, h_w = E.host_w;
@@ -234,8 +236,8 @@ ZeroPart* zp_create(const ZeroOptions* o, int num_units, const size_t* unit_nume
                 U->master = (float*)P->h_master.ptr + cp;
                 U->m = (float*)P->h_m.ptr + cp;
                 U->v = (float*)P->h_v.ptr + cp;
-                U->gacc = (char*)P->h_gacc.ptr + cp * P->as;
                 U->whost = x32 ? NULL : (char*)P->h_w.ptr + cp * P->xs;
+                U->gacc = P->share_gw ? U->whost : (char*)P->h_gacc.ptr + cp * P->as;
                 cp += p;
             } else {
                 U->master = P->d_master + gp;
@@ -284,6 +286,7 @@ ZeroPart* zp_create(const ZeroOptions* o, int num_units, const size_t* unit_nume
     P->n_micro = 1;
     P->st.host_bytes = host_total;
     P->st.host_pinned_bytes = E.host_pinned;
+    P->st.host_grads_share_weights = P->share_gw;
     P->st.gpu_bytes = P->gpu_bytes;
     if (P->gpu_bytes != E.gpu_resident)
         t5_die(T5_EXIT_FAILURE, "internal: ZeRO allocated %zu GPU bytes, src/zero/estimate.c says %zu", P->gpu_bytes,
@@ -403,6 +406,16 @@ void zp_sync_working(ZeroPart* P, cudaStream_t s) {
     }
     CUDA_CHECK(cudaStreamSynchronize(s));
     CUDA_CHECK(cudaStreamSynchronize(P->s_copy));
+}
+
+void zp_optimizer_skip(ZeroPart* P) {
+    if (!P->share_gw) return;
+    zp_optimizer_wait(P);
+    CUDA_CHECK(cudaEventSynchronize(P->ev_grads_done));  // every gradient copy into the shared buffers landed
+    for (int u = 0; u < P->num_units; u++) {
+        ZpUnit* U = &P->u[u];
+        if (U->opt_cpu) host_round_to_x(U->whost, P->X, U->master, P->L.hi[u] - P->L.lo[u]);
+    }
 }
 
 // elements [offset, offset + n) of the flat partition, unit by unit (host or device), in either direction

@@ -105,6 +105,7 @@ typedef struct ZeroPart {
     cudaMemPool_t pool;
     // micro-batches
     int micro, n_micro;
+    bool share_gw;           // CPU units' gradients land in their 16-bit host weights (zero_host_grads_share_weights)
     // GPU optimizer
     AdamWPlan* gpu_plan;
     int gpu_plan_tensors;
@@ -133,6 +134,8 @@ ZeroPart* zp_create(const ZeroOptions* o, int num_units, const size_t* unit_nume
                     char* err, size_t errlen);
 void zp_destroy(ZeroPart* P);
 void zp_sync_working(ZeroPart* P, cudaStream_t s);
+// a skipped step: the shared host weights rounded again from the master (zero_optimizer_skip)
+void zp_optimizer_skip(ZeroPart* P);
 void zp_state_read(ZeroPart* P, int which, size_t offset, size_t n, float* out);
 void zp_state_write(ZeroPart* P, int which, size_t offset, size_t n, const float* in);
 const float* zp_fp32_tensor(ZeroPart* P, int unit, size_t offset);

@@ -292,6 +292,9 @@ void zero_set_micro_step(ZeroEngine* Z, int micro, int n_micro) {
     if (!Z->P) return;
     if (n_micro < 1 || micro < 0 || micro >= n_micro)
         t5_die(T5_EXIT_FAILURE, "internal: micro-batch %d of %d", micro, n_micro);
+    if (n_micro > 1 && Z->P->share_gw)
+        t5_die(T5_EXIT_FAILURE, "internal: %d micro-batches, but the ZeRO engine was created for "
+                                "gradient_accumulation_steps 1 (its host gradients share the 16-bit weights)", n_micro);
     Z->P->micro = micro;
     Z->P->n_micro = n_micro;
 }
@@ -304,6 +307,11 @@ void zero_grad_norm(ZeroEngine* Z, float* d_norm2, int* d_overflow, cudaStream_t
 void zero_optimizer_step(ZeroEngine* Z, const ZeroStepArgs* a, cudaStream_t stream) {
     if (!Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_optimizer_step at ZeRO stage 0 (the trainer steps)");
     zp_optimizer_step(Z->P, a, stream);
+}
+
+void zero_optimizer_skip(ZeroEngine* Z, cudaStream_t stream) {
+    (void)stream;
+    if (Z->P) zp_optimizer_skip(Z->P);
 }
 
 void zero_optimizer_wait(ZeroEngine* Z) {

@@ -58,6 +58,8 @@ if len(steps) > 3:
 if len(prof) > 3:
     p = prof[2:]
     res["fwd_bwd_s"] = statistics.median(x["fwd_bwd_s"] for x in p)
+    for k in ("fwd_s", "bwd_s", "grad_tail_s"):
+        if k in p[0]: res[k] = statistics.median(x[k] for x in p)
     res["cpu_adam_s"] = statistics.median(x["prev_cpu_adam_s"] for x in p)
     res["h2d_gib_per_step"] = statistics.median(x["h2d_gib"] for x in p)
     res["d2h_gib_per_step"] = statistics.median(x["d2h_gib"] for x in p)
