@@ -156,6 +156,7 @@ static void run_case(const Case* c) {
             Buf* B = &b[k];
             if (!B->n) continue;
             CpuAdafactorStepInfo info = {0};
+            o.weight_decay = WD[k];  // the GPU plan's per-tensor group value (list[k].weight_decay)
             if (!skip) {
                 CpuAdafactorState st = {.rows = list[k].rows, .cols = list[k].cols, .factored = FACT[k],
                                         .exp_avg_sq_row = B->row, .exp_avg_sq_col = B->col, .exp_avg_sq = B->v,
