@@ -227,18 +227,18 @@ static double adafactor_weights_rel_l2(const char* out, SafeTensors* fx, const c
         const SafeTensorInfo* fi;
         if (safetensors_info(fx, fn, &fi, err, sizeof err)) fail_msg("%s", err);
         float* ref = malloc(fi->numel * sizeof(float));
-        if (safetensors_read(fx, fn, ref, DT_F32, NULL, 0, err, sizeof err)) fail_msg("%s", err);
+        if (safetensors_read(fx, fn, ref, DT_F32, NULL, -1, err, sizeof err)) fail_msg("%s", err);
         const bool rows = !strcmp(tn, "shared.weight.rows");
         snprintf(name, sizeof name, "%s", rows ? "shared.weight" : tn);
         const SafeTensorInfo* oi;
         if (safetensors_info(ours, name, &oi, err, sizeof err)) fail_msg("t5train's weights: %s", err);
         float* got = malloc(oi->numel * sizeof(float));
-        if (safetensors_read(ours, name, got, DT_F32, NULL, 0, err, sizeof err)) fail_msg("%s", err);
+        if (safetensors_read(ours, name, got, DT_F32, NULL, -1, err, sizeof err)) fail_msg("%s", err);
         if (rows) {
             const SafeTensorInfo* ii;
             if (safetensors_info(fx, "shared.weight.row_ids", &ii, err, sizeof err)) fail_msg("%s", err);
             float* ids = malloc(ii->numel * sizeof(float));
-            if (safetensors_read(fx, "shared.weight.row_ids", ids, DT_F32, NULL, 0, err, sizeof err)) fail_msg("%s", err);
+            if (safetensors_read(fx, "shared.weight.row_ids", ids, DT_F32, NULL, -1, err, sizeof err)) fail_msg("%s", err);
             const size_t D = (size_t)oi->shape[1];
             assert_int_equal(fi->numel, ii->numel * D);
             for (size_t r = 0; r < ii->numel; r++)
@@ -250,7 +250,7 @@ static double adafactor_weights_rel_l2(const char* out, SafeTensors* fx, const c
             for (size_t k = 0; k < oi->numel; k++) ss += (double)got[k] * got[k];
             snprintf(name, sizeof name, "%s/shared.weight.sumsq", setting);
             float want;
-            if (safetensors_read(fx, name, &want, DT_F32, NULL, 0, err, sizeof err)) fail_msg("%s", err);
+            if (safetensors_read(fx, name, &want, DT_F32, NULL, -1, err, sizeof err)) fail_msg("%s", err);
             *sumsq_rel = fabs(ss - want) / want;
             free(ids);
         } else {

@@ -71,11 +71,14 @@ echo "straight run: $MAX_STEPS steps in ${wall} s (start-up ${startup} s)"
 train_s=$(calc "$wall - $startup")
 sigs=(KILL TERM INT)
 declare -A n_sig=([KILL]=0 [TERM]=0 [INT]=0)
-newest_complete() {  # prints "step" of the newest checkpoint-N with t5train_done, or 0
+# a complete leftover (checkpoint-N.tmp-* / .old-* with its marker: killed between the marker and the rename) counts:
+# t5train's stale cleanup puts it back as checkpoint-N at the next start (src/train/checkpoint.c)
+newest_complete() {  # prints "step" of the newest complete checkpoint-N (or leftover of N) with t5train_done, or 0
     local best=0 d s
     for d in "$1"/checkpoint-*; do
         [ -f "$d/t5train_done" ] || continue
         s=${d##*/checkpoint-}
+        s=${s%%.*}
         [[ $s =~ ^[0-9]+$ ]] && [ "$s" -gt "$best" ] && best=$s
     done
     echo $best
@@ -86,7 +89,8 @@ finished_early=0
 for ((i = 1; i <= CYCLES; i++)); do
     before=$(newest_complete "$K")
     before_sum=""
-    [ "$before" -gt 0 ] && before_sum=$(sha256sum < "$K/checkpoint-$before/model.safetensors" | cut -c1-64)
+    [ "$before" -gt 0 ] && [ -f "$K/checkpoint-$before/model.safetensors" ] &&
+        before_sum=$(sha256sum < "$K/checkpoint-$before/model.safetensors" | cut -c1-64)
     resume=(--overwrite_output_dir)  # no checkpoint yet: a killed start-up may have left t5train_config.json
     [ "$before" -gt 0 ] && resume=(--resume_from_checkpoint last)
     sig=${sigs[$((RANDOM % 3))]}
