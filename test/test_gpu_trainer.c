@@ -19,7 +19,10 @@
  *     Adafactor (test/fixtures/trainer/adafactor_tiny_v10_fp32.{json,safetensors}, made by
  *     scripts/adafactor_parity.py --write_reference test/fixtures/trainer on the device; skipped while absent):
  *     every step's loss within 1e-5 relative, the final weights within 1e-5 relative L2 (every tensor but the
- *     embedding in full, the embedding's used rows + every 16th row, and its sum of squares).
+ *     embedding in full, the embedding's used rows + every 16th row, and its sum of squares);
+ *   - --load_best_model_at_end with --metric_for_best_model bleu and loss: HF's pick over the run's own
+ *     log_history, best_model_checkpoint / best_metric in trainer_state.json, the best checkpoint kept by
+ *     rotation, the final weights those of the best checkpoint.
  */
 #include "t5test.h"
 
@@ -529,6 +532,68 @@ static void test_eval_and_predict_with_generate(void** state) {
     free(out);
 }
 
+// --load_best_model_at_end with --metric_for_best_model (bleu: greater is better; loss: lower), HF's rules: evaluation and
+// save every 4 steps, save_total_limit 1 (rotation must keep the best checkpoint beside the newest). Checked against the
+// run's own log_history, not a fixed answer: best_model_checkpoint is the first evaluation with the strictly best
+// metric (HF's _determine_best_metric), best_metric its value, that checkpoint still exists, and the final
+// model.safetensors is the best checkpoint's weights byte for byte ("Loading best model from ...").
+static void best_model_case(const char* tag, const char* metric, bool greater) {
+    char* out = t5_path_join(t5test_tmpdir(), tag);
+    char cmd[8192], args[4096];
+    base_args(args, sizeof args, out, 64);
+    snprintf(cmd, sizeof cmd,
+             "%s --do_train --do_eval --max_steps 16 --learning_rate 3e-3 --evaluation_strategy steps --eval_steps 4 "
+             "--save_strategy steps --save_steps 4 --save_total_limit 1 --load_best_model_at_end "
+             "--metric_for_best_model %s --predict_with_generate --generation_max_length 12 --run_name %s "
+             "--overwrite_output_dir 2>&1",
+             args, metric, tag);
+    int rc = t5test_run(g_text, sizeof g_text, "%s", cmd);
+    if (rc) fail_msg("%s: exit %d:\n%s", tag, rc, g_text);
+    char* p = t5_path_join(out, "trainer_state.json");
+    json_error_t jerr;
+    json_t* st = json_load_file(p, 0, &jerr);
+    if (!st) fail_msg("cannot read %s: %s", p, jerr.text);
+    char key[64];
+    snprintf(key, sizeof key, "eval_%s", metric);
+    // HF's rule over the evaluations in log order
+    double best = greater ? -INFINITY : INFINITY;
+    long long best_step = -1;
+    int nevals = 0;
+    size_t i;
+    json_t* e;
+    json_array_foreach(json_object_get(st, "log_history"), i, e) {
+        json_t* v = json_object_get(e, key);
+        if (!v) continue;
+        double x = json_number_value(v);
+        nevals++;
+        if (greater ? x > best : x < best) best = x, best_step = (long long)json_integer_value(json_object_get(e, "step"));
+    }
+    print_message("%s: %d evaluations, best %s %.6g at step %lld\n", tag, nevals, key, best, best_step);
+    assert_int_equal(nevals, 4);
+    assert_true(best_step > 0);
+    char want[4200];
+    snprintf(want, sizeof want, "%s/checkpoint-%lld", out, best_step);
+    const char* got = json_string_value(json_object_get(st, "best_model_checkpoint"));
+    if (!got || strcmp(got, want) != 0) fail_msg("%s: best_model_checkpoint %s, want %s", tag, got ? got : "(none)", want);
+    double bm = json_number_value(json_object_get(st, "best_metric"));
+    if (!(fabs(bm - best) <= 1e-9 * fmax(1.0, fabs(best)))) fail_msg("%s: best_metric %.9g, want %.9g", tag, bm, best);
+    if (!file_in(want, "t5train_done")) fail_msg("%s: the best checkpoint %s was rotated away", tag, want);
+    assert_contains(g_text, "Loading best model from");
+    rc = t5test_run(g_text, sizeof g_text, "cmp %s/model.safetensors %s/model.safetensors 2>&1", want, out);
+    if (rc) fail_msg("%s: the final model is not the best checkpoint's: %s", tag, g_text);
+    json_decref(st);
+    free(p);
+    free(out);
+}
+
+static void test_load_best_model_at_end(void** state) {
+    (void)state;
+    T5_REQUIRE_GPU();
+    T5_REQUIRE_DATA();
+    best_model_case("best_bleu", "bleu", true);
+    best_model_case("best_loss", "loss", false);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_loss_decreases_and_files),
@@ -542,6 +607,7 @@ int main(void) {
         cmocka_unit_test(test_trajectory_matches_torch_fp32),
         cmocka_unit_test(test_adafactor_matches_torch_fp32),
         cmocka_unit_test(test_eval_and_predict_with_generate),
+        cmocka_unit_test(test_load_best_model_at_end),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
