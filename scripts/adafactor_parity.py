@@ -34,7 +34,6 @@ weights_rel_l2_at_creation in the fixture, cover every weight.
 """
 import argparse
 import json
-import math
 import os
 import subprocess
 import sys
@@ -42,7 +41,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from trajectory_parity import TRAIN_FLAGS, gets_decay, log  # noqa: E402
+from trajectory_parity import TRAIN_FLAGS, gets_decay, log, read_run, weights_rel_l2  # noqa: E402
 
 SETTINGS = {
     "rel_off_b1_none": "",
@@ -65,15 +64,7 @@ def run_t5train(args, ckpt, out, extra):
     if r.returncode != 0:
         log(r.stdout[-4000:])
         raise SystemExit(f"t5train failed with exit {r.returncode}")
-    losses = []
-    with open(os.path.join(out, "trainer_log.jsonl")) as f:
-        for line in f:
-            d = json.loads(line)
-            if "max_steps" in d:
-                losses.append(d["loss"])
-    with open(dump) as f:
-        batches = json.load(f)
-    return losses, batches
+    return read_run(out, dump)
 
 
 def run_torch(ckpt, batches, setting, steps, dev):
@@ -128,24 +119,6 @@ def used_rows(batches, vocab):
     return sorted(ids)
 
 
-def compare_weights(out, ref):
-    from safetensors.torch import load_file
-
-    ours = load_file(os.path.join(out, "model.safetensors"))
-    num = den = 0.0
-    worst = (0.0, "")
-    for n, r in ref.items():
-        if n not in ours:
-            raise SystemExit(f"{n} missing from t5train's model.safetensors")
-        d = (ours[n].float() - r).double()
-        num += float((d * d).sum())
-        den += float((r.double() ** 2).sum())
-        rel = float(d.norm() / max(r.double().norm(), 1e-30))
-        if rel > worst[0]:
-            worst = (rel, n)
-    return math.sqrt(num / den), worst
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default="./t5train")
@@ -185,7 +158,7 @@ def main():
             raise SystemExit(f"{name}: {len(ours)} loss lines and {len(batches)} dumped updates, expected {args.steps}")
         ref, ref_w = run_torch(ckpt, batches, name, args.steps, args.torch_device)
         rel = [abs(a - b) / abs(b) for a, b in zip(ours, ref)]
-        l2, worst = compare_weights(out, ref_w)
+        l2, worst = weights_rel_l2(out, ref_w)
         good = max(rel) <= TOL_LOSS and l2 <= TOL_WEIGHTS
         ok &= good
         log(f"== {name}: max per-step loss rel diff {max(rel):.3e} (step {rel.index(max(rel)) + 1}, tolerance "

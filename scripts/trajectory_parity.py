@@ -79,15 +79,7 @@ def run_t5train(args, ckpt, out, prec):
     if r.returncode != 0:
         log(r.stdout[-4000:])
         raise SystemExit(f"t5train failed ({prec}) with exit {r.returncode}")
-    losses = []
-    with open(os.path.join(out, "trainer_log.jsonl")) as f:
-        for line in f:
-            d = json.loads(line)
-            if "max_steps" in d:
-                losses.append(d["loss"])
-    with open(dump) as f:
-        batches = json.load(f)
-    return losses, batches
+    return read_run(out, dump)
 
 
 def run_torch(ckpt, batches, prec, steps):
@@ -124,6 +116,19 @@ def run_torch(ckpt, batches, prec, steps):
         sched.step()
         opt.zero_grad(set_to_none=True)
     return losses, {n: p.detach().float().cpu() for n, p in model.named_parameters()}
+
+
+def read_run(out, dump):
+    """the step losses of a t5train run (output_dir/trainer_log.jsonl) and the batches it dumped (--dump_batches)"""
+    losses = []
+    with open(os.path.join(out, "trainer_log.jsonl")) as f:
+        for line in f:
+            d = json.loads(line)
+            if "max_steps" in d:
+                losses.append(d["loss"])
+    with open(dump) as f:
+        batches = json.load(f)
+    return losses, batches
 
 
 def weights_rel_l2(out, ref):

@@ -214,6 +214,31 @@ static void test_resume_other_optimizer_refused(void** state) {
     free(a);
 }
 
+// Trains tiny_v10 for `steps` with `flags` (+ `extra`) into `out` and returns the largest per-step relative
+// difference of its losses against the reference array `tl` (*worst_i: its 0-based step).
+static double tiny_run_vs_reference(const char* out, const char* flags, const char* extra, int steps, json_t* tl,
+                                    int* worst_i) {
+    const char* d = t5test_data_dir();
+    int rc = t5test_run(g_text, sizeof g_text,
+                        "%s --model_name_or_path %s/test/fixtures/t5/tiny_v10 --tokenizer_name %s/t5-spiece/spiece.model "
+                        "--train_file %s/wmt16-ro-en/validation.en %s %s --max_steps %d --output_dir %s "
+                        "--overwrite_output_dir 2>&1",
+                        t5test_bin(), t5test_repo_dir(), d, d, flags, extra ? extra : "", steps, out);
+    if (rc) fail_msg("%s: exit %d:\n%s", out, rc, g_text);
+    int n;
+    char** loss = jsonl_values(out, "loss", &n);
+    assert_int_equal(n, steps);
+    double worst = 0;
+    *worst_i = 0;
+    for (int i = 0; i < n; i++) {
+        double r = json_real_value(json_array_get(tl, (size_t)i));
+        double rel = fabs(atof(loss[i]) - r) / fabs(r);
+        if (rel > worst) worst = rel, *worst_i = i;
+    }
+    free_vals(loss, n);
+    return worst;
+}
+
 // relative L2 of t5train's final weights (out/model.safetensors) against the fixture's tensors of one setting
 static double adafactor_weights_rel_l2(const char* out, SafeTensors* fx, const char* setting, double* sumsq_rel) {
     char err[1024], name[256];
@@ -308,23 +333,8 @@ static void test_adafactor_matches_torch_fp32(void** state) {
         char tag[128];
         snprintf(tag, sizeof tag, "ada_%s", setting);
         char* out = t5_path_join(t5test_tmpdir(), tag);
-        const char* d = t5test_data_dir();
-        int rc = t5test_run(g_text, sizeof g_text,
-                            "%s --model_name_or_path %s/test/fixtures/t5/tiny_v10 --tokenizer_name %s/t5-spiece/spiece.model "
-                            "--train_file %s/wmt16-ro-en/validation.en %s %s --max_steps %d --output_dir %s "
-                            "--overwrite_output_dir 2>&1",
-                            t5test_bin(), t5test_repo_dir(), d, d, flags, extra ? extra : "", steps, out);
-        if (rc) fail_msg("%s: exit %d:\n%s", setting, rc, g_text);
-        int n;
-        char** loss = jsonl_values(out, "loss", &n);
-        assert_int_equal(n, steps);
-        double worst = 0;
-        int worst_i = 0;
-        for (int i = 0; i < n; i++) {
-            double r = json_real_value(json_array_get(tl, (size_t)i));
-            double rel = fabs(atof(loss[i]) - r) / fabs(r);
-            if (rel > worst) worst = rel, worst_i = i;
-        }
+        int worst_i;
+        const double worst = tiny_run_vs_reference(out, flags, extra, steps, tl, &worst_i);
         double ssr = 0;
         double l2 = adafactor_weights_rel_l2(out, w, setting, &ssr);
         const bool ok = worst <= tol && l2 <= tolw && ssr <= tolw;
@@ -334,7 +344,6 @@ static void test_adafactor_matches_torch_fp32(void** state) {
                       ok ? "OK" : "FAIL");
         all_ok &= ok;
         nset++;
-        free_vals(loss, n);
         free(out);
     }
     assert_int_equal(nset, 4);
@@ -470,26 +479,11 @@ static void test_trajectory_matches_torch_fp32(void** state) {
     assert_non_null(flags);
     assert_int_equal((int)json_array_size(tl), steps);
     char* out = t5_path_join(t5test_tmpdir(), "traj");
-    const char* d = t5test_data_dir();
-    int rc = t5test_run(g_text, sizeof g_text,
-                        "%s --model_name_or_path %s/test/fixtures/t5/tiny_v10 --tokenizer_name %s/t5-spiece/spiece.model "
-                        "--train_file %s/wmt16-ro-en/validation.en %s --max_steps %d --output_dir %s 2>&1",
-                        t5test_bin(), t5test_repo_dir(), d, d, flags, steps, out);
-    if (rc) fail_msg("exit %d:\n%s", rc, g_text);
-    int n;
-    char** loss = jsonl_values(out, "loss", &n);
-    assert_int_equal(n, steps);
-    double worst = 0;
-    int worst_i = 0;
-    for (int i = 0; i < n; i++) {
-        double r = json_real_value(json_array_get(tl, (size_t)i));
-        double rel = fabs(atof(loss[i]) - r) / fabs(r);
-        if (rel > worst) worst = rel, worst_i = i;
-    }
+    int worst_i;
+    const double worst = tiny_run_vs_reference(out, flags, NULL, steps, tl, &worst_i);
     print_message("max per-step loss rel diff vs torch %.3e at step %d (tolerance %.0e, %.1f%% used)\n", worst,
                   worst_i + 1, tol, 100 * worst / tol);
     assert_true(worst <= tol);
-    free_vals(loss, n);
     json_decref(ref);
     free(out);
     free(fx);

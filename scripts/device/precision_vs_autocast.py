@@ -175,14 +175,7 @@ def run_t5train_prec(a, ckpt, out, prec):
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if r.returncode != 0:
         raise SystemExit(f"t5train fp16 failed with exit {r.returncode}: {r.stdout[-2000:]}")
-    losses = []
-    with open(os.path.join(out, "trainer_log.jsonl")) as f:
-        for line in f:
-            d = json.loads(line)
-            if "max_steps" in d:
-                losses.append(d["loss"])
-    with open(dump) as f:
-        return losses, json.load(f)
+    return traj.read_run(out, dump)
 
 
 def run_torch_autocast(ckpt, batches, prec, steps):
