@@ -99,3 +99,13 @@ bool t5test_have_gpu(void) {
     }
     return have;
 }
+
+int t5test_argv(const char* line, char** argv, int cap) {
+    static char buf[4096];
+    int argc = 0;
+    snprintf(buf, sizeof buf, "%s", line);
+    argv[argc++] = "t5train";
+    for (char* tok = strtok(buf, " "); tok && argc < cap - 1; tok = strtok(NULL, " ")) argv[argc++] = tok;
+    argv[argc] = NULL;
+    return argc;
+}

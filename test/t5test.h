@@ -30,6 +30,9 @@ const char* t5test_tmpdir(void);
 // Runs a shell command; captures stdout+stderr (truncated to cap) into out. Returns the exit code
 // (or 128+signal).
 int t5test_run(char* out, size_t cap, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
+// Splits a space-separated command line (no quoting) into argv[0] = "t5train", then its words, NULL-terminated;
+// the words point into a static copy (valid until the next call). Returns argc.
+int t5test_argv(const char* line, char** argv, int cap);
 // Writes text to path (creating it), aborts the test on failure.
 void t5test_write_file(const char* path, const char* text);
 // True when a CUDA device is usable.

@@ -26,13 +26,8 @@ static RunConfig cfg;  // large: static
 
 // splits a space-separated command line (no quoting) and runs parse + resolve + output_dir check
 static int api_run(RunConfig* c, const char* line, char* err, size_t n) {
-    static char buf[4096];
     char* argv[128];
-    int argc = 0;
-    snprintf(buf, sizeof buf, "%s", line);
-    argv[argc++] = "t5train";
-    for (char* tok = strtok(buf, " "); tok && argc < 127; tok = strtok(NULL, " ")) argv[argc++] = tok;
-    argv[argc] = NULL;
+    const int argc = t5test_argv(line, argv, 128);
     config_init(c);
     int rc = config_parse_args(c, argc, argv, err, n);
     if (rc) return rc;
