@@ -183,6 +183,8 @@ typedef struct {
     int64_t gathers, prefetches, releases, trace_mismatches;
     size_t host_bytes, host_pinned_bytes, gpu_bytes;  // the engine's own allocations
     bool host_grads_share_weights;   // zero_host_grads_share_weights held for this engine
+    size_t pool_used_high, pool_reserved_high;  // the stream-ordered pool's high-water marks (stages 2/3: gathered
+                                                // units and gradients in flight), since the engine was created
 } ZeroStats;
 void zero_stats(const ZeroEngine* Z, ZeroStats* out);
 void zero_stats_reset(ZeroEngine* Z);

@@ -1211,9 +1211,11 @@ int trainer_run(const TrainerArgs* a) {
             char line[512];
             snprintf(line, sizeof line,
                      "ZeRO engine: %lld gathers (%lld prefetched), %lld releases, trace mismatches %lld; H2D %.2f GiB, "
-                     "D2H %.2f GiB; last CPU AdamW %.3f s",
+                     "D2H %.2f GiB; last CPU AdamW %.3f s; stream-ordered pool high water %.2f GiB used, %.2f GiB "
+                     "reserved",
                      (long long)zs.gathers, (long long)zs.prefetches, (long long)zs.releases,
-                     (long long)zs.trace_mismatches, zs.h2d_bytes / (1 << 30), zs.d2h_bytes / (1 << 30), zs.cpu_adam_s);
+                     (long long)zs.trace_mismatches, zs.h2d_bytes / (1 << 30), zs.d2h_bytes / (1 << 30), zs.cpu_adam_s,
+                     (double)zs.pool_used_high / (1 << 30), (double)zs.pool_reserved_high / (1 << 30));
             trainer_log_line(&t->log, line);
         }
         int stop_sig = signals_stop_signal();

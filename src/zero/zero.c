@@ -343,6 +343,13 @@ void zero_stats(const ZeroEngine* Z, ZeroStats* out) {
     }
     *out = Z->P->st;
     out->h2d_bytes += (double)__atomic_load_n(&Z->P->thread_h2d, __ATOMIC_RELAXED);
+    uint64_t used = 0, reserved = 0;
+    if (cudaMemPoolGetAttribute(Z->P->pool, cudaMemPoolAttrUsedMemHigh, &used) == cudaSuccess &&
+        cudaMemPoolGetAttribute(Z->P->pool, cudaMemPoolAttrReservedMemHigh, &reserved) == cudaSuccess) {
+        out->pool_used_high = (size_t)used;
+        out->pool_reserved_high = (size_t)reserved;
+    }
+    (void)cudaGetLastError();
 }
 
 void zero_stats_reset(ZeroEngine* Z) {
