@@ -180,6 +180,7 @@ typedef struct {
     double init_s;            // create + pin
     double cpu_adam_s;        // last step's CPU optimizer time
     double h2d_bytes, d2h_bytes;  // copies since the last zero_stats_reset
+    double staged_bytes;      // of those, the bytes that went through the pinned staging ring (pageable host buffers)
     int64_t gathers, prefetches, releases, trace_mismatches;
     size_t host_bytes, host_pinned_bytes, gpu_bytes;  // the engine's own allocations
     bool host_grads_share_weights;   // zero_host_grads_share_weights held for this engine

@@ -132,6 +132,18 @@ static void test_engine_sizes(void** state) {
     in_gas.grad_accum_steps = 2;
     assert_int_equal(planner_row(&in_gas, 3, true, true, 1.0, &r, err, sizeof err), 0);
     assert_true(fabs(r.h_total / GiB - 42.49) < 0.01);
+    // pin_memory false: the same buffers pageable, plus the engine's two pinned staging rings of buffer_count slots
+    // (a t5-3b unit is larger than the 4 MiB cap of a slot); pinned, there is no ring (h_pinned == h_total above)
+    PlanInput in_pg = in;
+    in_pg.knobs.optimizer_pin_memory = in_pg.knobs.param_pin_memory = false;
+    for (int count = 1; count <= 8; count *= 2) {
+        in_pg.knobs.buffer_count = count;
+        assert_int_equal(planner_row(&in_pg, 3, true, true, 1.0, &r, err, sizeof err), 0);
+        const size_t ring = (size_t)ZERO_STAGING_RINGS * (size_t)count * ZERO_STAGING_SLOT_MAX_BYTES;
+        assert_int_equal(r.h_pinned, ring);
+        assert_int_equal(r.h_pageable + ring, r.h_total);
+        assert_true(fabs((double)r.h_pageable / GiB - 37.18) < 0.01);
+    }
     // stage 0 at batch 8: docs/zero.md measured a 51.0 GiB GPU peak
     assert_int_equal(planner_row(&in, 0, false, false, 1.0, &r, err, sizeof err), 0);
     assert_true(fabs(r.g_total / GiB - 51.0) < 0.1 * 51.0);

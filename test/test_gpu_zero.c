@@ -6,6 +6,9 @@
  *   - fp32, 30 updates of 2 micro-batches (accumulation), warmup, weight decay, clipping: stages 1, 2, 3, each
  *     with and without offload_optimizer cpu, stage 3 with offload_param cpu, and offload ratio 0.3 against
  *     stage 0: every loss within 1e-6 relative, the final fp32 weights within 1e-6 relative L2;
+ *   - pin_memory false (pageable host buffers, copied through the engine's pinned staging ring, whose use the end
+ *     line reports): stage 2 + offload_optimizer and stage 3 + both offloads (buffer_count 2) in the fp32 cases,
+ *     fp16 stage 3 + both offloads in the low-precision ones;
  *   - fp16 and bf16, stage 3 with both offloads against stage 0 (gradient_accumulation_steps 1: the host gradients
  *     share the 16-bit weights' buffer), and fp16 from a scale of 2^40 (skipped steps, whose shared buffers are
  *     rounded again from the master): every loss within 1e-3 relative and the same
@@ -178,6 +181,12 @@ static void test_fp32_every_stage(void** state) {
         {"z3_ratio03",
          "{\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true, \"ratio\": 0.3}, "
          "\"offload_param\": {\"device\": \"cpu\", \"pin_memory\": true}, " SMALL_KNOBS "}"},
+        // pageable host buffers through the pinned staging ring (2 slots: every transfer wraps it): gradients down
+        // and, with the 2 micro-batches, up again; gathers of the offloaded partitions (fp32: the master itself);
+        // the CPU optimizer's publish of the fp32 views
+        {"z3_off_param_pageable",
+         "{\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": false, \"buffer_count\": 2}, "
+         "\"offload_param\": {\"device\": \"cpu\", \"pin_memory\": false}, " SMALL_KNOBS "}"},
     };
     for (size_t i = 0; i < T5_ARRAY_LEN(cases); i++) {
         const bool ev = strcmp(cases[i].tag, "z3_off_param") == 0;
@@ -192,6 +201,12 @@ static void test_fp32_every_stage(void** state) {
         }
         if (strstr(g_text, "trace mismatches 0") == NULL && strstr(cases[i].zero, "\"stage\": 3"))
             fail_msg("%s: the fetches left the static trace:\n%s", cases[i].tag, g_text);
+        // pageable buffers go through the pinned staging ring; pinned ones never do
+        const bool pageable = strstr(cases[i].zero, "\"pin_memory\": false") != NULL;
+        if (pageable != (strstr(g_text, "through the pinned staging ring") != NULL))
+            fail_msg("%s: %s the staging ring:\n%s", cases[i].tag,
+                     pageable ? "pageable host buffers but no bytes through" : "pinned host buffers but bytes through",
+                     g_text);
         double worst = compare_runs(ref, got, cases[i].tag);
         double w = weights_rel_l2(ref, got);
         print_message("%-34s final weights rel L2 %.3e\n", cases[i].tag, w);
@@ -202,19 +217,24 @@ static void test_fp32_every_stage(void** state) {
     free(ref);
 }
 
-static void low_precision_case(const char* prec_json, const char* tag) {
-    char t0[64], t3[64];
+// pinned false: both offloads pageable (pin_memory false), every copy through the pinned staging ring
+static void low_precision_case(const char* prec_json, const char* tag, bool pinned) {
+    char t0[64], t3[64], zero[1024];
     snprintf(t0, sizeof t0, "%s_z0", tag);
     snprintf(t3, sizeof t3, "%s_z3", tag);
+    snprintf(zero, sizeof zero,
+             "{\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": %s}, "
+             "\"offload_param\": {\"device\": \"cpu\", \"pin_memory\": %s}, " SMALL_KNOBS "}",
+             pinned ? "true" : "false", pinned ? "true" : "false");
     char* ref = zrun(t0, prec_json, "{\"stage\": 0}", NULL, 1);
-    char* got = zrun(t3, prec_json,
-                     "{\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true}, "
-                     "\"offload_param\": {\"device\": \"cpu\", \"pin_memory\": true}, " SMALL_KNOBS "}",
-                     NULL, 1);
+    char* got = zrun(t3, prec_json, zero, NULL, 1);
     // gradient_accumulation_steps 1 with both offloads: the host gradients share the 16-bit weights' buffer
     if (!strstr(g_text, "offloaded gradients share the 16-bit weights' host buffer"))
         fail_msg("%s: stage 3 + both offloads at gradient_accumulation_steps 1 did not share the host buffer:\n%s", tag,
                  g_text);
+    if (pinned != (strstr(g_text, "through the pinned staging ring") == NULL))
+        fail_msg("%s: pin_memory %s but the staging ring %s:\n%s", tag, pinned ? "true" : "false",
+                 pinned ? "was used" : "was not used", g_text);
     double worst = compare_runs(ref, got, tag);
     if (!(worst <= 1e-3)) fail_msg("%s: loss trajectory differs by %.3e > 1e-3", tag, worst);
     if (strstr(tag, "skips")) {
@@ -235,13 +255,18 @@ static void test_fp16_bf16_stage3_offload(void** state) {
     (void)state;
     T5_REQUIRE_GPU();
     T5_REQUIRE_DATA();
-    low_precision_case("\"fp16\": {\"enabled\": true, \"initial_scale_power\": 12, \"loss_scale_window\": 5},", "fp16");
-    low_precision_case("\"bf16\": {\"enabled\": true},", "bf16");
+    low_precision_case("\"fp16\": {\"enabled\": true, \"initial_scale_power\": 12, \"loss_scale_window\": 5},", "fp16",
+                       true);
+    low_precision_case("\"bf16\": {\"enabled\": true},", "bf16", true);
+    // pageable host buffers (pin_memory false): 16-bit gathers, gradients into the shared 16-bit host weights and the
+    // CPU optimizer's publish all through the pinned staging ring
+    low_precision_case("\"fp16\": {\"enabled\": true, \"initial_scale_power\": 12, \"loss_scale_window\": 5},",
+                       "fp16_pageable", false);
     // a scale of 2^40 overflows the first steps: each skipped step must restore the 16-bit host weights the
     // gradients were written over (zero_optimizer_skip), or the next forward reads gradients as weights
     low_precision_case("\"fp16\": {\"enabled\": true, \"initial_scale_power\": 40, \"loss_scale_window\": 5, "
                        "\"hysteresis\": 1},",
-                       "fp16_skips");
+                       "fp16_skips", true);
 }
 
 // stop at 6, resume to 30 under stage 3 + offload == straight run; a stage 0 checkpoint resumes under stage 3

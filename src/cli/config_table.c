@@ -255,7 +255,7 @@ const ConfigKey CONFIG_KEYS[] = {
     K_FLT("deepspeed.zero_optimization.offload_optimizer.ratio", ds.zero_optimization.offload_optimizer.ratio, "1.0", 0,
           1, 0, "fraction of the optimizer step done on the CPU"),
     K_INT("deepspeed.zero_optimization.offload_optimizer.buffer_count", ds.zero_optimization.offload_optimizer.buffer_count,
-          "4", 1, 1024, 0, "nvme buffers"),
+          "4", 1, 1024, 0, "pinned staging buffers of pageable host memory (pin_memory false)"),
     K_BOOL("deepspeed.zero_optimization.offload_optimizer.fast_init", ds.zero_optimization.offload_optimizer.fast_init,
            "false", 0, "fast nvme init"),
     K_SEC("deepspeed.zero_optimization.offload_param", ds.zero_optimization.offload_param.present,

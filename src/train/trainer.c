@@ -1208,14 +1208,18 @@ int trainer_run(const TrainerArgs* a) {
             zero_optimizer_wait(t->Z);
             ZeroStats zs;
             zero_stats(t->Z, &zs);
-            char line[512];
+            char line[640], staged[96] = "";
+            // pageable host buffers (pin_memory false): the bytes copied through the engine's pinned staging ring
+            if (zs.staged_bytes > 0)
+                snprintf(staged, sizeof staged, " (%.2f GiB through the pinned staging ring)",
+                         zs.staged_bytes / (1 << 30));
             snprintf(line, sizeof line,
                      "ZeRO engine: %lld gathers (%lld prefetched), %lld releases, trace mismatches %lld; H2D %.2f GiB, "
-                     "D2H %.2f GiB; last CPU AdamW %.3f s; stream-ordered pool high water %.2f GiB used, %.2f GiB "
+                     "D2H %.2f GiB%s; last CPU AdamW %.3f s; stream-ordered pool high water %.2f GiB used, %.2f GiB "
                      "reserved",
                      (long long)zs.gathers, (long long)zs.prefetches, (long long)zs.releases,
-                     (long long)zs.trace_mismatches, zs.h2d_bytes / (1 << 30), zs.d2h_bytes / (1 << 30), zs.cpu_adam_s,
-                     (double)zs.pool_used_high / (1 << 30), (double)zs.pool_reserved_high / (1 << 30));
+                     (long long)zs.trace_mismatches, zs.h2d_bytes / (1 << 30), zs.d2h_bytes / (1 << 30), staged,
+                     zs.cpu_adam_s, (double)zs.pool_used_high / (1 << 30), (double)zs.pool_reserved_high / (1 << 30));
             trainer_log_line(&t->log, line);
         }
         int stop_sig = signals_stop_signal();

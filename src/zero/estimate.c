@@ -22,9 +22,10 @@ void zero_estimate_layout(const ZeroOptions* o, const ZeroLayout* L, ZeroMemEsti
     const size_t xs = dtype_size(o->working_dtype), gs = dtype_size(o->grad_dtype), cs = dtype_size(o->comm_dtype),
                  as = dtype_size(o->accum_dtype);
     const bool x32 = o->working_dtype == DT_F32;
-    size_t numel_total = 0, max_part = 8;
+    size_t numel_total = 0, max_part = 8, max_numel = 8;
     for (int u = 0; u < L->num_units; u++) {
         numel_total += L->numel[u];
+        max_numel = T5_MAX(max_numel, L->numel[u]);
         max_part = T5_MAX(max_part, L->part[u]);
         if (L->group_cpu[L->unit_group[u]]) e->cpu_numel += L->part[u];
         else e->gpu_numel += L->part[u];
@@ -43,6 +44,15 @@ void zero_estimate_layout(const ZeroOptions* o, const ZeroLayout* L, ZeroMemEsti
     e->host_pinned = (o->optimizer_pin_memory ? e->host_master + e->host_m + e->host_v + e->host_gacc : 0) +
                      ((o->offload_param ? o->param_pin_memory : pin_any) ? e->host_w : 0);
     e->host_pageable = e->host_total - e->host_pinned;
+    // the staging rings, only when something is pageable: a slot is the largest single transfer (a unit's part in
+    // fp32: its master's views, an fp32 gather; 16-bit parts and gradient buckets are smaller) up to the cap
+    if (e->host_pageable > 0) {
+        e->staging_count = T5_MAX(o->buffer_count, 1);
+        e->staging_slot_bytes = T5_MIN(ZERO_STAGING_SLOT_MAX_BYTES, CEIL_DIV(max_numel * 4, (size_t)4096) * 4096);
+        e->host_staging = (size_t)ZERO_STAGING_RINGS * (size_t)e->staging_count * e->staging_slot_bytes;
+        e->host_total += e->host_staging;
+        e->host_pinned += e->host_staging;
+    }
     // device: master, m, v, gacc of the GPU units; resident weights / partitions; stage 1 gradients; views
     e->gpu_master = e->gpu_m = e->gpu_v = e->gpu_numel * 4;
     e->gpu_gacc = e->gpu_numel * as;

@@ -52,8 +52,22 @@ typedef struct {
     int64_t peak_live_elems;  // stage 3: the schedule's peak of live non-persistent elements
     // host, allocated at creation
     size_t host_master, host_m, host_v, host_gacc, host_w;  // host_gacc 0 when it shares host_w
+    // the pinned staging rings (src/zero/staging.h) through which every copy between a pageable host buffer and the
+    // GPU goes: allocated only when some host buffer above is pageable (pin_memory false): ZERO_STAGING_RINGS rings
+    // (the main thread's, the CPU optimizer thread's) of staging_count (offload_optimizer.buffer_count) slots of
+    // staging_slot_bytes each; counted in host_pinned and host_total
+    int staging_count;
+    size_t staging_slot_bytes;
+    size_t host_staging;
     size_t host_total, host_pinned, host_pageable;
 } ZeroMemEstimate;
+
+// Staging rings (see host_staging above): one for the main thread (gradients down and up, gathers, the start-up
+// publish), one for the CPU optimizer thread (the new weights and fp32 views of each stepped unit); a slot holds
+// at most ZERO_STAGING_SLOT_MAX_BYTES (a few MiB: each chunk is one DMA, big enough to run at PCIe speed, small
+// enough that buffer_count of them overlap the host copies with the DMAs).
+#define ZERO_STAGING_RINGS 2
+#define ZERO_STAGING_SLOT_MAX_BYTES ((size_t)4 << 20)
 
 // True when the offloaded units' accumulated gradients share the host buffer of their 16-bit weights: stage 3
 // with both offloads (pinned alike), a 16-bit working dtype that is also the accumulation dtype, and

@@ -47,7 +47,9 @@ static void issue_gather(ZeroPart* P, int u, bool prefetch) {
     const size_t n = P->L.numel[u];
     if (!U->wfull) CUDA_CHECK(cudaMallocAsync(&U->wfull, n * P->xs, P->s_gather));
     // all-gather over one rank: this rank's partition is the whole unit
-    CUDA_CHECK(cudaMemcpyAsync(U->wfull, U->wpart, P->L.part[u] * P->xs, cudaMemcpyDefault, P->s_gather));
+    // a pageable host partition (offload_param pin_memory false) goes through ring_main: its bytes are read now,
+    // after zp_wait_unit_updated above saw the CPU step's result written (part.h, staging ring)
+    zp_copy_to_dev(P, P->ring_main, U->wfull, U->wpart, P->L.part[u] * P->xs, cudaMemcpyDefault, P->s_gather);
     if (U->wpart_host) P->st.h2d_bytes += (double)(P->L.part[u] * P->xs);
     CUDA_CHECK(cudaEventRecord(U->ev_gathered, P->s_gather));
     U->gather_waited = false;

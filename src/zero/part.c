@@ -54,6 +54,75 @@ static int dev_alloc(ZeroPart* P, void** p, size_t bytes, const char* what, char
     return 0;
 }
 
+// ---------------------------------------------------------------------------------------------
+// staging rings (part.h, staging.h): the CUDA side of ZeroRingOps
+
+static void ring_copy(void* ctx, int slot, void* dst, const void* src, size_t n, bool to_host, void* stream) {
+    ZpRing* R = ctx;
+    cudaStream_t s = (cudaStream_t)stream;
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, n, to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice, s));
+    CUDA_CHECK(cudaEventRecord(R->ev[slot], s));
+}
+
+static void ring_wait(void* ctx, int slot) {
+    ZpRing* R = ctx;
+    CUDA_CHECK(cudaEventSynchronize(R->ev[slot]));
+}
+
+static ZpRing* ring_create(int count, size_t slot_bytes, const char* what, char* err, size_t errlen) {
+    ZpRing* R = calloc_check(1, sizeof *R);
+    if (host_buf_alloc(&R->mem, (size_t)count * slot_bytes, true, what, err, errlen)) {
+        free(R);
+        return NULL;
+    }
+    R->ev = calloc_check((size_t)count, sizeof *R->ev);
+    for (int k = 0; k < count; k++) CUDA_CHECK(cudaEventCreateWithFlags(&R->ev[k], cudaEventDisableTiming));
+    zero_ring_init(&R->r, count, slot_bytes, R->mem.ptr, (ZeroRingOps){ring_copy, ring_wait, R});
+    return R;
+}
+
+static void ring_destroy(ZpRing* R) {
+    if (!R) return;
+    const int count = R->r.count;
+    zero_ring_free(&R->r);  // retires what is pending first
+    for (int k = 0; k < count; k++) cudaEventDestroy(R->ev[k]);
+    free(R->ev);
+    host_buf_free(&R->mem);
+    free(R);
+}
+
+void zp_ring_drain(ZpRing* ring) {
+    if (ring) zero_ring_drain(&ring->r);
+}
+
+bool zp_host_pageable(const ZeroPart* P, const void* p) {
+    const HostBuf* b[] = {&P->h_master, &P->h_m, &P->h_v, &P->h_gacc, &P->h_w};
+    const char* c = p;
+    for (size_t i = 0; i < T5_ARRAY_LEN(b); i++)
+        if (b[i]->ptr && c >= (const char*)b[i]->ptr && c < (const char*)b[i]->ptr + b[i]->bytes) return !b[i]->pinned;
+    return false;
+}
+
+void zp_copy_to_dev(ZeroPart* P, ZpRing* ring, void* dst, const void* src, size_t bytes, enum cudaMemcpyKind kind,
+                    cudaStream_t s) {
+    if (!zp_host_pageable(P, src)) {
+        CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, s));
+        return;
+    }
+    if (!ring) t5_die(T5_EXIT_FAILURE, "internal: ZeRO copy from a pageable host buffer without a staging ring");
+    zero_ring_h2d(&ring->r, dst, src, bytes, s);
+}
+
+void zp_copy_to_host(ZeroPart* P, ZpRing* ring, void* dst, const void* src, size_t bytes, enum cudaMemcpyKind kind,
+                     cudaStream_t s) {
+    if (!zp_host_pageable(P, dst)) {
+        CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, s));
+        return;
+    }
+    if (!ring) t5_die(T5_EXIT_FAILURE, "internal: ZeRO copy to a pageable host buffer without a staging ring");
+    zero_ring_d2h(&ring->r, dst, src, bytes, s);
+}
+
 void zero_options_default(ZeroOptions* o) {
     memset(o, 0, sizeof *o);
     o->stage = 0;
@@ -178,10 +247,11 @@ ZeroPart* zp_create(const ZeroOptions* o, int num_units, const size_t* unit_nume
     if (host_total + margin > avail) {
         t5_set_err(err, errlen,
                    "not enough host memory for this ZeRO plan: %.2f GiB asked (fp32 master + Adam m, v %.2f GiB, "
-                   "gradients %.2f GiB, 16-bit weights %.2f GiB for %.3g offloaded parameters), %.2f GiB available; "
-                   "lower offload_optimizer.ratio (keeps part of the optimizer on the GPU) or use fewer parameters",
+                   "gradients %.2f GiB, 16-bit weights %.2f GiB for %.3g offloaded parameters, pinned staging %.2f "
+                   "GiB), %.2f GiB available; lower offload_optimizer.ratio (keeps part of the optimizer on the GPU) "
+                   "or use fewer parameters",
                    gib((double)host_total), gib(3.0 * (double)h_state), gib((double)h_gacc), gib((double)h_w),
-                   (double)cpu_part, gib((double)avail));
+                   (double)cpu_part, gib((double)E.host_staging), gib((double)avail));
         goto fail;
     }
     // device: master, m, v, gacc of the GPU units; partitions / resident weights; stage 1 gradients; views
@@ -210,6 +280,22 @@ ZeroPart* zp_create(const ZeroOptions* o, int num_units, const size_t* unit_nume
                        o->offload_param ? "offloaded 16-bit parameters" : "16-bit weights of the CPU optimizer", err,
                        errlen))
         goto fail;
+    // the pinned staging rings, only when some host buffer is pageable (estimate.c sizes them)
+    if (E.host_staging > 0) {
+        P->ring_main = ring_create(E.staging_count, E.staging_slot_bytes, "pinned staging ring (main thread)", err,
+                                   errlen);
+        if (!P->ring_main) goto fail;
+        P->ring_opt = ring_create(E.staging_count, E.staging_slot_bytes, "pinned staging ring (CPU optimizer)", err,
+                                  errlen);
+        if (!P->ring_opt) goto fail;
+    }
+    {
+        const size_t host_got = P->h_master.bytes + P->h_m.bytes + P->h_v.bytes + P->h_gacc.bytes + P->h_w.bytes +
+                                (P->ring_main ? P->ring_main->mem.bytes + P->ring_opt->mem.bytes : 0);
+        if (host_got != E.host_total)
+            t5_die(T5_EXIT_FAILURE, "internal: ZeRO allocated %zu host bytes, src/zero/estimate.c says %zu", host_got,
+                   E.host_total);
+    }
     if (dev_alloc(P, (void**)&P->d_master, gpu_part * 4, "fp32 master weights", err, errlen) ||
         dev_alloc(P, (void**)&P->d_m, gpu_part * 4, "Adam first moments", err, errlen) ||
         dev_alloc(P, (void**)&P->d_v, gpu_part * 4, "Adam second moments", err, errlen) ||
@@ -329,6 +415,9 @@ void zp_destroy(ZeroPart* P) {
                    P->d_bucket, P->d_slots, P->d_flags, P->d_sq_scratch};
     for (size_t i = 0; i < T5_ARRAY_LEN(dev); i++)
         if (dev[i]) cudaFree(dev[i]);
+    // every pending D2H of a ring lands (or is dropped with the buffers right after): retire before freeing
+    ring_destroy(P->ring_main);
+    ring_destroy(P->ring_opt);
     host_buf_free(&P->h_master);
     host_buf_free(&P->h_m);
     host_buf_free(&P->h_v);
@@ -365,42 +454,48 @@ void* zp_unit_x_dst(ZeroPart* P, int u) {
     return (char*)U->wfull + P->L.lo[u] * P->xs;
 }
 
-// views of unit u from its master (owned range; one rank: the whole unit), on stream s
-void zp_publish_views(ZeroPart* P, int u, cudaStream_t s) {
+// views of unit u from its master (owned range; one rank: the whole unit), on stream s; a pageable host master
+// goes through `ring` (the calling thread's)
+void zp_publish_views(ZeroPart* P, int u, cudaStream_t s, ZpRing* ring) {
     ZpUnit* U = &P->u[u];
     const size_t lo = P->L.lo[u];
     for (int k = 0; k < U->nviews; k++)
-        CUDA_CHECK(cudaMemcpyAsync(U->view_ptr[k], U->master + (U->view_off[k] - lo), U->view_numel[k] * 4,
-                                   cudaMemcpyDefault, s));
+        zp_copy_to_dev(P, ring, U->view_ptr[k], U->master + (U->view_off[k] - lo), U->view_numel[k] * 4,
+                       cudaMemcpyDefault, s);
 }
 
-void zp_publish_unit_host(ZeroPart* P, int u) {
+// called by the CPU optimizer thread (ring_opt) after its AdamW wrote the unit, and by zp_sync_working on the main
+// thread (ring_main) while the optimizer thread is idle. Through a ring, the host bytes are copied into the slots
+// before this returns: the host may write whost / master again once the next step's gradients are in.
+void zp_publish_unit_host(ZeroPart* P, int u, ZpRing* ring) {
     ZpUnit* U = &P->u[u];
     void* dst = zp_unit_x_dst(P, u);
     const size_t n = P->L.hi[u] - P->L.lo[u];
     if (dst) {
         const void* src = P->X == DT_F32 ? (const void*)U->master : U->whost;
-        CUDA_CHECK(cudaMemcpyAsync(dst, src, n * P->xs, cudaMemcpyDefault, P->s_copy));
+        zp_copy_to_dev(P, ring, dst, src, n * P->xs, cudaMemcpyDefault, P->s_copy);
         __atomic_add_fetch(&P->thread_h2d, (int64_t)(n * P->xs), __ATOMIC_RELAXED);
     }
-    zp_publish_views(P, u, P->s_copy);
+    zp_publish_views(P, u, P->s_copy, ring);
     CUDA_CHECK(cudaEventRecord(U->ev_updated, P->s_copy));
 }
 
 void zp_sync_working(ZeroPart* P, cudaStream_t s) {
     zp_optimizer_wait(P);
+    // a gradient D2H still pending in the ring would land in whost (shared buffers) after the rounding below
+    zp_ring_drain(P->ring_main);
     for (int u = 0; u < P->num_units; u++) {
         ZpUnit* U = &P->u[u];
         const size_t n = P->L.hi[u] - P->L.lo[u];
         if (U->opt_cpu) {
             if (P->X != DT_F32) host_round_to_x(U->whost, P->X, U->master, n);
-            zp_publish_unit_host(P, u);
+            zp_publish_unit_host(P, u, P->ring_main);
             CUDA_CHECK(cudaStreamWaitEvent(s, U->ev_updated, 0));
         } else {
             void* dst = zp_unit_x_dst(P, u);
             if (P->X == DT_F32) CUDA_CHECK(cudaMemcpyAsync(dst, U->master, n * 4, cudaMemcpyDeviceToDevice, s));
             else cast(dst, P->X, U->master, DT_F32, n, s);
-            zp_publish_views(P, u, s);
+            zp_publish_views(P, u, s, NULL);  // a GPU unit's master is on the device
         }
         U->stale = true;
     }
@@ -412,6 +507,7 @@ void zp_optimizer_skip(ZeroPart* P) {
     if (!P->share_gw) return;
     zp_optimizer_wait(P);
     CUDA_CHECK(cudaEventSynchronize(P->ev_grads_done));  // every gradient copy into the shared buffers landed
+    zp_ring_drain(P->ring_main);  // ... including those through the staging ring (zp_grad_norm drained it already)
     for (int u = 0; u < P->num_units; u++) {
         ZpUnit* U = &P->u[u];
         if (U->opt_cpu) host_round_to_x(U->whost, P->X, U->master, P->L.hi[u] - P->L.lo[u]);

@@ -18,6 +18,33 @@
  *   wfull          (numel) X       the gathered unit on the GPU: resident at stages 1/2, per fetch at stage 3
  *   grad           (numel) G       the backward's gradient: resident at stage 1, per backward at 2/3
  *   views          fp32 copies of the tensors the model reads in fp32, resident on the GPU
+ *
+ * Staging ring (pin_memory false: some of h_master/m/v, h_gacc, h_w are pageable). Every copy between a pageable
+ * engine host buffer and the GPU on the step's path goes through a pinned staging ring (staging.h; sizes in
+ * estimate.c): zp_copy_to_dev / zp_copy_to_host pick the ring when the host side lies in a pageable HostBuf and
+ * issue the plain cudaMemcpyAsync otherwise, so with every buffer pinned (no ring) nothing changes. Two rings, one
+ * per thread: ring_main (the thread that drives the model: gradients down and, with accumulation, up (reduce.c);
+ * gathers of offloaded 16-bit partitions (gather.c); zp_sync_working's publish) and ring_opt (the CPU optimizer
+ * thread: each stepped unit's 16-bit weights and fp32 views, zp_publish_unit_host). The ordering rules:
+ *   - an H2D through a ring reads its pageable source when it is issued (the host copies it into the slot), not
+ *     when the stream gets there. Every source is final by then: a gather of an offloaded unit is issued after
+ *     the host waited for the CPU step of that unit (zp_wait_unit_updated); the publish after the CPU AdamW
+ *     wrote the unit (same thread); the accumulation's H2D of gacc reads what the previous micro-batch's D2H put
+ *     there, which the ring retires first (zero_ring_h2d retires pending D2H overlapping its source), and
+ *     nothing else writes gacc between micro-batches.
+ *   - a D2H through ring_main (gradients into pageable gacc, or into the shared 16-bit weights, share_gw) lands in
+ *     its destination only when the ring retires it. Host readers of gacc / whost: the CPU optimizer thread
+ *     (after ev_grads_done) and zp_optimizer_skip. zp_grad_norm drains ring_main (every D2H retired: waited for
+ *     and copied out) before it returns, and zp_optimizer_step / zp_optimizer_skip drain it again before the
+ *     thread is handed the step (opt_step++ under mu: the thread's reads happen after the main thread's copies)
+ *     or the weights are rounded again. So by the time anyone reads gacc after ev_grads_done, the bytes are
+ *     there. The next writer of a unit's host slot after that is the next step's zp_grad_ready, which first
+ *     waits for the CPU step of the unit (zp_wait_unit_updated).
+ *   - a slot is reused only after its copy completed (cudaEventSynchronize on the slot's event); copies run on
+ *     the stream the plain copy would have used, so stream order is unchanged.
+ * Not through a ring (not on the step's path): the start-up random init's copies into the master
+ * (model/t5_weights.c, cudaMemcpyDefault from the device: the driver stages a pageable destination) and the
+ * synchronous state / master copies of zero.c and state_copy here, which touch host buffers only with memcpy.
  */
 #pragma once
 #include <cuda_runtime.h>
@@ -30,6 +57,7 @@
 #include "cpu_adam.h"
 #include "host_mem.h"
 #include "plan.h"
+#include "staging.h"
 
 typedef struct {
     size_t offset, numel;  // inside the unit
@@ -69,6 +97,13 @@ typedef struct {
     int num_buckets;
 } ZpUnit;
 
+// a staging ring with its pinned memory and one CUDA event per slot (staging.h)
+typedef struct {
+    ZeroRing r;
+    HostBuf mem;
+    cudaEvent_t* ev;
+} ZpRing;
+
 typedef struct ZeroPart {
     ZeroOptions o;
     ZeroLayout L;
@@ -80,6 +115,8 @@ typedef struct ZeroPart {
     ZpUnit* u;
     // memory
     HostBuf h_master, h_m, h_v, h_gacc, h_w;   // host partitions of the CPU-stepped units
+    ZpRing* ring_main;       // staging rings (above): NULL when every host buffer is pinned
+    ZpRing* ring_opt;
     void* d_state;           // device partitions of the GPU-stepped units: master, m, v, gacc (one allocation each)
     float* d_master;
     float* d_m;
@@ -139,9 +176,20 @@ void zp_optimizer_skip(ZeroPart* P);
 void zp_state_read(ZeroPart* P, int which, size_t offset, size_t n, float* out);
 void zp_state_write(ZeroPart* P, int which, size_t offset, size_t n, const float* in);
 const float* zp_fp32_tensor(ZeroPart* P, int unit, size_t offset);
-void zp_publish_unit_host(ZeroPart* P, int unit);
+// CPU unit: H2D of its new weights + views on s_copy, then ev_updated; ring: the calling thread's
+void zp_publish_unit_host(ZeroPart* P, int unit, ZpRing* ring);
 void* zp_unit_x_dst(ZeroPart* P, int unit);        // GPU destination of its 16-bit weights, or NULL (host)
-void zp_publish_views(ZeroPart* P, int unit, cudaStream_t s);  // CPU unit: H2D of its new weights + views (s_copy)
+void zp_publish_views(ZeroPart* P, int unit, cudaStream_t s, ZpRing* ring);  // fp32 views from the master
+// true when p lies in one of the engine's pageable host buffers
+bool zp_host_pageable(const ZeroPart* P, const void* p);
+// dst (GPU) <- src, and dst (host) <- src (GPU): through `ring` when the host side is pageable, else the plain
+// cudaMemcpyAsync(kind) on s. ring: the calling thread's (ring_main or ring_opt).
+void zp_copy_to_dev(ZeroPart* P, ZpRing* ring, void* dst, const void* src, size_t bytes, enum cudaMemcpyKind kind,
+                    cudaStream_t s);
+void zp_copy_to_host(ZeroPart* P, ZpRing* ring, void* dst, const void* src, size_t bytes, enum cudaMemcpyKind kind,
+                     cudaStream_t s);
+// every D2H issued through the ring has landed in its destination (no-op without a ring)
+void zp_ring_drain(ZpRing* ring);
 // gather.c
 void* zp_fetch(ZeroPart* P, int unit, cudaStream_t s);
 void zp_release(ZeroPart* P, int unit, cudaStream_t s);

@@ -8,10 +8,12 @@
  *                       converted to communication_data_type (if it differs) and pre-divided by the world size,
  *                       reduce-scattered (one rank: the piece is already this rank's),
  *                       accumulated into the partition's slot in grad_accum_dtype (= on micro-batch 0, += after;
- *                       a host slot goes through the staging buffer: up, add, down),
+ *                       a host slot goes through the staging buffer: up, add, down; a pageable host slot also
+ *                       through the pinned staging ring, part.h),
  *                       on the last micro-batch, its squared norm and non-finite flag go to the bucket's slot;
  *                     then the unit's full gradient buffer is freed (stages 2/3).
- * zero_grad_norm      waits for s_grad and sums the slots in bucket order (deterministic).
+ * zero_grad_norm      waits for s_grad and sums the slots in bucket order (deterministic); drains the staging ring
+ *                     (pageable host gradients complete on the host before it returns).
  */
 #include <stdio.h>
 
@@ -72,13 +74,16 @@ void zp_grad_ready(ZeroPart* P, int u, cudaStream_t s) {
             if (src == st) {  // the comm conversion used the staging buffer: accumulate in place
                 if (add) t5_die(T5_EXIT_FAILURE, "internal: ZeRO staging buffer aliasing with accumulation");
             }
+            // pinned gacc: plain async copies. Pageable gacc: through ring_main (part.h): the H2D reads the host
+            // slot now, after the ring retired the previous micro-batch's D2H into it; the D2H lands when the ring
+            // retires it (at the latest in zp_grad_norm's drain, before any host reader).
             if (add) {
-                CUDA_CHECK(cudaMemcpyAsync(st, dst, len * P->as, cudaMemcpyHostToDevice, gs));
+                zp_copy_to_dev(P, P->ring_main, st, dst, len * P->as, cudaMemcpyHostToDevice, gs);
                 P->st.h2d_bytes += (double)(len * P->as);
             }
             if (src != st || sdt != P->A) grad_accumulate(st, P->A, src, sdt, len, add, 1.0f, gs);
             if (last) grad_sumsq(st, P->A, len, slot, flag, P->d_sq_scratch, gs);
-            CUDA_CHECK(cudaMemcpyAsync(dst, st, len * P->as, cudaMemcpyDeviceToHost, gs));
+            zp_copy_to_host(P, P->ring_main, dst, st, len * P->as, cudaMemcpyDeviceToHost, gs);
             P->st.d2h_bytes += (double)(len * P->as);
         }
     }
@@ -97,4 +102,9 @@ void zp_grad_norm(ZeroPart* P, float* d_norm2, int* d_overflow, cudaStream_t s) 
     CUDA_CHECK(cudaEventRecord(P->ev_grads_done, P->s_grad));
     CUDA_CHECK(cudaStreamWaitEvent(s, P->ev_grads_done, 0));
     grad_sumsq_combine(P->d_slots, P->d_flags, P->num_slots, d_norm2, d_overflow, s);
+    // pageable host gradients: the D2H copies went into ring_main's slots; retire them all now (the host waits for
+    // s_grad's copies, which the trainer waits for right after anyway, and moves the last slots out), so that the
+    // host gacc / shared whost is complete before the CPU optimizer thread, which reads it once ev_grads_done has
+    // passed, is handed the step (zp_optimizer_step drains again, a no-op then). No ring: nothing to do.
+    zp_ring_drain(P->ring_main);
 }

@@ -53,7 +53,9 @@ static void* opt_thread(void* arg) {
         ca.step = a.step;
         ca.bias_correction1 = a.bias_correction1;
         ca.bias_correction2 = a.bias_correction2;
-        // the gradients of the CPU units are on the host once s_grad has passed ev_grads_done
+        // the gradients of the CPU units are on the host once s_grad has passed ev_grads_done (pinned: the DMA
+        // wrote them; pageable: the main thread drained its staging ring in zp_grad_norm / zp_optimizer_step
+        // before opt_step++, so the ring's host copies happened before this thread took the step)
         CUDA_CHECK(cudaEventSynchronize(P->ev_grads_done));
         const double t0 = now_s();
         // sub-group by sub-group (DeepSpeed's step granularity), and inside a group unit by unit: each unit's new
@@ -62,7 +64,7 @@ static void* opt_thread(void* arg) {
             if (!P->L.group_cpu[g]) continue;
             for (int u = P->L.group_first[g]; u < P->L.group_first[g] + P->L.group_count[g]; u++) {
                 cpu_step_unit(P, u, &a, &ca);
-                zp_publish_unit_host(P, u);
+                zp_publish_unit_host(P, u, P->ring_opt);  // this thread's own staging ring (pageable buffers)
                 pthread_mutex_lock(&P->mu);
                 P->u[u].updated_step = step;
                 pthread_cond_broadcast(&P->cv);
@@ -142,7 +144,7 @@ void zp_optimizer_step(ZeroPart* P, const ZeroStepArgs* a, cudaStream_t s) {
             if (P->X == DT_F32)
                 CUDA_CHECK(cudaMemcpyAsync(zp_unit_x_dst(P, u), U->master, (P->L.hi[u] - P->L.lo[u]) * 4,
                                            cudaMemcpyDeviceToDevice, s));
-            zp_publish_views(P, u, s);
+            zp_publish_views(P, u, s, NULL);  // a GPU unit's master is on the device
         }
     }
     CUDA_CHECK(cudaEventRecord(P->ev_gpu_step, s));
@@ -151,6 +153,9 @@ void zp_optimizer_step(ZeroPart* P, const ZeroStepArgs* a, cudaStream_t s) {
     for (int u = 0; u < P->num_units; u++)
         if (P->u[u].wfull && P->o.stage == 3) P->u[u].stale = true;
     if (P->thread_started) {
+        // pageable host gradients: every D2H of ring_main has landed before the thread may read them (zp_grad_norm
+        // drained it; this keeps the rule local). The mutex below orders these host writes before its reads.
+        zp_ring_drain(P->ring_main);
         pthread_mutex_lock(&P->mu);
         P->pending = *a;
         P->opt_step++;

@@ -343,6 +343,7 @@ void zero_stats(const ZeroEngine* Z, ZeroStats* out) {
     }
     *out = Z->P->st;
     out->h2d_bytes += (double)__atomic_load_n(&Z->P->thread_h2d, __ATOMIC_RELAXED);
+    if (Z->P->ring_main) out->staged_bytes = zero_ring_bytes(&Z->P->ring_main->r) + zero_ring_bytes(&Z->P->ring_opt->r);
     uint64_t used = 0, reserved = 0;
     if (cudaMemPoolGetAttribute(Z->P->pool, cudaMemPoolAttrUsedMemHigh, &used) == cudaSuccess &&
         cudaMemPoolGetAttribute(Z->P->pool, cudaMemPoolAttrReservedMemHigh, &reserved) == cudaSuccess) {
@@ -358,6 +359,10 @@ void zero_stats_reset(ZeroEngine* Z) {
     s->h2d_bytes = s->d2h_bytes = 0;
     s->gathers = s->prefetches = s->releases = s->trace_mismatches = 0;
     __atomic_store_n(&Z->P->thread_h2d, 0, __ATOMIC_RELAXED);
+    if (Z->P->ring_main) {
+        zero_ring_reset_bytes(&Z->P->ring_main->r);
+        zero_ring_reset_bytes(&Z->P->ring_opt->r);
+    }
 }
 
 // memcpy on every core (a unit is up to a few hundred MB; one core copies about 5 GB/s)

@@ -1,0 +1,141 @@
+/*
+ * staging.c: the pinned staging ring (see staging.h). No CUDA call: the copies and waits are ZeroRingOps.
+ */
+#include "staging.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "../base/common.h"
+
+size_t zero_staging_num_chunks(size_t bytes, size_t slot_bytes) {
+    if (slot_bytes == 0) t5_die(T5_EXIT_FAILURE, "internal: staging ring with 0-byte slots");
+    return CEIL_DIV(bytes, slot_bytes);
+}
+
+void zero_staging_chunk(size_t bytes, size_t slot_bytes, size_t i, size_t* off, size_t* len) {
+    *off = i * slot_bytes;
+    *len = *off >= bytes ? 0 : T5_MIN(slot_bytes, bytes - *off);
+}
+
+void zero_ring_init(ZeroRing* R, int count, size_t slot_bytes, void* mem, ZeroRingOps ops) {
+    memset(R, 0, sizeof *R);
+    if (count < 1 || slot_bytes == 0 || !mem)
+        t5_die(T5_EXIT_FAILURE, "internal: staging ring of %d slots of %zu bytes", count, slot_bytes);
+    R->count = count;
+    R->slot_bytes = slot_bytes;
+    R->mem = mem;
+    R->slot = calloc_check((size_t)count, sizeof *R->slot);
+    R->ops = ops;
+    pthread_mutex_init(&R->mu, NULL);
+}
+
+static char* slot_mem(ZeroRing* R, int k) { return R->mem + (size_t)k * R->slot_bytes; }
+
+// The copy through slot k completed (waited for on the host); a device -> host copy's bytes move on to their
+// destination. Only then may the slot be written again (by the host for h2d, by the device for d2h).
+static void retire(ZeroRing* R, int k) {
+    ZeroRingSlot* sl = &R->slot[k];
+    if (!sl->busy) return;
+    R->ops.wait(R->ops.ctx, k);
+    if (sl->to_host) memcpy(sl->host_dst, slot_mem(R, k), sl->len);
+    memset(sl, 0, sizeof *sl);
+}
+
+// Retires, oldest first, the busy slots selected by `pick` (all, or the d2h ones overlapping [p, p + n)).
+static void retire_in_order(ZeroRing* R, bool all, const char* p, size_t n) {
+    for (;;) {
+        int best = -1;
+        for (int k = 0; k < R->count; k++) {
+            const ZeroRingSlot* sl = &R->slot[k];
+            if (!sl->busy) continue;
+            if (!all && !(sl->to_host && sl->host_dst < p + n && p < sl->host_dst + sl->len)) continue;
+            if (best < 0 || sl->seq < R->slot[best].seq) best = k;
+        }
+        if (best < 0) return;
+        retire(R, best);
+    }
+}
+
+// The next slot, round robin, retired first if its last copy is still pending.
+static int take(ZeroRing* R) {
+    const int k = R->next;
+    R->next = (R->next + 1) % R->count;
+    if (R->slot[k].busy) {
+        R->reuse_waits++;
+        retire(R, k);
+    }
+    return k;
+}
+
+void zero_ring_h2d(ZeroRing* R, void* dev_dst, const void* host_src, size_t n, void* s) {
+    if (n == 0) return;
+    pthread_mutex_lock(&R->mu);
+    // the host reads host_src now: a device -> host transfer of this ring still pending into it lands first
+    retire_in_order(R, false, host_src, n);
+    const size_t nc = zero_staging_num_chunks(n, R->slot_bytes);
+    for (size_t i = 0; i < nc; i++) {
+        size_t off, len;
+        zero_staging_chunk(n, R->slot_bytes, i, &off, &len);
+        const int k = take(R);
+        memcpy(slot_mem(R, k), (const char*)host_src + off, len);
+        R->ops.copy(R->ops.ctx, k, (char*)dev_dst + off, slot_mem(R, k), len, false, s);
+        R->slot[k] = (ZeroRingSlot){.busy = true, .to_host = false, .host_dst = NULL, .len = len, .seq = ++R->seq};
+        R->chunks++;
+    }
+    R->bytes += (double)n;
+    pthread_mutex_unlock(&R->mu);
+}
+
+void zero_ring_d2h(ZeroRing* R, void* host_dst, const void* dev_src, size_t n, void* s) {
+    if (n == 0) return;
+    pthread_mutex_lock(&R->mu);
+    // an older pending transfer into the same bytes lands first (it would otherwise overwrite this one's later)
+    retire_in_order(R, false, host_dst, n);
+    const size_t nc = zero_staging_num_chunks(n, R->slot_bytes);
+    for (size_t i = 0; i < nc; i++) {
+        size_t off, len;
+        zero_staging_chunk(n, R->slot_bytes, i, &off, &len);
+        const int k = take(R);
+        R->ops.copy(R->ops.ctx, k, slot_mem(R, k), (const char*)dev_src + off, len, true, s);
+        R->slot[k] = (ZeroRingSlot){.busy = true, .to_host = true, .host_dst = (char*)host_dst + off, .len = len,
+                                    .seq = ++R->seq};
+        R->chunks++;
+    }
+    R->bytes += (double)n;
+    pthread_mutex_unlock(&R->mu);
+}
+
+void zero_ring_drain(ZeroRing* R) {
+    pthread_mutex_lock(&R->mu);
+    retire_in_order(R, true, NULL, 0);
+    pthread_mutex_unlock(&R->mu);
+}
+
+void zero_ring_sync_range(ZeroRing* R, const void* p, size_t n) {
+    if (n == 0) return;
+    pthread_mutex_lock(&R->mu);
+    retire_in_order(R, false, p, n);
+    pthread_mutex_unlock(&R->mu);
+}
+
+double zero_ring_bytes(ZeroRing* R) {
+    pthread_mutex_lock(&R->mu);
+    const double b = R->bytes;
+    pthread_mutex_unlock(&R->mu);
+    return b;
+}
+
+void zero_ring_reset_bytes(ZeroRing* R) {
+    pthread_mutex_lock(&R->mu);
+    R->bytes = 0;
+    pthread_mutex_unlock(&R->mu);
+}
+
+void zero_ring_free(ZeroRing* R) {
+    if (!R->slot) return;
+    zero_ring_drain(R);
+    pthread_mutex_destroy(&R->mu);
+    free(R->slot);
+    memset(R, 0, sizeof *R);
+}
