@@ -33,6 +33,7 @@
  */
 #include <string.h>
 
+#include "../src/base/oom.h"
 #include "common.cuh"
 #include "elementwise.cuh"
 #include "matmul.cuh"
@@ -196,7 +197,8 @@ static const MatmulPlan* matmul_plan_get(const MatmulKey* k) {
 extern "C" void matmul_init(void) {
     if (matmul_handle) return;
     CUBLAS_CHECK(cublasLtCreate(&matmul_handle));
-    CUDA_CHECK(cudaMalloc(&matmul_workspace, MATMUL_WORKSPACE_BYTES));
+    CUDA_ALLOC_CHECK(cudaMalloc(&matmul_workspace, MATMUL_WORKSPACE_BYTES), "the cuBLASLt workspace",
+                     MATMUL_WORKSPACE_BYTES);
     memset(matmul_cache, 0, sizeof matmul_cache);
     matmul_cache_next = 0;
 }

@@ -13,6 +13,7 @@
 
 #include "../base/check.h"
 #include "../base/common.h"
+#include "../base/oom.h"
 #include "part.h"
 
 static bool unit_is_updated(ZeroPart* P, int u) {
@@ -45,7 +46,11 @@ static void issue_gather(ZeroPart* P, int u, bool prefetch) {
     ZpUnit* U = &P->u[u];
     zp_wait_unit_updated(P, u, P->s_gather);
     const size_t n = P->L.numel[u];
-    if (!U->wfull) CUDA_CHECK(cudaMallocAsync(&U->wfull, n * P->xs, P->s_gather));
+    if (!U->wfull) {
+        char what[160];
+        snprintf(what, sizeof what, "the gathered stage 3 unit %s", P->name[u]);
+        CUDA_ALLOC_CHECK(cudaMallocAsync(&U->wfull, n * P->xs, P->s_gather), what, n * P->xs);
+    }
     // all-gather over one rank: this rank's partition is the whole unit
     // a pageable host partition (offload_param pin_memory false) goes through ring_main: its bytes are read now,
     // after zp_wait_unit_updated above saw the CPU step's result written (part.h, staging ring)

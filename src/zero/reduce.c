@@ -20,6 +20,7 @@
 #include "../../cuda/grad_accum.cuh"
 #include "../base/check.h"
 #include "../base/common.h"
+#include "../base/oom.h"
 #include "part.h"
 
 void* zp_grad(ZeroPart* P, int u, cudaStream_t s) {
@@ -27,7 +28,9 @@ void* zp_grad(ZeroPart* P, int u, cudaStream_t s) {
     if (U->grad_ready) zp_contract_failed(P, u, "zero_grad", "gradient asked for after grad_ready in the same step");
     if (!U->grad_alloc) {
         const size_t bytes = P->L.numel[u] * P->gs;
-        CUDA_CHECK(cudaMallocAsync(&U->grad, bytes, s));
+        char what[160];
+        snprintf(what, sizeof what, "the gradient of %s", P->name[u]);
+        CUDA_ALLOC_CHECK(cudaMallocAsync(&U->grad, bytes, s), what, bytes);
         if (U->has_gaps) CUDA_CHECK(cudaMemsetAsync(U->grad, 0, bytes, s));
         U->grad_alloc = true;
     }
