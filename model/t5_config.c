@@ -256,6 +256,7 @@ int t5_config_save_json(const T5Config* cfg, const char* path, char* err, size_t
     json_t* o = json_object();
     json_object_set_new(o, "architectures", json_pack("[s]", "T5ForConditionalGeneration"));
     json_object_set_new(o, "model_type", json_string("t5"));
+    json_object_set_new(o, "classifier_dropout", json_real(0.0));  // T5Config's defaults, written by transformers 5.x
     json_object_set_new(o, "d_ff", json_integer(cfg->d_ff));
     json_object_set_new(o, "d_kv", json_integer(cfg->d_kv));
     json_object_set_new(o, "d_model", json_integer(cfg->d_model));
@@ -265,6 +266,8 @@ int t5_config_save_json(const T5Config* cfg, const char* path, char* err, size_t
     json_object_set_new(o, "eos_token_id", json_integer(cfg->eos_token_id));
     json_object_set_new(o, "feed_forward_proj", json_string(gated ? "gated-gelu" : "relu"));
     json_object_set_new(o, "initializer_factor", json_real(1.0));
+    json_object_set_new(o, "dtype", json_string("float32"));  // t5train saves fp32 weights
+    json_object_set_new(o, "is_decoder", json_false());
     json_object_set_new(o, "is_encoder_decoder", json_true());
     json_object_set_new(o, "is_gated_act", json_boolean(gated));
     json_object_set_new(o, "layer_norm_epsilon", json_real(float_to_short_double(cfg->layer_norm_epsilon)));
