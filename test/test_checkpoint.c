@@ -575,6 +575,22 @@ static void test_rotate(void** state) {
     assert_false(t5_path_exists(d));
     free(d);
     assert_int_equal(checkpoint_rotate(out, 0, 700, -1, NULL, err, sizeof err), 0);  // 0: keep all
+    // HF's end of training with save_total_limit 1 and a best checkpoint: only the best one stays (the temporary
+    // directory of an interrupted save is not a checkpoint and is left alone)
+    save_checkpoint(out, 800);
+    save_checkpoint(out, 900);
+    report_open(&r);
+    assert_int_equal(checkpoint_keep_only(out, 800, r.f, err, sizeof err), 2);  // 700 and the newest, 900, go
+    report_close(&r);
+    assert_contains(r.buf, "checkpoint-900] due to args.save_total_limit");
+    free(r.buf);
+    latest = checkpoint_find_latest(out, true, NULL);
+    assert_non_null(latest);
+    assert_non_null(strstr(latest, "/checkpoint-800"));
+    free(latest);
+    tmp = t5_path_join(out, "checkpoint-600.tmp-1");
+    assert_true(t5_is_dir(tmp));
+    free(tmp);
     free(out);
 }
 

@@ -778,6 +778,41 @@ char* checkpoint_resolve_resume(const char* arg, const char* output_dir, FILE* r
     return strdup_check(arg);
 }
 
+// one complete checkpoint deleted, marker first (an interrupted delete leaves an incomplete checkpoint)
+static int delete_checkpoint(const char* path, FILE* report, char* err, size_t errcap) {
+    char* mp = t5_path_join(path, CHECKPOINT_MARKER);
+    int rc = unlink(mp);
+    free(mp);
+    fsync_path(path, true);
+    if (rc != 0 || checkpoint_remove_tree(path) != 0) {
+        snprintf(err, errcap, "cannot delete old checkpoint %s: %s", path, strerror(errno));
+        return -1;
+    }
+    if (report) fprintf(report, "Deleting older checkpoint [%s] due to args.save_total_limit\n", path);
+    return 0;
+}
+
+int checkpoint_keep_only(const char* output_dir, int64_t keep_step, FILE* report, char* err, size_t errcap) {
+    int n;
+    Candidate* c = list_checkpoints(output_dir, &n, NULL);
+    int deleted = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t s;
+        int w;
+        char why[256];
+        if (c[i].leftover || c[i].step == keep_step || read_marker(c[i].path, &s, &w, why, sizeof why) != 0 ||
+            s != c[i].step)
+            continue;
+        if (delete_checkpoint(c[i].path, report, err, errcap)) {
+            free_candidates(c, n);
+            return -1;
+        }
+        deleted++;
+    }
+    free_candidates(c, n);
+    return deleted;
+}
+
 int checkpoint_rotate(const char* output_dir, int limit, int64_t keep_step, int64_t best_step, FILE* report,
                       char* err, size_t errcap) {
     if (limit <= 0) return 0;
@@ -797,17 +832,11 @@ int checkpoint_rotate(const char* output_dir, int limit, int64_t keep_step, int6
     for (int i = 0; i < m && remaining > limit; i++) {
         int64_t s = done[i].step;
         if (s == keep_step || s == best_step || i == m - 1) continue;
-        char* mp = t5_path_join(done[i].path, CHECKPOINT_MARKER);
-        int rc = unlink(mp);  // marker first: an interrupted delete leaves an incomplete checkpoint
-        free(mp);
-        fsync_path(done[i].path, true);
-        if (rc != 0 || checkpoint_remove_tree(done[i].path) != 0) {
-            snprintf(err, errcap, "cannot delete old checkpoint %s: %s", done[i].path, strerror(errno));
+        if (delete_checkpoint(done[i].path, report, err, errcap)) {
             free(done);
             free_candidates(c, n);
             return -1;
         }
-        if (report) fprintf(report, "Deleting older checkpoint [%s] due to args.save_total_limit\n", done[i].path);
         deleted++;
         remaining--;
     }

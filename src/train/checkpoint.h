@@ -166,6 +166,9 @@ char* checkpoint_resolve_resume(const char* arg, const char* output_dir, FILE* r
 // keep_step (the one just written), the newest, or best_step (-1: none; we have no best metric yet).
 // Incomplete directories are left alone (find_latest reports them). Prints HF's line per deletion to report.
 // Returns the number deleted, or -1 with err set.
+// HF's end of training with save_total_limit 1 and a best checkpoint: every complete checkpoint but keep_step is
+// deleted (HF's line per deletion to report). Returns the number deleted, or -1 with err set.
+int checkpoint_keep_only(const char* output_dir, int64_t keep_step, FILE* report, char* err, size_t errcap);
 int checkpoint_rotate(const char* output_dir, int limit, int64_t keep_step, int64_t best_step, FILE* report,
                       char* err, size_t errcap);
 // Settles leftover checkpoint-*.tmp-* / .old-* directories (rank 0, at start, before this run saves): a

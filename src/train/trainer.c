@@ -1250,6 +1250,10 @@ int trainer_run(const TrainerArgs* a) {
                 t5_die(T5_EXIT_FAILURE, "loading the best model: %s", err);
             zero_sync_working(t->Z, t->s);
         }
+        // HF train(): with save_total_limit 1 and a best checkpoint, every other checkpoint goes at the end
+        if (a->save_total_limit == 1 && t->best.has_best &&
+            checkpoint_keep_only(a->output_dir, t->best.best_step, stdout, err, sizeof err) < 0)
+            t5_warn("%s", err);
         train_metrics = json_object();
         results_set_real(train_metrics, "epoch", t->hf.epoch);
         results_set_real(train_metrics, "train_loss",
