@@ -394,6 +394,9 @@ AdafactorPlan* adafactor_plan_create(const AdafactorTensor* tensors, int count) 
                            2 * (size_t)(nchunks ? nchunks : 1) * sizeof(double) +
                            (size_t)(count ? count : 1) * sizeof(AdafactorScalars);
     plan->scratch_bytes = scratch;
+    if (scratch != adafactor_plan_scratch_bytes_for(tensors, count))
+        t5_die(T5_EXIT_FAILURE, "internal: adafactor_plan_create's scratch (%zu bytes) is not adafactor_plan_scratch_bytes_for's",
+               scratch);
     CUDA_CHECK(cudaMalloc((void**)&plan->d_colpart, (size_t)(colpart ? colpart : 1) * sizeof(double)));
     CUDA_CHECK(cudaMalloc((void**)&plan->d_factors, (size_t)(nfactors ? nfactors : 1) * sizeof(float)));
     CUDA_CHECK(cudaMalloc((void**)&plan->d_psum, (size_t)(nchunks ? nchunks : 1) * sizeof(double)));
@@ -427,6 +430,25 @@ void adafactor_plan_free(AdafactorPlan* plan) {
 }
 
 size_t adafactor_plan_scratch_bytes(const AdafactorPlan* plan) { return plan ? plan->scratch_bytes : 0; }
+
+size_t adafactor_plan_scratch_bytes_for(const AdafactorTensor* tensors, int count) {
+    int64_t nchunks = 0, colpart = 0, nfactors = 0;
+    for (int i = 0; i < count; i++) {
+        const AdafactorTensor* t = &tensors[i];
+        const int64_t n = t->rows * t->cols;
+        if (n <= 0) continue;
+        if (t->factored) {
+            const int64_t rpc = T5_MAX((int64_t)ADAF_MIN_ROWS, (int64_t)ADAF_CHUNK / t->cols);
+            nchunks += CEIL_DIV(t->rows, rpc);
+            colpart += CEIL_DIV(t->rows, (int64_t)ADAF_COL_ROWS) * t->cols;
+            nfactors += t->cols + t->rows;
+        } else {
+            nchunks += CEIL_DIV(n, (int64_t)ADAF_CHUNK);
+        }
+    }
+    return (size_t)(colpart ? colpart : 1) * sizeof(double) + (size_t)(nfactors ? nfactors : 1) * sizeof(float) +
+           2 * (size_t)(nchunks ? nchunks : 1) * sizeof(double) + (size_t)(count ? count : 1) * sizeof(AdafactorScalars);
+}
 
 const AdafactorScalars* adafactor_plan_scalars(const AdafactorPlan* plan) { return plan->d_scalars; }
 

@@ -64,6 +64,9 @@ AdafactorPlan* adafactor_plan_create(const AdafactorTensor* tensors, int count);
 void adafactor_plan_free(AdafactorPlan* plan);
 // Device bytes of the plan's scratch (for the memory report).
 size_t adafactor_plan_scratch_bytes(const AdafactorPlan* plan);
+// The scratch bytes adafactor_plan_create allocates for these tensors, as arithmetic (reads rows, cols and factored
+// only; no CUDA call): src/zero/estimate.c sizes the engine's plan with it.
+size_t adafactor_plan_scratch_bytes_for(const AdafactorTensor* tensors, int count);
 // One Adafactor step of every tensor. d_grad_scale: device fp32 gradient multiplier (NULL for 1). d_skip:
 // device int, every kernel is a no-op when *d_skip != 0 (NULL for never). No host synchronisation.
 void adafactor_step(const AdafactorPlan* plan, const AdafactorStepArgs* args, const float* d_grad_scale,

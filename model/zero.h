@@ -56,7 +56,24 @@ typedef struct {
     bool decay;            // gets weight decay
     bool fp32_view;        // the model reads it in fp32 (norm weights, relative-bias tables, the embedding):
                            // the engine keeps an fp32 copy resident on the GPU (zero_fp32_tensor)
+    int64_t rows, cols;    // 2-D shape (row-major, rows * cols = numel): Adafactor factors its second moment
+                           // (HF: ndim >= 2); 0, 0: a vector (1-D). Only Adafactor reads it.
 } ZeroTensor;
+
+// The optimizer the engine steps at stages 1-3 (ZeroOptions.optimizer; the values of the trainer's TrainerOptimizer).
+enum { ZERO_OPTIM_ADAMW = 0, ZERO_OPTIM_ADAFACTOR = 1 };
+
+// transformers' Adafactor param group (Adafactor(...) arguments as Python values; src/zero/cpu_adafactor.h has the
+// arithmetic). lr comes with each step (ZeroStepArgs.lr64).
+typedef struct {
+    double eps1, eps2;       // (1e-30, 1e-3)
+    double clip_threshold;   // 1.0
+    double decay_rate;       // -0.8
+    bool has_beta1;          // false: beta1 None (no first moment)
+    double beta1;
+    double weight_decay;     // of the tensors with ZeroTensor.decay (the others: 0)
+    bool scale_parameter, relative_step, warmup_init;
+} ZeroAdafactor;
 
 // Every DeepSpeed zero_optimization knob the engine honours (docs/zero.md says what each does here).
 typedef struct {
@@ -91,6 +108,10 @@ typedef struct {
     // Adam hyper-parameters fixed for the run (lr and the step count come with each step)
     float beta1, beta2, eps, weight_decay;
     bool adamw_mode;
+    // the optimizer (default AdamW, the fields above); ZERO_OPTIM_ADAFACTOR: transformers' Adafactor per tensor
+    // (docs/zero.md "Adafactor in the engine"), factored state for the tensors with rows/cols
+    int optimizer;
+    ZeroAdafactor adafactor;
 } ZeroOptions;
 
 void zero_options_default(ZeroOptions* o);  // DeepSpeed's defaults, stage 0, one rank
@@ -155,6 +176,8 @@ typedef struct {
     float bias_correction1, bias_correction2;  // as CpuAdam after cpu_adam_begin_step
     const float* d_inv_scale;  // device 1/combined (global_norm_clip_scale)
     float inv_scale;           // the same value on the host (for the CPU optimizer)
+    double lr64;               // Adafactor: the schedule's lr as the double it is (HF's Python float; unused with
+                               // relative_step); AdamW reads lr
 } ZeroStepArgs;
 // AdamW on every partition: the GPU part on `stream`, the CPU part on the engine's optimizer thread, each
 // sub-group's updated 16-bit weights sent back as soon as it is done; the next fetches wait for their unit.
@@ -171,6 +194,15 @@ void zero_optimizer_skip(ZeroEngine* Z, cudaStream_t stream);
 size_t zero_partition_numel(const ZeroEngine* Z);
 void zero_opt_state_read(ZeroEngine* Z, int which, size_t offset, size_t n, float* host_out);
 void zero_opt_state_write(ZeroEngine* Z, int which, size_t offset, size_t n, const float* host_in);
+// Adafactor (stages 1-3): its state as flat fp32 in the trainer's stage 0 checkpoint layout (blob "adafactor"): per
+// tensor in ZeroOptions.tensors order, exp_avg_sq_row (rows) + exp_avg_sq_col (cols) for a matrix or exp_avg_sq
+// (numel) for a vector, then exp_avg (numel) with beta1. Floats [offset, offset + n); synchronous, bounded memory.
+size_t zero_adafactor_state_floats(const ZeroEngine* Z);
+void zero_adafactor_state_read(ZeroEngine* Z, size_t offset, size_t n, float* host_out);
+void zero_adafactor_state_write(ZeroEngine* Z, size_t offset, size_t n, const float* host_in);
+// Adafactor: the lr tensor `tensor` (ZeroOptions.tensors index) used in the last step (HF's _get_lr, fp32; what
+// HF's AdafactorSchedule logs for tensor 0). Waits for that tensor's step.
+float zero_adafactor_last_lr(ZeroEngine* Z, int tensor);
 // Stage 3: gathers every unit once and keeps them until zero_hold_end (evaluation and generation, where the
 // unit order differs from training's). Returns false (nothing held) when they do not fit in GPU memory.
 bool zero_hold_begin(ZeroEngine* Z, cudaStream_t stream);

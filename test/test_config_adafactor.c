@@ -5,11 +5,12 @@
  *     clip 1, decay -0.8, eps (1e-30, 1e-3));
  *   - the adafactor_* keys parse (beta1 null or a value) and are refused without optim adafactor;
  *   - HF's constructor check (warmup_init needs relative_step), the note for relative_step;
- *   - ZeRO stages >= 1 (and offload) stop with "not implemented yet" naming what is missing;
+ *   - ZeRO stages 1-3, with offload_optimizer (ratio) and offload_param, resolve (the engine's Adafactor,
+ *     src/zero/step_adafactor.c);
  *   - a DeepSpeed optimizer block naming Adafactor is refused with the reason (DeepSpeed would build
  *     torch.optim.Adafactor, not transformers'); --adafactor beside a DeepSpeed optimizer keeps HF's message;
  *   - other HF optimizers (sgd) still stop with "not implemented yet".
- * And through the binary (--dry_run): `--optim adafactor` at stage 0 passes the checks.
+ * And through the binary (--dry_run): `--optim adafactor` at stage 0 and at stage 3 pass the checks.
  */
 #include "t5test.h"
 
@@ -107,19 +108,21 @@ static void test_adafactor_options_refused(void** state) {
     expect_err(BASE "--optim adafactor --adafactor_decay_rate 0.5", "out of range");
 }
 
-static void test_adafactor_zero_stages_not_implemented(void** state) {
+static void test_adafactor_zero_stages(void** state) {
     (void)state;
     for (int st = 1; st <= 3; st++) {
-        char line[512], want[128];
+        char line[512];
         snprintf(line, sizeof line, BASE "--optim adafactor --deepspeed {\"zero_optimization\":{\"stage\":%d}}", st);
-        snprintf(want, sizeof want, "not implemented yet: optim adafactor with ZeRO stage %d (Adafactor runs at stage 0", st);
-        expect_err(line, want);
+        expect_ok(line);
+        assert_int_equal(cfg.optim, OPTIM_ADAFACTOR);
     }
-    expect_err(BASE "--adafactor --deepspeed "
-                    "{\"zero_optimization\":{\"stage\":2,\"offload_optimizer\":{\"device\":\"cpu\"}}}",
-               "optim adafactor with ZeRO stage 2 and offload_optimizer");
-    expect_err(BASE "--optim adafactor --deepspeed {\"zero_optimization\":{\"stage\":3}}",
-               "the offloaded CPU Adafactor step are missing");
+    expect_ok(BASE "--adafactor --deepspeed "
+                   "{\"zero_optimization\":{\"stage\":2,\"offload_optimizer\":{\"device\":\"cpu\",\"ratio\":0.3}}}");
+    expect_ok(BASE "--optim adafactor --adafactor_beta1 0.9 --adafactor_relative_step true --deepspeed "
+                   "{\"zero_optimization\":{\"stage\":3,\"offload_optimizer\":{\"device\":\"cpu\"},"
+                   "\"offload_param\":{\"device\":\"cpu\"}}}");
+    assert_true(cfg.adafactor_relative_step);
+    assert_true(fabs(cfg.adafactor_beta1 - 0.9) < 1e-12);
 }
 
 static void test_deepspeed_adafactor_block_refused(void** state) {
@@ -139,7 +142,7 @@ static void test_other_optimizers_still_missing(void** state) {
     expect_err(BASE "--optim sgd", "not implemented yet: optim sgd (only AdamW and Adafactor)");
 }
 
-// the binary's checks (--dry_run): accepted at stage 0, refused at stage 3
+// the binary's checks (--dry_run): accepted at stage 0 and at stage 3
 static void test_binary_dry_run(void** state) {
     (void)state;
     T5_REQUIRE_DATA();
@@ -155,9 +158,9 @@ static void test_binary_dry_run(void** state) {
     int rc = t5test_run(out, sizeof out, "%s --optim adafactor --adafactor_beta1 0.9 --dry_run 2>&1", base);
     if (rc) fail_msg("exit %d:\n%s", rc, out);
     rc = t5test_run(out, sizeof out,
-                    "%s --adafactor --deepspeed '{\"zero_optimization\": {\"stage\": 3}}' --dry_run 2>&1", base);
-    assert_int_equal(rc, 2);
-    assert_contains(out, "not implemented yet: optim adafactor with ZeRO stage 3");
+                    "%s --adafactor --deepspeed '{\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": "
+                    "{\"device\": \"cpu\"}, \"offload_param\": {\"device\": \"cpu\"}}}' --dry_run 2>&1", base);
+    if (rc) fail_msg("stage 3: exit %d:\n%s", rc, out);
     free(o);
 }
 
@@ -167,7 +170,7 @@ int main(void) {
         cmocka_unit_test(test_adafactor_flag_is_optim),
         cmocka_unit_test(test_adafactor_options),
         cmocka_unit_test(test_adafactor_options_refused),
-        cmocka_unit_test(test_adafactor_zero_stages_not_implemented),
+        cmocka_unit_test(test_adafactor_zero_stages),
         cmocka_unit_test(test_deepspeed_adafactor_block_refused),
         cmocka_unit_test(test_other_optimizers_still_missing),
         cmocka_unit_test(test_binary_dry_run),

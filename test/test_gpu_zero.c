@@ -16,6 +16,13 @@
  *   - stage 3 + offload: stop at step 6 + --resume_from_checkpoint last == an uninterrupted run, bit for bit;
  *     a checkpoint written by stage 0 resumes under stage 3 (the optimizer state is the same tensors);
  *   - the engine's fetches follow its static trace (0 mismatches reported);
+ *   - Adafactor (--optim adafactor) in the engine: stage 3 + both offloads and stage 2 + offload_optimizer ratio 0.3
+ *     against stage 0, fp32, beta1 None (HF Trainer's Adafactor) and beta1 0.9 with relative_step and
+ *     scale_parameter (the logged lr is tensor 0's): losses and logged lr within 1e-6 relative, final weights within
+ *     1e-6 relative L2 (the same fp32 operations: expected bit-identical); fp16 stage 3 + both offloads (the
+ *     gradients in the 16-bit host weights' buffer) within 1e-3 and the same skipped steps; a stage 0 Adafactor
+ *     checkpoint resumed under stage 3 + both offloads and a stage 3 one under stage 0 end at the stage 0 run's
+ *     weights;
  *   - the 50-step trajectory of test_gpu_trainer (tiny_v10, fp32, against PyTorch's committed trajectory) rerun under
  *     ZeRO stage 3 with both offloads: within the same tolerance.
  * Small buckets, prefetch buckets, sub-groups and persistence threshold make every code path run with several
@@ -399,12 +406,119 @@ static void test_trajectory_zero3_matches_torch(void** state) {
     free(fx);
 }
 
+// Adafactor (src/zero/step_adafactor.c) against the trainer's stage 0 Adafactor
+#define ADA_Z3_OFF                                                                                           \
+    "{\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true}, "                 \
+    "\"offload_param\": {\"device\": \"cpu\", \"pin_memory\": true}, " SMALL_KNOBS "}"
+#define ADA_Z2_RATIO                                                                                         \
+    "{\"stage\": 2, \"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true, \"ratio\": 0.3}, "  \
+    SMALL_KNOBS "}"
+
+// logged learning rates of two runs: max relative difference
+static double compare_lr(const char* ref, const char* got) {
+    double a[ZSTEPS + 1], b[ZSTEPS + 1];
+    int na = jsonl_doubles(ref, "learning_rate", a, ZSTEPS + 1), nb = jsonl_doubles(got, "learning_rate", b, ZSTEPS + 1);
+    if (na != ZSTEPS || nb != ZSTEPS) fail_msg("%d / %d learning_rate lines, want %d", na, nb, ZSTEPS);
+    double worst = 0;
+    for (int i = 0; i < ZSTEPS; i++) worst = fmax(worst, fabs(b[i] - a[i]) / fmax(fabs(a[i]), 1e-30));
+    return worst;
+}
+
+static void test_adafactor_engine(void** state) {
+    (void)state;
+    T5_REQUIRE_GPU();
+    T5_REQUIRE_DATA();
+    static const struct {
+        const char* tag;
+        const char* flags;
+    } settings[] = {
+        {"none", "--optim adafactor"},  // HF Trainer's: lr + schedule, beta1 None, no scale_parameter
+        {"b1_rel", "--optim adafactor --adafactor_beta1 0.9 --adafactor_relative_step true "
+                   "--adafactor_scale_parameter true"},
+    };
+    static const struct {
+        const char* tag;
+        const char* zero;
+    } cases[] = {{"z3_off", ADA_Z3_OFF}, {"z2_ratio03", ADA_Z2_RATIO}};
+    for (size_t s = 0; s < T5_ARRAY_LEN(settings); s++) {
+        char tag[96];
+        snprintf(tag, sizeof tag, "ada_%s_z0", settings[s].tag);
+        char* ref = zrun(tag, "", "{\"stage\": 0}", settings[s].flags, 2);
+        for (size_t i = 0; i < T5_ARRAY_LEN(cases); i++) {
+            snprintf(tag, sizeof tag, "ada_%s_%s", settings[s].tag, cases[i].tag);
+            char* got = zrun(tag, "", cases[i].zero, settings[s].flags, 2);
+            if (!strstr(g_text, "ZeRO stage")) fail_msg("%s: not the engine:\n%s", tag, g_text);
+            double worst = compare_runs(ref, got, tag);
+            double lr = compare_lr(ref, got);
+            double w = weights_rel_l2(ref, got);
+            print_message("%-34s logged lr max rel diff %.3e, final weights rel L2 %.3e\n", tag, lr, w);
+            if (!(worst <= 1e-6)) fail_msg("%s: loss trajectory differs by %.3e > 1e-6", tag, worst);
+            if (!(lr <= 1e-6)) fail_msg("%s: logged learning rate differs by %.3e > 1e-6", tag, lr);
+            if (!(w <= 1e-6)) fail_msg("%s: final weights differ by %.3e > 1e-6", tag, w);
+            free(got);
+        }
+        free(ref);
+    }
+    // fp16, accumulation 1: the offloaded gradients share the 16-bit host weights' buffer (the 14-byte layout)
+    const char* fp16 = "\"fp16\": {\"enabled\": true, \"initial_scale_power\": 12, \"loss_scale_window\": 5},";
+    char* ref = zrun("ada_fp16_z0", fp16, "{\"stage\": 0}", "--optim adafactor --adafactor_beta1 0.9", 1);
+    char* got = zrun("ada_fp16_z3", fp16, ADA_Z3_OFF, "--optim adafactor --adafactor_beta1 0.9", 1);
+    if (!strstr(g_text, "offloaded gradients share the 16-bit weights' host buffer"))
+        fail_msg("ada fp16: stage 3 + both offloads did not share the host buffer:\n%s", g_text);
+    double worst = compare_runs(ref, got, "ada_fp16_z3");
+    if (!(worst <= 1e-3)) fail_msg("ada fp16: loss trajectory differs by %.3e > 1e-3", worst);
+    free(ref);
+    free(got);
+}
+
+// a stage 0 Adafactor checkpoint resumed under stage 3 + both offloads, and back, end at the stage 0 run's weights
+static void ada_resume_leg(const char* tag, const char* ref, const char* zero_stop, const char* zero_resume) {
+    char* out = t5_path_join(t5test_tmpdir(), tag);
+    char ds_stop[4200], ds_resume[4200];
+    snprintf(ds_stop, sizeof ds_stop, "%s.stop.json", out);
+    snprintf(ds_resume, sizeof ds_resume, "%s.resume.json", out);
+    write_ds(ds_stop, "", zero_stop);
+    write_ds(ds_resume, "", zero_resume);
+    const char* d = t5test_data_dir();
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd,
+             "%s --model_name_or_path t5-small --init random --tokenizer_name %s/t5-spiece/spiece.model "
+             "--train_file %s/wmt16-ro-en/validation.en --source_lang en --target_lang ro --max_source_length 48 "
+             "--max_target_length 48 --max_train_samples 400 --per_device_train_batch_size 4 "
+             "--gradient_accumulation_steps 2 --do_train --max_steps %d --learning_rate 1e-3 --warmup_steps 5 "
+             "--weight_decay 0.01 --dropout_rate 0 --save_steps 1000 --logging_steps 1 --seed 11 --output_dir %s "
+             "--optim adafactor --adafactor_beta1 0.9",
+             t5test_bin(), d, d, ZSTEPS, out);
+    int rc = t5test_run(g_text, sizeof g_text, "T5TRAIN_STOP_AFTER_STEPS=6 %s --deepspeed %s --overwrite_output_dir 2>&1",
+                        cmd, ds_stop);
+    if (rc) fail_msg("%s: stop at 6: exit %d:\n%s", tag, rc, g_text);
+    rc = t5test_run(g_text, sizeof g_text, "%s --deepspeed %s --resume_from_checkpoint last 2>&1", cmd, ds_resume);
+    if (rc) fail_msg("%s: resume: exit %d:\n%s", tag, rc, g_text);
+    double w = weights_rel_l2(ref, out);
+    print_message("%-34s final weights rel L2 %.3e vs the straight stage 0 run\n", tag, w);
+    if (!(w <= 1e-6)) fail_msg("%s: resumed run differs by %.3e", tag, w);
+    free(out);
+}
+
+static void test_adafactor_resume_across_stages(void** state) {
+    (void)state;
+    T5_REQUIRE_GPU();
+    T5_REQUIRE_DATA();
+    char* ref = zrun("ada_r_z0", "", "{\"stage\": 0}", "--optim adafactor --adafactor_beta1 0.9", 2);
+    ada_resume_leg("ada_r_0to3", ref, "{\"stage\": 0}", ADA_Z3_OFF);
+    ada_resume_leg("ada_r_3to0", ref, ADA_Z3_OFF, "{\"stage\": 0}");
+    ada_resume_leg("ada_r_3to3", ref, ADA_Z3_OFF, ADA_Z3_OFF);
+    free(ref);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fp32_every_stage),
         cmocka_unit_test(test_fp16_bf16_stage3_offload),
         cmocka_unit_test(test_resume),
         cmocka_unit_test(test_trajectory_zero3_matches_torch),
+        cmocka_unit_test(test_adafactor_engine),
+        cmocka_unit_test(test_adafactor_resume_across_stages),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -596,7 +596,9 @@ static void make_cases(void) {
     add("cli: max_steps 0 and no epochs", 2, "", "$T $B --max_steps 0 --num_train_epochs 0 --dry_run");
 
     // ---- "not implemented yet" (config errors: exit 2, found by --dry_run too)
-    add("nyi: optim adafactor at stage 3", 2, "not implemented yet: optim adafactor with ZeRO stage 3", "$T $B --optim adafactor --deepspeed '{\"zero_optimization\": {\"stage\": 3}}' --dry_run");
+    // Adafactor in the ZeRO engine (stages 1-3, offloads, ratio) at one rank: accepted
+    add("control: optim adafactor at stage 3, both offloads", 0, "", "$T $B --optim adafactor --deepspeed '{\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\"}, \"offload_param\": {\"device\": \"cpu\"}}}' --dry_run");
+    add("control: optim adafactor at stage 2, offload ratio 0.3", 0, "", "$T $B --optim adafactor --adafactor_beta1 0.9 --deepspeed '{\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"cpu\", \"ratio\": 0.3}}}' --dry_run");
     add("control: --adafactor at stage 0, --dry_run", 0, "", "$T $B --adafactor --dry_run");
     add("nyi: lr_scheduler inverse_sqrt", 2, "not implemented yet", "$T $B --lr_scheduler_type inverse_sqrt --dry_run");
     add("label smoothing 0.1 runs (dry run)", 0, "", "$T $B --label_smoothing_factor 0.1 --dry_run");

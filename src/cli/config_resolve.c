@@ -526,12 +526,10 @@ int config_check_implemented(const RunConfig* c, char* err, size_t n) {
         char name[64];
         enum_choice(&CONFIG_KEYS[config_key_index("optim")], c->optim, name, sizeof name);
         if (c->optim == OPTIM_ADAFACTOR) {
-            // stage 0 runs (the trainer's fused GPU Adafactor, cuda/adafactor.cu); the engine's stages do not
-            if (c->has_deepspeed && z->stage > 0)
-                MISSING("optim adafactor with ZeRO stage %lld%s (Adafactor runs at stage 0 only, on the GPU: the "
-                        "engine's partitioned Adafactor, whose row/column statistics are reduced across the ranks "
-                        "holding pieces of a matrix, and the offloaded CPU Adafactor step are missing)",
-                        (long long)z->stage, z->offload_optimizer.device != OFFLOAD_NONE ? " and offload_optimizer" : "");
+            // every stage at one rank: stage 0 the trainer's fused GPU Adafactor (cuda/adafactor.cu), stages 1-3 the
+            // engine's (src/zero/step_adafactor.c: the same plan on the GPU units, cpu_adafactor on the offloaded
+            // ones). More ranks are refused with the engine's world size (the multi-GPU issue); a matrix split
+            // across ranks would need its row/column sums all-reduced (docs/zero.md)
         } else {
             MISSING("optim %s (only AdamW and Adafactor)", name);
         }

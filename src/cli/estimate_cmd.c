@@ -76,6 +76,11 @@ static void knobs_from_config(const RunConfig* c, const T5Config* m, DType dtype
     zo->overlap_comm = z->overlap_comm;
     const int cd = c->ds.communication_data_type;
     if (cd != COMM_DTYPE_DEFAULT) zo->comm_dtype = cd == COMM_DTYPE_FP32 ? DT_F32 : cd == COMM_DTYPE_FP16 ? DT_F16 : DT_BF16;
+    // the job's optimizer: Adafactor's state is far smaller than Adam's m, v (estimate.c sizes both)
+    if (c->optim == OPTIM_ADAFACTOR && !(c->has_deepspeed && c->ds.optimizer.present)) {
+        zo->optimizer = ZERO_OPTIM_ADAFACTOR;
+        zo->adafactor.has_beta1 = !isnan(c->adafactor_beta1);
+    }
 }
 
 int estimate_main(int argc, char** argv) {

@@ -89,7 +89,8 @@ int planner_row(const PlanInput* in, int stage, bool off_opt, bool off_param, do
     for (int i = 0; i < T.num_params; i++) {
         const ParamDesc* p = &T.params[i];
         zt[i] = (ZeroTensor){.unit = p->unit, .offset = p->offset, .numel = p->numel, .decay = p->decay,
-                             .fp32_view = params_role_reads_fp32(p->role)};
+                             .fp32_view = params_role_reads_fp32(p->role),
+                             .rows = p->ndim == 2 ? p->shape[0] : 0, .cols = p->ndim == 2 ? p->shape[1] : 0};
     }
     const int trace_cap = 4 * nu + 16;
     int* trace = malloc_check((size_t)trace_cap * sizeof(int));
@@ -118,7 +119,7 @@ int planner_row(const PlanInput* in, int stage, bool off_opt, bool off_param, do
         r->g_work = CUBLASLT_WORKSPACE + ptr + PLANNER_CONTEXT_BYTES;
         r->g_params = e.gpu_weights + e.gpu_views + e.gpu_gathered_peak;
         r->g_grads = e.gpu_grads + e.gpu_gacc + e.gpu_grad_peak;
-        r->g_optim = e.gpu_master + e.gpu_m + e.gpu_v;
+        r->g_optim = e.gpu_master + e.gpu_m + e.gpu_v + e.gpu_ada_scratch;  // Adafactor: its state in gpu_m
         r->g_comm = e.gpu_comm;
         r->g_total = r->g_params + r->g_grads + r->g_optim + r->g_comm + r->g_act + r->g_work;
         const size_t per_node = (size_t)in->gpus_per_node;
@@ -281,9 +282,16 @@ void planner_print(FILE* f, const PlanInput* in, const PlanRow* rows, int n, boo
     else
         fprintf(f, "this machine: no GPU (fits: none), %.1f GiB host available (MemAvailable / cgroup)\n",
                 gib((double)host_avail));
-    fprintf(f, "\nGPU GiB per rank: params (16-bit + gathered peak + fp32 views), grads, optim (fp32 master + Adam), "
+    const bool ada = in->knobs.optimizer == ZERO_OPTIM_ADAFACTOR;
+    fprintf(f, "\nGPU GiB per rank: params (16-bit + gathered peak + fp32 views), grads, optim (fp32 master + %s), "
                "comm, act(ivations), work(space: cuBLASLt, pointer arrays, %.1f GiB CUDA context allowance)\n",
+            ada ? (in->knobs.adafactor.has_beta1 ? "Adafactor with beta1: factored second moments, m, plan scratch"
+                                                 : "Adafactor, beta1 None: factored second moments, plan scratch")
+                : "Adam m, v",
             gib((double)PLANNER_CONTEXT_BYTES));
+    if (ada)
+        fprintf(f, "Adafactor's CPU step has not been timed: s/step uses the CPU AdamW's measured rate for the offloaded "
+                   "parameters\n");
     fprintf(f, "host GiB per node: the engine's buffers (pinned / pageable); s/step predicted from measured rates\n\n");
     fprintf(f, "%-52s %7s %7s %7s %6s %7s %6s %8s | %8s %8s | %7s | %s\n", "plan", "params", "grads", "optim", "comm",
             "act", "work", "GPU", "pinned", "pageable", "s/step", "fits");

@@ -325,6 +325,9 @@ static void run_build_trainer_args(const RunConfig* c, TrainerArgs* a) {
     // ---- the ZeRO engine (deepspeed.zero_optimization)
     zero_options_default(&a->zero);
     a->zero.comm_dtype = a->dtype;
+    // the optimizer, so that the automatic plan sizes its state (the trainer fills the rest of these fields)
+    a->zero.optimizer = a->optimizer == TRAINER_OPTIM_ADAFACTOR ? ZERO_OPTIM_ADAFACTOR : ZERO_OPTIM_ADAMW;
+    a->zero.adafactor.has_beta1 = a->adafactor.has_beta1;
     if (c->has_deepspeed) {
         const DsZero* z = &ds->zero_optimization;
         const int64_t d = a->model.d_model;

@@ -360,13 +360,23 @@ static void model_setup(Trainer* t) {
     zo.eps = (float)a->eps;
     zo.weight_decay = (float)a->weight_decay;
     zo.adamw_mode = a->adamw_mode;
+    // the optimizer the engine steps at stages 1-3 (stage 0: the trainer's own, below)
+    zo.optimizer = a->optimizer == TRAINER_OPTIM_ADAFACTOR ? ZERO_OPTIM_ADAFACTOR : ZERO_OPTIM_ADAMW;
+    zo.adafactor = (ZeroAdafactor){.eps1 = a->adafactor.eps1, .eps2 = a->adafactor.eps2,
+                                   .clip_threshold = a->adafactor.clip_threshold,
+                                   .decay_rate = a->adafactor.decay_rate, .has_beta1 = a->adafactor.has_beta1,
+                                   .beta1 = a->adafactor.beta1, .weight_decay = a->adafactor.weight_decay,
+                                   .scale_parameter = a->adafactor.scale_parameter,
+                                   .relative_step = a->adafactor.relative_step,
+                                   .warmup_init = a->adafactor.warmup_init};
     zo.grad_accum_steps = (int)T5_MAX(a->gradient_accumulation_steps, (int64_t)1);
     ZeroTensor* zt = calloc_check((size_t)t->T.num_params, sizeof(ZeroTensor));
     for (int i = 0; i < t->T.num_params; i++) {
         const ParamDesc* p = &t->T.params[i];
         const ParamRole r = p->role;
         zt[i] = (ZeroTensor){.unit = p->unit, .offset = p->offset, .numel = p->numel, .decay = p->decay,
-                             .fp32_view = params_role_reads_fp32(r)};
+                             .fp32_view = params_role_reads_fp32(r),
+                             .rows = p->ndim == 2 ? p->shape[0] : 0, .cols = p->ndim == 2 ? p->shape[1] : 0};
     }
     int trace_cap = 4 * t->T.num_units + 16;
     int* trace = malloc_check((size_t)trace_cap * sizeof(int));
@@ -432,16 +442,19 @@ static void model_setup(Trainer* t) {
     CUDA_CHECK(cudaMallocHost((void**)&t->h_inv_scale, sizeof(float)));
     cpu_adam_init(&t->sch.adam, (float)a->beta1, (float)a->beta2, (float)a->eps, a->adamw_mode);
     const bool ada = a->optimizer == TRAINER_OPTIM_ADAFACTOR;
-    if (t->engine_opt && ada)  // config_resolve refuses this first; a guard for other callers
-        t5_die(T5_EXIT_USAGE, "not implemented yet: optim adafactor with ZeRO stage %d (stage 0 only)", a->zero.stage);
-    if (t->engine_opt) return;  // stages 1-3: the engine holds the optimizer state
-    // optimizer state + plans: AdamW's m and v (2 floats per parameter), or Adafactor's factored state
+    // Adafactor's state: per tensor its factored (or full) second moment and exp_avg with beta1, in parameter-table
+    // order (the checkpoint's "adafactor" blob at every stage)
     for (int i = 0; ada && i < t->T.num_params; i++) {
         const ParamDesc* p = &t->T.params[i];
         t->ada_floats += cpu_adafactor_state_floats(p->ndim == 2 ? (size_t)p->shape[0] : 1,
                                                     p->ndim == 2 ? (size_t)p->shape[1] : p->numel, p->ndim == 2,
                                                     a->adafactor.has_beta1);
     }
+    if (t->engine_opt && ada && zero_adafactor_state_floats(t->Z) != t->ada_floats)
+        t5_die(T5_EXIT_FAILURE, "internal: the ZeRO engine's Adafactor state has %zu floats, the trainer's layout %zu",
+               zero_adafactor_state_floats(t->Z), t->ada_floats);
+    if (t->engine_opt) return;  // stages 1-3: the engine holds the optimizer state
+    // optimizer state + plans: AdamW's m and v (2 floats per parameter), or Adafactor's factored state
     const size_t state_floats = ada ? t->ada_floats : 2 * t->n;
     if ((ada ? cudaMalloc((void**)&t->d_ada, T5_MAX(t->ada_floats, (size_t)1) * sizeof(float)) != cudaSuccess
              : (cudaMalloc((void**)&t->d_m, t->n * sizeof(float)) != cudaSuccess ||
@@ -637,6 +650,11 @@ static void opt_state_range(Trainer* t, int which, size_t off, size_t n, float* 
 // floats [e, e + cnt) of the optimizer's checkpoint blob to or from host memory: AdamW's "optimizer" blob (m then v)
 // or Adafactor's "adafactor" blob (its device buffer as is)
 static void opt_blob_range(Trainer* t, size_t e, size_t cnt, float* host, bool to_host) {
+    if (t->a->optimizer == TRAINER_OPTIM_ADAFACTOR && t->engine_opt) {  // the engine's, in the same layout
+        if (to_host) zero_adafactor_state_read(t->Z, e, cnt, host);
+        else zero_adafactor_state_write(t->Z, e, cnt, host);
+        return;
+    }
     if (t->a->optimizer == TRAINER_OPTIM_ADAFACTOR) {
         if (to_host) CUDA_CHECK(cudaMemcpy(host, t->d_ada + e, cnt * sizeof(float), cudaMemcpyDeviceToHost));
         else CUDA_CHECK(cudaMemcpy(t->d_ada + e, host, cnt * sizeof(float), cudaMemcpyHostToDevice));
@@ -950,8 +968,15 @@ static double train_step(Trainer* t, int64_t n_micro, double* norm_out, bool* sk
             ZeroStepArgs za = {.lr = (float)*lr_out, .step = t->sch.applied_steps,
                                .bias_correction1 = t->sch.adam.bias_correction1,
                                .bias_correction2 = t->sch.adam.bias_correction2, .d_inv_scale = t->d_inv_scale,
-                               .inv_scale = *t->h_inv_scale};
+                               .inv_scale = *t->h_inv_scale, .lr64 = *lr_out};
             zero_optimizer_step(t->Z, &za, t->s);
+            if (a->optimizer == TRAINER_OPTIM_ADAFACTOR && a->adafactor.relative_step) {
+                // the logged lr as at stage 0: tensor 0's _get_lr (waits for its step), or the relative step
+                const AdafactorStepArgs fa = {.step = t->sch.applied_steps, .lr = *lr_out,
+                                              .relative_step = true, .warmup_init = a->adafactor.warmup_init};
+                t->ada_last_lr = a->adafactor.scale_parameter ? (double)zero_adafactor_last_lr(t->Z, 0)
+                                                              : adafactor_rel_step(&fa);
+            }
         } else if (a->optimizer == TRAINER_OPTIM_ADAFACTOR) {
             // transformers' Adafactor with HF's state["step"] = the applied updates (a skipped one does not count)
             const CpuAdafactorOpts* o = &a->adafactor;

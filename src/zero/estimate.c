@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../cuda/adafactor.cuh"
 #include "../../cuda/grad_accum.cuh"
 #include "../base/common.h"
 
@@ -13,6 +14,43 @@ bool zero_host_grads_share_weights(const ZeroOptions* o) {
     return o->stage == 3 && o->offload_param && o->offload_optimizer && o->working_dtype != DT_F32 &&
            o->accum_dtype == o->working_dtype && o->grad_accum_steps <= 1 &&
            o->optimizer_pin_memory == o->param_pin_memory;
+}
+
+size_t zero_adafactor_tensor_floats(const ZeroTensor* t, size_t owned, bool has_beta1) {
+    if (owned == 0) return 0;
+    const bool fac = t->rows > 0 && t->cols > 0;
+    return (fac ? (size_t)(t->rows + t->cols) : owned) + (has_beta1 ? owned : 0);
+}
+
+// Adafactor's state floats of this rank's partition, on the GPU and on the host (CPU-stepped units), and the GPU
+// plan's scratch bytes over the GPU-stepped tensors (L NULL: stage 0, every tensor whole on the GPU)
+static void adafactor_sizes(const ZeroOptions* o, const ZeroLayout* L, size_t* gpu_floats, size_t* host_floats,
+                            size_t* scratch) {
+    *gpu_floats = *host_floats = *scratch = 0;
+    AdafactorTensor* ft = calloc_check((size_t)T5_MAX(o->num_tensors, 1), sizeof *ft);
+    int nf = 0;
+    for (int i = 0; i < o->num_tensors; i++) {
+        const ZeroTensor* t = &o->tensors[i];
+        size_t owned = t->numel;
+        bool cpu = false;
+        if (L) {
+            const size_t a = T5_MAX(t->offset, L->lo[t->unit]), b = T5_MIN(t->offset + t->numel, L->hi[t->unit]);
+            owned = b > a ? b - a : 0;
+            cpu = L->group_cpu[L->unit_group[t->unit]];
+        }
+        if (owned == 0) continue;
+        const size_t f = zero_adafactor_tensor_floats(t, owned, o->adafactor.has_beta1);
+        if (cpu) {
+            *host_floats += f;
+        } else {
+            *gpu_floats += f;
+            const bool fac = t->rows > 0 && t->cols > 0;
+            ft[nf++] = (AdafactorTensor){.rows = fac ? t->rows : 1, .cols = fac ? t->cols : (int64_t)owned,
+                                         .factored = fac};
+        }
+    }
+    if (nf > 0) *scratch = adafactor_plan_scratch_bytes_for(ft, nf);
+    free(ft);
 }
 
 void zero_estimate_layout(const ZeroOptions* o, const ZeroLayout* L, ZeroMemEstimate* e) {
@@ -37,6 +75,13 @@ void zero_estimate_layout(const ZeroOptions* o, const ZeroLayout* L, ZeroMemEsti
     e->bucket_elems = T5_MIN((size_t)T5_MAX(o->reduce_bucket_size, (int64_t)8), max_part);
     // host: master, m, v, gacc of the CPU units; their 16-bit weights (the offloaded partitions with offload_param)
     e->host_master = e->host_m = e->host_v = e->cpu_numel * 4;
+    size_t ada_gpu_floats = 0;
+    if (o->optimizer == ZERO_OPTIM_ADAFACTOR) {  // its state in the m buffers (estimate.h)
+        size_t host_floats = 0;
+        adafactor_sizes(o, L, &ada_gpu_floats, &host_floats, &e->gpu_ada_scratch);
+        e->host_m = host_floats * 4;
+        e->host_v = 0;
+    }
     e->host_gacc = zero_host_grads_share_weights(o) ? 0 : e->cpu_numel * as;
     e->host_w = x32 ? 0 : e->cpu_numel * xs;
     e->host_total = e->host_master + e->host_m + e->host_v + e->host_gacc + e->host_w;
@@ -55,6 +100,10 @@ void zero_estimate_layout(const ZeroOptions* o, const ZeroLayout* L, ZeroMemEsti
     }
     // device: master, m, v, gacc of the GPU units; resident weights / partitions; stage 1 gradients; views
     e->gpu_master = e->gpu_m = e->gpu_v = e->gpu_numel * 4;
+    if (o->optimizer == ZERO_OPTIM_ADAFACTOR) {
+        e->gpu_m = ada_gpu_floats * 4;
+        e->gpu_v = 0;
+    }
     e->gpu_gacc = e->gpu_numel * as;
     if (o->stage == 3) {
         for (int u = 0; u < L->num_units; u++)
@@ -67,8 +116,8 @@ void zero_estimate_layout(const ZeroOptions* o, const ZeroLayout* L, ZeroMemEsti
     e->gpu_comm = e->bucket_elems * T5_MAX(T5_MAX(as, cs), (size_t)4) +
                   (o->comm_dtype != o->grad_dtype ? e->bucket_elems * cs : 0) +
                   (size_t)e->num_slots * (sizeof(double) + sizeof(int)) + grad_sumsq_scratch_bytes();
-    e->gpu_resident = e->gpu_master + e->gpu_m + e->gpu_v + e->gpu_gacc + e->gpu_weights + e->gpu_grads +
-                      e->gpu_views + e->gpu_comm;
+    e->gpu_resident = e->gpu_master + e->gpu_m + e->gpu_v + e->gpu_ada_scratch + e->gpu_gacc + e->gpu_weights +
+                      e->gpu_grads + e->gpu_views + e->gpu_comm;
 }
 
 // stage 0: the engine's master, gradients and working copy (zero.c) and the trainer's Adam m, v (+ fp32 sum)
@@ -80,10 +129,17 @@ static void estimate_stage0(const ZeroOptions* o, int num_units, const size_t* u
     for (int u = 0; u < num_units; u++) n += unit_numel[u];
     e->gpu_numel = n;
     e->gpu_master = e->gpu_m = e->gpu_v = n * 4;
+    if (o->optimizer == ZERO_OPTIM_ADAFACTOR) {  // the trainer's fused Adafactor over every tensor
+        size_t g = 0, h = 0;
+        adafactor_sizes(o, NULL, &g, &h, &e->gpu_ada_scratch);
+        e->gpu_m = g * 4;
+        e->gpu_v = 0;
+    }
     e->gpu_gacc = grad_accum_steps > 1 ? n * 4 : 0;
     e->gpu_weights = o->working_dtype == DT_F32 ? 0 : n * dtype_size(o->working_dtype);
     e->gpu_grads = n * dtype_size(o->grad_dtype);
-    e->gpu_resident = e->gpu_master + e->gpu_m + e->gpu_v + e->gpu_gacc + e->gpu_weights + e->gpu_grads;
+    e->gpu_resident = e->gpu_master + e->gpu_m + e->gpu_v + e->gpu_ada_scratch + e->gpu_gacc + e->gpu_weights +
+                      e->gpu_grads;
 }
 
 int zero_estimate(const ZeroOptions* o, int num_units, const size_t* unit_numel, int grad_accum_steps,

@@ -38,6 +38,11 @@ typedef struct {
     int num_slots;            // reduce buckets over all units (norm slots)
     // GPU, allocated at creation
     size_t gpu_master, gpu_m, gpu_v;  // fp32 (stage 0: the engine's master and the trainer's Adam m, v)
+    // Adafactor (ZeroOptions.optimizer): gpu_m and host_m hold its whole state instead of Adam's m (gpu_v, host_v
+    // are 0): per tensor of this rank's partition the row + col statistics of a matrix (rows + cols, also for a
+    // slice of one: docs/zero.md), v of a vector, m with beta1; gpu_ada_scratch: the fused GPU plan's scratch
+    // (cuda/adafactor.cu) over the GPU-stepped tensors (stage 0: the trainer's plan over every tensor), in gpu_resident
+    size_t gpu_ada_scratch;
     size_t gpu_gacc;          // accumulated gradient partitions (stage 0: the trainer's fp32 sum, only with
                               // gradient accumulation)
     size_t gpu_weights;       // 16-bit weights resident (stage 0: the working copy, none in fp32; 1/2: every
@@ -75,6 +80,10 @@ typedef struct {
 // host weights, and the CPU AdamW reads each gradient element before it writes the weight in its place (a skipped
 // step rounds them again from the master: zero_optimizer_skip). Saves 2 bytes per offloaded parameter.
 bool zero_host_grads_share_weights(const ZeroOptions* o);
+
+// Floats of Adafactor state of tensor t when this rank owns `owned` of its elements (t->numel at one rank): a
+// matrix (rows, cols set) keeps rows + cols (+ owned with beta1), a vector owned (+ owned); 0 when owned is 0.
+size_t zero_adafactor_tensor_floats(const ZeroTensor* t, size_t owned, bool has_beta1);
 
 // The creation-time sizes for options o over a built layout L (the one zp_create builds): everything above
 // except the run-time peaks. Reads o->tensors (fp32 views). Used by zp_create for its checks and buffers.

@@ -14,6 +14,7 @@
 #include "../base/check.h"
 #include "../base/common.h"
 #include "estimate.h"
+#include "step_adafactor.h"
 
 static double gib(double b) { return b / (1024.0 * 1024.0 * 1024.0); }
 static double now_s(void) {
@@ -237,6 +238,7 @@ ZeroPart* zp_create(const ZeroOptions* o, int num_units, const size_t* unit_nume
         P->num_slots += P->u[u].num_buckets;
     }
     const bool x32 = P->X == DT_F32;
+    const bool ada = o->optimizer == ZERO_OPTIM_ADAFACTOR;  // its state in the m buffers (estimate.h)
     P->share_gw = zero_host_grads_share_weights(o);
     const bool pin_any = o->optimizer_pin_memory || o->param_pin_memory;
     // host: master, m, v, gacc of the CPU units; their 16-bit weights (whost == wpart with offload_param)
@@ -273,8 +275,9 @@ ZeroPart* zp_create(const ZeroOptions* o, int num_units, const size_t* unit_nume
         }
     }
     if (host_buf_alloc(&P->h_master, h_state, o->optimizer_pin_memory, "offloaded fp32 master weights", err, errlen) ||
-        host_buf_alloc(&P->h_m, h_state, o->optimizer_pin_memory, "offloaded Adam first moments", err, errlen) ||
-        host_buf_alloc(&P->h_v, h_state, o->optimizer_pin_memory, "offloaded Adam second moments", err, errlen) ||
+        host_buf_alloc(&P->h_m, E.host_m, o->optimizer_pin_memory,
+                       ada ? "offloaded Adafactor state" : "offloaded Adam first moments", err, errlen) ||
+        host_buf_alloc(&P->h_v, E.host_v, o->optimizer_pin_memory, "offloaded Adam second moments", err, errlen) ||
         host_buf_alloc(&P->h_gacc, h_gacc, o->optimizer_pin_memory, "offloaded gradients", err, errlen) ||
         host_buf_alloc(&P->h_w, h_w, o->offload_param ? o->param_pin_memory : pin_any,
                        o->offload_param ? "offloaded 16-bit parameters" : "16-bit weights of the CPU optimizer", err,
@@ -297,8 +300,8 @@ ZeroPart* zp_create(const ZeroOptions* o, int num_units, const size_t* unit_nume
                    E.host_total);
     }
     if (dev_alloc(P, (void**)&P->d_master, gpu_part * 4, "fp32 master weights", err, errlen) ||
-        dev_alloc(P, (void**)&P->d_m, gpu_part * 4, "Adam first moments", err, errlen) ||
-        dev_alloc(P, (void**)&P->d_v, gpu_part * 4, "Adam second moments", err, errlen) ||
+        dev_alloc(P, (void**)&P->d_m, E.gpu_m, ada ? "Adafactor state" : "Adam first moments", err, errlen) ||
+        dev_alloc(P, (void**)&P->d_v, E.gpu_v, "Adam second moments", err, errlen) ||
         dev_alloc(P, &P->d_gacc, gpu_part * P->as, "accumulated gradients", err, errlen) ||
         dev_alloc(P, &P->d_wfull, d_w, "16-bit weights", err, errlen) ||
         dev_alloc(P, &P->d_wpart, d_wpart, "16-bit parameter partitions", err, errlen) ||
@@ -369,6 +372,7 @@ ZeroPart* zp_create(const ZeroOptions* o, int num_units, const size_t* unit_nume
     if (o->stage == 3)
         zero_sched_init(&P->S, num_units, L->numel, o->trace, o->trace_len, o->prefetch_bucket_size,
                         o->max_live_parameters, o->max_reuse_distance, o->persistence_threshold);
+    if (ada && zp_ada_create(P, o, err, errlen)) goto fail;  // tables + GPU plan (its scratch joins gpu_bytes)
     P->n_micro = 1;
     P->st.host_bytes = host_total;
     P->st.host_pinned_bytes = E.host_pinned;
@@ -389,6 +393,7 @@ fail:
 void zp_destroy(ZeroPart* P) {
     if (!P) return;
     zp_step_free(P);
+    zp_ada_destroy(P);
     if (P->s_gather) {
         CUDA_CHECK(cudaDeviceSynchronize());
         cudaStreamDestroy(P->s_gather);

@@ -162,6 +162,7 @@ typedef struct ZeroPart {
     // stats
     ZeroStats st;
     int64_t thread_h2d;          // bytes the optimizer thread copied (summed into st by zero_stats)
+    struct ZpAda* ada;           // Adafactor (o.optimizer): step_adafactor.c's tables and plan; NULL: AdamW
 } ZeroPart;
 
 // part.c

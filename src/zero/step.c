@@ -17,6 +17,7 @@
 #include "../base/check.h"
 #include "../base/common.h"
 #include "part.h"
+#include "step_adafactor.h"
 
 static double now_s(void) {
     struct timeval tv;
@@ -63,7 +64,8 @@ static void* opt_thread(void* arg) {
         for (int g = 0; g < P->L.num_groups; g++) {
             if (!P->L.group_cpu[g]) continue;
             for (int u = P->L.group_first[g]; u < P->L.group_first[g] + P->L.group_count[g]; u++) {
-                cpu_step_unit(P, u, &a, &ca);
+                if (P->ada) zp_ada_cpu_unit(P, u, &a);  // Adafactor (step_adafactor.c)
+                else cpu_step_unit(P, u, &a, &ca);
                 zp_publish_unit_host(P, u, P->ring_opt);  // this thread's own staging ring (pageable buffers)
                 pthread_mutex_lock(&P->mu);
                 P->u[u].updated_step = step;
@@ -89,7 +91,7 @@ void zp_step_init(ZeroPart* P) {
     int count = 0;
     for (int u = 0; u < P->num_units; u++)
         if (!P->u[u].opt_cpu) count += P->u[u].nsegs;
-    if (count > 0) {
+    if (count > 0 && !P->ada) {  // Adafactor: step_adafactor.c's plan instead
         AdamWTensor* at = calloc_check((size_t)count, sizeof(AdamWTensor));
         int i = 0;
         for (int u = 0; u < P->num_units; u++) {
@@ -133,6 +135,7 @@ void zp_step_free(ZeroPart* P) {
 
 void zp_optimizer_step(ZeroPart* P, const ZeroStepArgs* a, cudaStream_t s) {
     zp_optimizer_wait(P);  // one step in flight at a time
+    if (P->ada) zp_ada_gpu_step(P, a, s);  // Adafactor's GPU units (no AdamW plan then)
     if (P->gpu_plan) {
         AdamWStepArgs sa = {.lr = a->lr, .beta1 = P->o.beta1, .beta2 = P->o.beta2, .eps = P->o.eps,
                             .bias_correction1 = a->bias_correction1, .bias_correction2 = a->bias_correction2,

@@ -12,6 +12,7 @@
 #include "../../cuda/elementwise.cuh"
 #include "../base/common.h"
 #include "part.h"
+#include "step_adafactor.h"
 
 typedef struct {
     bool fetched;     // between fetch and release
@@ -328,6 +329,23 @@ void zero_opt_state_read(ZeroEngine* Z, int which, size_t offset, size_t n, floa
 void zero_opt_state_write(ZeroEngine* Z, int which, size_t offset, size_t n, const float* host_in) {
     if (!Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_opt_state_write at ZeRO stage 0");
     zp_state_write(Z->P, which, offset, n, host_in);
+}
+
+size_t zero_adafactor_state_floats(const ZeroEngine* Z) { return Z->P ? zp_ada_state_floats(Z->P) : 0; }
+
+void zero_adafactor_state_read(ZeroEngine* Z, size_t offset, size_t n, float* host_out) {
+    if (!Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_adafactor_state_read at ZeRO stage 0 (the trainer's state)");
+    zp_ada_state_io(Z->P, offset, n, host_out, true);
+}
+
+void zero_adafactor_state_write(ZeroEngine* Z, size_t offset, size_t n, const float* host_in) {
+    if (!Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_adafactor_state_write at ZeRO stage 0 (the trainer's state)");
+    zp_ada_state_io(Z->P, offset, n, (float*)host_in, false);
+}
+
+float zero_adafactor_last_lr(ZeroEngine* Z, int tensor) {
+    if (!Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_adafactor_last_lr at ZeRO stage 0 (the trainer steps)");
+    return zp_ada_last_lr(Z->P, tensor);
 }
 
 bool zero_hold_begin(ZeroEngine* Z, cudaStream_t stream) { return Z->P ? zp_hold_begin(Z->P, stream) : true; }

@@ -1,0 +1,35 @@
+/*
+ * step_adafactor.h: transformers' Adafactor as the partitioned engine's optimizer (ZeroOptions.optimizer
+ * ZERO_OPTIM_ADAFACTOR), internal to src/zero/. docs/zero.md "Adafactor in the engine" has the whole picture.
+ *
+ * Per tensor (a ZeroTensor: rows x cols factored, or a vector), stepped exactly as the trainer's stage 0 Adafactor:
+ *   GPU-stepped units: one fused plan (cuda/adafactor.cu) over every tensor of those units, on the compute stream,
+ *     the 16-bit weights written straight into the unit's GPU partition / resident copy (as the fused AdamW);
+ *   CPU-stepped units (offload_optimizer, the `ratio` split): the engine's optimizer thread runs
+ *     cpu_adafactor_step (src/zero/cpu_adafactor.c) tensor by tensor, unit by unit, and publishes each unit's 16-bit
+ *     weights as the CPU AdamW does.
+ * State: per tensor in ZeroOptions.tensors order exp_avg_sq_row + exp_avg_sq_col (a matrix) or exp_avg_sq (a vector),
+ * then exp_avg with beta1: the trainer's stage 0 layout. It lives in the buffers Adam's m would use (P->d_m for the GPU
+ * units, P->h_m for the CPU units; v is empty), sized by src/zero/estimate.c.
+ *
+ * One rank only: every tensor must lie whole in this rank's partition (zp_ada_create refuses a split one; W > 1 is
+ * refused before, by zp_create). How a split matrix's row/column statistics would be reduced: docs/zero.md.
+ */
+#pragma once
+#include "part.h"
+
+// After zp_create carved the units' buffers (before its GPU byte check): the tensor table, the state pointers in
+// P->d_m / P->h_m, and the GPU plan (whose scratch it adds to P->gpu_bytes). Returns 0, or -1 with a message.
+int zp_ada_create(ZeroPart* P, const ZeroOptions* o, char* err, size_t errlen);
+void zp_ada_destroy(ZeroPart* P);
+// The GPU units' step on stream s (the fused plan, the fp32 copy of fp32 runs, their fp32 views). No-op without
+// GPU-stepped tensors.
+void zp_ada_gpu_step(ZeroPart* P, const ZeroStepArgs* a, cudaStream_t s);
+// One CPU unit's step (the optimizer thread): every tensor of unit u, its 16-bit host weights written in the same
+// pass. The caller publishes the unit.
+void zp_ada_cpu_unit(ZeroPart* P, int u, const ZeroStepArgs* a);
+// The state in the checkpoint layout (model/zero.h zero_adafactor_state_*).
+size_t zp_ada_state_floats(const ZeroPart* P);
+void zp_ada_state_io(ZeroPart* P, size_t offset, size_t n, float* host, bool to_host);
+// The lr tensor i used in the last step (waits for it).
+float zp_ada_last_lr(ZeroPart* P, int tensor);

@@ -1,0 +1,359 @@
+/*
+ * test_zero_adafactor.c: the pure parts of Adafactor in the ZeRO engine (src/zero/step_adafactor.c), on the CPU:
+ *   - test_layout_matches_stage0: the engine's state per tensor (zero_adafactor_tensor_floats over the ZeroTensor
+ *     shapes the trainer fills) is the trainer's stage 0 layout (cpu_adafactor_state_floats from the ParamTable), for
+ *     every preset, beta1 None and a value: so the "adafactor" checkpoint blob is the same at every stage;
+ *   - test_estimate_sizes: src/zero/estimate.c for Adafactor: its state replaces Adam's m, v (GPU units on the GPU,
+ *     CPU units on the host, split by ratio), the GPU plan's scratch is cuda/adafactor's, AdamW's sizes unchanged,
+ *     the 14-byte layout kept (gradients share the 16-bit host weights), the W > 1 rule (a rank holding a slice of a
+ *     matrix keeps its whole row + column statistics);
+ *   - test_bytes_per_parameter: optimizer state bytes per parameter for t5-3b and t5-11b, Adam and Adafactor, and the
+ *     single-GPU t5-11b plan (stage 3, both offloads) host bytes with each (printed; docs/optimizer.md quotes them);
+ *   - test_aliased_grad_work: cpu_adafactor_step with the gradient in the 16-bit working copy's own buffer (the
+ *     engine's 14-byte layout) gives bit for bit what separate buffers give (fp16 and bf16, matrix and vector, beta1,
+ *     weight decay, clipping).
+ */
+#include "t5test.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "../cuda/adafactor.cuh"
+#include "../model/params.h"
+#include "../model/t5.h"
+#include "../model/t5_config.h"
+#include "../src/base/common.h"
+#include "../src/cli/planner.h"
+#include "../src/zero/cpu_adafactor.h"
+#include "../src/zero/cpu_adam.h"
+#include "../src/zero/estimate.h"
+
+static const char* k_presets[] = {"t5-small", "t5-base", "t5-large", "t5-3b", "t5-11b", "google/t5-v1_1-small"};
+
+typedef struct {
+    ParamTable T;
+    ZeroTensor* zt;
+    size_t* numel;
+    size_t total_floats[2];  // the stage 0 layout's floats, beta1 None / a value
+    size_t n;                // parameters (the units' elements)
+} Model;
+
+static void model_build(Model* m, const char* preset) {
+    memset(m, 0, sizeof *m);
+    T5Config c;
+    char err[256];
+    assert_true(t5_config_preset(preset, &c));
+    assert_int_equal(params_build(&m->T, &c, err, sizeof err), 0);
+    m->zt = calloc(m->T.num_params, sizeof *m->zt);
+    m->numel = calloc(m->T.num_units, sizeof *m->numel);
+    for (int u = 0; u < m->T.num_units; u++) {
+        m->numel[u] = m->T.units[u].numel;
+        m->n += m->numel[u];
+    }
+    for (int i = 0; i < m->T.num_params; i++) {
+        const ParamDesc* p = &m->T.params[i];
+        // as src/train/trainer.c fills them
+        m->zt[i] = (ZeroTensor){.unit = p->unit, .offset = p->offset, .numel = p->numel, .decay = p->decay,
+                                .fp32_view = params_role_reads_fp32(p->role),
+                                .rows = p->ndim == 2 ? p->shape[0] : 0, .cols = p->ndim == 2 ? p->shape[1] : 0};
+        for (int b = 0; b < 2; b++)
+            m->total_floats[b] += cpu_adafactor_state_floats(p->ndim == 2 ? (size_t)p->shape[0] : 1,
+                                                             p->ndim == 2 ? (size_t)p->shape[1] : p->numel,
+                                                             p->ndim == 2, b == 1);
+    }
+}
+
+static void model_free(Model* m) {
+    params_free(&m->T);
+    free(m->zt);
+    free(m->numel);
+}
+
+static ZeroOptions options(const Model* m, int stage, DType dt, bool ada, bool beta1) {
+    ZeroOptions o;
+    zero_options_default(&o);
+    o.stage = stage;
+    o.working_dtype = o.grad_dtype = o.comm_dtype = o.accum_dtype = dt;
+    o.optimizer_pin_memory = o.param_pin_memory = true;
+    o.tensors = m->zt;
+    o.num_tensors = m->T.num_params;
+    o.sub_group_size = 4000000;
+    o.reduce_bucket_size = 1 << 20;
+    o.optimizer = ada ? ZERO_OPTIM_ADAFACTOR : ZERO_OPTIM_ADAMW;
+    o.adafactor.has_beta1 = beta1;
+    return o;
+}
+
+static void test_layout_matches_stage0(void** state) {
+    (void)state;
+    for (size_t k = 0; k < T5_ARRAY_LEN(k_presets); k++) {
+        Model m;
+        model_build(&m, k_presets[k]);
+        for (int b = 0; b < 2; b++) {
+            size_t sum = 0;
+            for (int i = 0; i < m.T.num_params; i++) {
+                const ParamDesc* p = &m.T.params[i];
+                const size_t f = zero_adafactor_tensor_floats(&m.zt[i], m.zt[i].numel, b == 1);
+                assert_int_equal(f, cpu_adafactor_state_floats(p->ndim == 2 ? (size_t)p->shape[0] : 1,
+                                                               p->ndim == 2 ? (size_t)p->shape[1] : p->numel,
+                                                               p->ndim == 2, b == 1));
+                sum += f;
+            }
+            assert_int_equal(sum, m.total_floats[b]);
+        }
+        model_free(&m);
+    }
+}
+
+// the plan's scratch over the given tensors (as estimate.c builds the list)
+static size_t scratch_of(const Model* m, const ZeroLayout* L) {
+    AdafactorTensor* ft = calloc(m->T.num_params, sizeof *ft);
+    int nf = 0;
+    for (int i = 0; i < m->T.num_params; i++) {
+        const ZeroTensor* t = &m->zt[i];
+        if (L && L->group_cpu[L->unit_group[t->unit]]) continue;
+        const bool fac = t->rows > 0;
+        ft[nf++] = (AdafactorTensor){.rows = fac ? t->rows : 1, .cols = fac ? t->cols : (int64_t)t->numel,
+                                     .factored = fac};
+    }
+    size_t s = nf ? adafactor_plan_scratch_bytes_for(ft, nf) : 0;
+    free(ft);
+    return s;
+}
+
+static void test_estimate_sizes(void** state) {
+    (void)state;
+    char err[512];
+    const char* presets[] = {"t5-small", "t5-3b"};
+    for (size_t k = 0; k < T5_ARRAY_LEN(presets); k++) {
+        Model m;
+        model_build(&m, presets[k]);
+        for (int b = 0; b < 2; b++) {
+            const size_t state_bytes = m.total_floats[b] * 4;
+            ZeroMemEstimate e, ea;
+            // stage 0: the trainer's fused Adafactor over every tensor, instead of Adam's m, v
+            ZeroOptions o = options(&m, 0, DT_F32, true, b);
+            assert_int_equal(zero_estimate(&o, m.T.num_units, m.numel, 1, &e, err, sizeof err), 0);
+            ZeroOptions oa = options(&m, 0, DT_F32, false, b);
+            assert_int_equal(zero_estimate(&oa, m.T.num_units, m.numel, 1, &ea, err, sizeof err), 0);
+            assert_int_equal(e.gpu_m, state_bytes);
+            assert_int_equal(e.gpu_v, 0);
+            assert_int_equal(e.gpu_ada_scratch, scratch_of(&m, NULL));
+            assert_int_equal(ea.gpu_ada_scratch, 0);
+            assert_int_equal(ea.gpu_m, ea.gpu_v);
+            assert_int_equal(e.gpu_resident + ea.gpu_m + ea.gpu_v, ea.gpu_resident + state_bytes + e.gpu_ada_scratch);
+            // stage 2, no offload: all on the GPU (one rank: every tensor whole)
+            o = options(&m, 2, DT_F16, true, b);
+            oa = options(&m, 2, DT_F16, false, b);
+            assert_int_equal(zero_estimate(&o, m.T.num_units, m.numel, 1, &e, err, sizeof err), 0);
+            assert_int_equal(zero_estimate(&oa, m.T.num_units, m.numel, 1, &ea, err, sizeof err), 0);
+            assert_int_equal(e.gpu_m, state_bytes);
+            assert_int_equal(e.gpu_v + e.host_total + e.host_m, 0);
+            assert_int_equal(e.gpu_ada_scratch, scratch_of(&m, NULL));
+            assert_int_equal(ea.gpu_m, m.n * 4);
+            assert_int_equal(e.gpu_resident + ea.gpu_m + ea.gpu_v, ea.gpu_resident + state_bytes + e.gpu_ada_scratch);
+            // stage 2 + offload ratio 0.3: the CPU units' state on the host, the rest (and the scratch of the GPU
+            // units' plan) on the GPU
+            o.offload_optimizer = oa.offload_optimizer = true;
+            o.ratio = oa.ratio = 0.3;
+            assert_int_equal(zero_estimate(&o, m.T.num_units, m.numel, 1, &e, err, sizeof err), 0);
+            assert_int_equal(zero_estimate(&oa, m.T.num_units, m.numel, 1, &ea, err, sizeof err), 0);
+            assert_true(e.host_m > 0 && e.gpu_m > 0);
+            assert_int_equal(e.host_m + e.gpu_m, state_bytes);
+            assert_int_equal(e.host_v + e.gpu_v, 0);
+            assert_int_equal(e.cpu_numel, ea.cpu_numel);
+            assert_int_equal(e.host_total + ea.host_m + ea.host_v, ea.host_total + e.host_m);
+            ZeroLayout L;
+            assert_int_equal(zero_layout_build(&L, 1, 0, m.T.num_units, m.numel, o.sub_group_size, 0.3, err,
+                                               sizeof err), 0);
+            size_t host_floats = 0;
+            for (int i = 0; i < m.T.num_params; i++)
+                if (L.group_cpu[L.unit_group[m.zt[i].unit]])
+                    host_floats += zero_adafactor_tensor_floats(&m.zt[i], m.zt[i].numel, b);
+            assert_int_equal(e.host_m, host_floats * 4);
+            assert_int_equal(e.gpu_ada_scratch, scratch_of(&m, &L));
+            zero_layout_free(&L);
+            // stage 3, both offloads, fp16, accumulation 1: everything on the host, the gradients still share the
+            // 16-bit weights' buffer (14-byte layout; Adafactor reads a tensor's gradient before writing its weights)
+            o = options(&m, 3, DT_F16, true, b);
+            o.offload_optimizer = o.offload_param = true;
+            o.ratio = 1.0;
+            assert_true(zero_host_grads_share_weights(&o));
+            int trace[4096];
+            o.trace = trace;
+            o.trace_len = t5_model_fetch_trace(&m.T, trace, 4096);
+            assert_true(o.trace_len > 0);
+            assert_int_equal(zero_estimate(&o, m.T.num_units, m.numel, 1, &e, err, sizeof err), 0);
+            assert_int_equal(e.cpu_numel, m.n);
+            assert_int_equal(e.host_m, state_bytes);
+            assert_int_equal(e.gpu_m + e.gpu_v + e.gpu_ada_scratch + e.host_v + e.host_gacc, 0);
+            assert_int_equal(e.host_total, m.n * (4 + 2) + state_bytes);
+        }
+        model_free(&m);
+    }
+    // several ranks (arithmetic only): a rank holding a slice of a matrix keeps the matrix's whole row and column
+    // statistics (its partial row/column sums are all-reduced, docs/zero.md); of a vector and of m, its own elements
+    const ZeroTensor mat = {.numel = 12, .rows = 3, .cols = 4}, vec = {.numel = 12};
+    assert_int_equal(zero_adafactor_tensor_floats(&mat, 5, false), 7);
+    assert_int_equal(zero_adafactor_tensor_floats(&mat, 5, true), 12);
+    assert_int_equal(zero_adafactor_tensor_floats(&mat, 0, true), 0);
+    assert_int_equal(zero_adafactor_tensor_floats(&vec, 5, false), 5);
+    assert_int_equal(zero_adafactor_tensor_floats(&vec, 5, true), 10);
+    Model m;
+    model_build(&m, "t5-small");
+    size_t host2 = 0, single = m.total_floats[0] * 4;
+    for (int r = 0; r < 2; r++) {
+        ZeroOptions o = options(&m, 2, DT_F16, true, false);
+        o.world = 2;
+        o.rank = r;
+        o.offload_optimizer = true;
+        o.ratio = 1.0;
+        ZeroMemEstimate e;
+        assert_int_equal(zero_estimate(&o, m.T.num_units, m.numel, 1, &e, err, sizeof err), 0);
+        host2 += e.host_m;
+    }
+    // the two ranks together: every vector element once, the statistics of a split matrix twice
+    assert_true(host2 >= single && host2 < 2 * single);
+    model_free(&m);
+}
+
+static double gib(double b) { return b / 1073741824.0; }
+
+static void test_bytes_per_parameter(void** state) {
+    (void)state;
+    const char* presets[] = {"t5-3b", "t5-11b"};
+    char err[512];
+    for (size_t k = 0; k < T5_ARRAY_LEN(presets); k++) {
+        Model m;
+        model_build(&m, presets[k]);
+        const double none = 4.0 * (double)m.total_floats[0] / (double)m.n, b1 = 4.0 * (double)m.total_floats[1] / (double)m.n;
+        print_message("%s: %zu parameters; optimizer state bytes per parameter: Adam 8, Adafactor beta1 None %.4f, "
+                      "beta1 0.9 %.4f (+ the fp32 master, 4, with either)\n",
+                      presets[k], m.n, none, b1);
+        assert_true(none < 0.01);
+        assert_true(fabs(b1 - 4.0 - none) < 1e-9);
+        // the single-GPU plan: stage 3, both offloads, fp16, pinned, batch 1 x (128 + 128)
+        PlanInput in;
+        memset(&in, 0, sizeof in);
+        assert_true(t5_config_preset(presets[k], &in.model));
+        in.dtype = in.grad_dtype = DT_F16;
+        in.batch = 1;
+        in.src_len = in.tgt_len = 128;
+        in.grad_accum_steps = 1;
+        in.gpus_per_node = in.num_nodes = 1;
+        zero_options_default(&in.knobs);
+        in.knobs.comm_dtype = DT_F16;
+        in.knobs.optimizer_pin_memory = in.knobs.param_pin_memory = true;
+        PlanRow adam, ada;
+        assert_int_equal(planner_row(&in, 3, true, true, 1.0, &adam, err, sizeof err), 0);
+        in.knobs.optimizer = ZERO_OPTIM_ADAFACTOR;
+        assert_int_equal(planner_row(&in, 3, true, true, 1.0, &ada, err, sizeof err), 0);
+        print_message("%s stage 3 + both offloads (fp16, batch 1): host %.2f GiB with Adam (%.2f bytes/parameter), "
+                      "%.2f GiB with Adafactor beta1 None (%.3f); GPU %.2f / %.2f GiB\n",
+                      presets[k], gib((double)adam.h_total), (double)adam.h_total / (double)adam.cpu_numel,
+                      gib((double)ada.h_total), (double)ada.h_total / (double)ada.cpu_numel, gib((double)adam.g_total),
+                      gib((double)ada.g_total));
+        assert_true(fabs((double)adam.h_total / (double)adam.cpu_numel - 14.0) < 1e-6);
+        assert_true((double)ada.h_total / (double)ada.cpu_numel < 6.01);
+        assert_int_equal(ada.g_total, adam.g_total);  // nothing of the optimizer on the GPU either way
+        // stage 2 without offload: the GPU's optimizer column
+        in.knobs.optimizer = ZERO_OPTIM_ADAMW;
+        assert_int_equal(planner_row(&in, 2, false, false, 1.0, &adam, err, sizeof err), 0);
+        in.knobs.optimizer = ZERO_OPTIM_ADAFACTOR;
+        assert_int_equal(planner_row(&in, 2, false, false, 1.0, &ada, err, sizeof err), 0);
+        print_message("%s stage 2 on the GPU: optim column %.2f GiB (Adam) vs %.2f GiB (Adafactor: master + state + "
+                      "plan scratch)\n",
+                      presets[k], gib((double)adam.g_optim), gib((double)ada.g_optim));
+        assert_true(ada.g_optim < adam.g_optim / 2);
+        model_free(&m);
+    }
+}
+
+// ---- the 14-byte layout: the gradient in the working copy's buffer
+
+static uint64_t sm64(uint64_t* s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static float urand(uint64_t* s) { return (float)((double)(sm64(s) >> 11) / 9007199254740992.0) * 2.0f - 1.0f; }
+
+static uint16_t to16(DType dt, float x) { return dt == DT_F16 ? cpu_adam_f32_to_f16(x) : cpu_adam_f32_to_bf16(x); }
+
+// jump: the last step's gradient 64x the others' (the second moments lag: the update's rms is clipped)
+static void aliased_case(size_t rows, size_t cols, bool factored, DType dt, bool beta1, double wd, bool jump) {
+    const size_t n = rows * cols;
+    CpuAdafactorOpts o;
+    cpu_adafactor_default_opts(&o);
+    o.relative_step = false;
+    o.has_lr = true;
+    o.lr = 1e-2;
+    o.has_beta1 = beta1;
+    o.beta1 = 0.9;
+    o.weight_decay = wd;
+    const size_t sf = cpu_adafactor_state_floats(rows, cols, factored, beta1);
+    float *p[2], *st[2];
+    uint16_t *g[2], *w[2];
+    for (int k = 0; k < 2; k++) {
+        p[k] = malloc(n * 4);
+        st[k] = calloc(sf, 4);
+        g[k] = malloc(n * 2);
+        w[k] = malloc(n * 2);
+    }
+    uint64_t s = 42;
+    for (size_t i = 0; i < n; i++) p[0][i] = p[1][i] = urand(&s);
+    for (int step = 1; step <= 3; step++) {
+        const float gmul = jump && step == 3 ? 64.0f : 1.0f;
+        for (size_t i = 0; i < n; i++) g[0][i] = g[1][i] = to16(dt, urand(&s) * gmul);
+        CpuAdafactorStepInfo info[2];
+        for (int k = 0; k < 2; k++) {
+            CpuAdafactorState S = {.rows = rows, .cols = cols, .factored = factored};
+            float* q = st[k];
+            if (factored) {
+                S.exp_avg_sq_row = q;
+                S.exp_avg_sq_col = q + rows;
+                q += rows + cols;
+            } else {
+                S.exp_avg_sq = q;
+                q += n;
+            }
+            if (beta1) S.exp_avg = q;
+            // k 0: separate buffers; k 1: the working copy written over the gradient (the engine's shared buffer)
+            void* work = k == 0 ? (void*)w[0] : (void*)g[1];
+            assert_int_equal(cpu_adafactor_step(&o, step, &S, p[k], g[k], dt, 1.0f / 256, work, dt, &info[k]), 0);
+        }
+        if (memcmp(p[0], p[1], n * 4) || memcmp(st[0], st[1], sf * 4) || memcmp(w[0], g[1], n * 2) ||
+            memcmp(&info[0], &info[1], sizeof info[0]))
+            fail_msg("%zu x %zu %s %s: the shared gradient/weight buffer changes the step %d", rows, cols,
+                     factored ? "factored" : "vector", dtype_name(dt), step);
+        if (step == 3 && jump && !(info[0].clip_div > 1.0f)) fail_msg("the clipping case did not clip");
+    }
+    for (int k = 0; k < 2; k++) {
+        free(p[k]);
+        free(st[k]);
+        free(g[k]);
+        free(w[k]);
+    }
+}
+
+static void test_aliased_grad_work(void** state) {
+    (void)state;
+    const DType dts[2] = {DT_F16, DT_BF16};
+    for (int d = 0; d < 2; d++) {
+        aliased_case(300, 700, true, dts[d], false, 0.0, false);   // several row blocks
+        aliased_case(64, 40, true, dts[d], true, 0.01, false);
+        aliased_case(1, 150000, false, dts[d], true, 0.1, false);  // a vector of 3 blocks
+        aliased_case(40, 64, true, dts[d], false, 0.0, true);      // update rms clipping
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_layout_matches_stage0),
+        cmocka_unit_test(test_estimate_sizes),
+        cmocka_unit_test(test_bytes_per_parameter),
+        cmocka_unit_test(test_aliased_grad_work),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
