@@ -50,23 +50,31 @@ static void write_ds(const char* path, const char* precision, const char* zero) 
     fclose(f);
 }
 
+// the command every run of this file shares (t5-small shape, random init, 400 real pairs, ZSTEPS updates), for
+// gradient_accumulation_steps gas into out; callers append the deepspeed config and their own flags
+static void zcmd(char* buf, size_t cap, const char* out, int gas) {
+    const char* d = t5test_data_dir();
+    int k = snprintf(buf, cap,
+                     "%s --model_name_or_path t5-small --init random --tokenizer_name %s/t5-spiece/spiece.model "
+                     "--train_file %s/wmt16-ro-en/validation.en --source_lang en --target_lang ro --max_source_length 48 "
+                     "--max_target_length 48 --max_train_samples 400 --per_device_train_batch_size 4 "
+                     "--gradient_accumulation_steps %d --do_train --max_steps %d --learning_rate 1e-3 --warmup_steps 5 "
+                     "--weight_decay 0.01 --dropout_rate 0 --save_steps 1000 --logging_steps 1 --seed 11 --output_dir %s",
+                     t5test_bin(), d, d, gas, ZSTEPS, out);
+    if (k < 0 || (size_t)k >= cap) fail_msg("command line too long");
+}
+
 // one run; returns the output dir (malloc'd)
 static char* zrun(const char* tag, const char* precision, const char* zero, const char* extra, int gas) {
     char* out = t5_path_join(t5test_tmpdir(), tag);
     char ds[4200];
     snprintf(ds, sizeof ds, "%s.ds.json", out);
     write_ds(ds, precision, zero);
-    const char* d = t5test_data_dir();
-    int rc = t5test_run(
-        g_text, sizeof g_text,
-        "%s --model_name_or_path t5-small --init random --tokenizer_name %s/t5-spiece/spiece.model "
-        "--train_file %s/wmt16-ro-en/validation.en --source_lang en --target_lang ro --max_source_length 48 "
-        "--max_target_length 48 --max_train_samples 400 --per_device_train_batch_size 4 "
-        "--gradient_accumulation_steps %d --do_train --max_steps %d --learning_rate 1e-3 --warmup_steps 5 "
-        "--weight_decay 0.01 --dropout_rate 0 --save_steps 1000 --logging_steps 1 --seed 11 --output_dir %s "
-        "--overwrite_output_dir --deepspeed %s %s %s 2>&1",
-        t5test_bin(), d, d, gas, ZSTEPS, out, ds, strstr(precision, "fp16") ? "--fp16" : strstr(precision, "bf16") ? "--bf16" : "",
-        extra ? extra : "");
+    char cmd[8192];
+    zcmd(cmd, sizeof cmd, out, gas);
+    int rc = t5test_run(g_text, sizeof g_text, "%s --overwrite_output_dir --deepspeed %s %s %s 2>&1", cmd, ds,
+                        strstr(precision, "fp16") ? "--fp16" : strstr(precision, "bf16") ? "--bf16" : "",
+                        extra ? extra : "");
     if (rc) {
         size_t len = strlen(g_text);
         fail_msg("%s: exit %d:\n...%s", tag, rc, g_text + (len > 3000 ? len - 3000 : 0));
@@ -289,16 +297,10 @@ static void test_resume(void** state) {
     char ds[4200];
     snprintf(ds, sizeof ds, "%s.ds.json", b);
     write_ds(ds, "", z3);
-    const char* d = t5test_data_dir();
     char cmd[8192];
-    snprintf(cmd, sizeof cmd,
-             "%s --model_name_or_path t5-small --init random --tokenizer_name %s/t5-spiece/spiece.model "
-             "--train_file %s/wmt16-ro-en/validation.en --source_lang en --target_lang ro --max_source_length 48 "
-             "--max_target_length 48 --max_train_samples 400 --per_device_train_batch_size 4 "
-             "--gradient_accumulation_steps 2 --do_train --max_steps %d --learning_rate 1e-3 --warmup_steps 5 "
-             "--weight_decay 0.01 --dropout_rate 0 --save_steps 1000 --logging_steps 1 --seed 11 --output_dir %s "
-             "--deepspeed %s",
-             t5test_bin(), d, d, ZSTEPS, b, ds);
+    zcmd(cmd, sizeof cmd, b, 2);
+    const size_t used = strlen(cmd);
+    snprintf(cmd + used, sizeof cmd - used, " --deepspeed %s", ds);
     int rc = t5test_run(g_text, sizeof g_text, "T5TRAIN_STOP_AFTER_STEPS=6 %s --overwrite_output_dir 2>&1", cmd);
     if (rc) fail_msg("stop at 6: exit %d:\n%s", rc, g_text);
     rc = t5test_run(g_text, sizeof g_text, "%s --resume_from_checkpoint last 2>&1", cmd);
@@ -311,13 +313,7 @@ static void test_resume(void** state) {
     snprintf(ds, sizeof ds, "%s.ds0.json", e);
     write_ds(ds, "", "{\"stage\": 0}");
     char cmd0[8192];
-    snprintf(cmd0, sizeof cmd0,
-             "%s --model_name_or_path t5-small --init random --tokenizer_name %s/t5-spiece/spiece.model "
-             "--train_file %s/wmt16-ro-en/validation.en --source_lang en --target_lang ro --max_source_length 48 "
-             "--max_target_length 48 --max_train_samples 400 --per_device_train_batch_size 4 "
-             "--gradient_accumulation_steps 2 --do_train --max_steps %d --learning_rate 1e-3 --warmup_steps 5 "
-             "--weight_decay 0.01 --dropout_rate 0 --save_steps 1000 --logging_steps 1 --seed 11 --output_dir %s",
-             t5test_bin(), d, d, ZSTEPS, e);
+    zcmd(cmd0, sizeof cmd0, e, 2);
     rc = t5test_run(g_text, sizeof g_text, "T5TRAIN_STOP_AFTER_STEPS=6 %s --deepspeed %s --overwrite_output_dir 2>&1",
                     cmd0, ds);
     if (rc) fail_msg("stage 0 stop at 6: exit %d:\n%s", rc, g_text);
@@ -332,13 +328,7 @@ static void test_resume(void** state) {
     // and back: stage 3 writes checkpoint-6, stage 0 resumes it (the stage 0 straight run c is the reference again)
     char* g = t5_path_join(t5test_tmpdir(), "r_g");
     char cmdg[8192];
-    snprintf(cmdg, sizeof cmdg,
-             "%s --model_name_or_path t5-small --init random --tokenizer_name %s/t5-spiece/spiece.model "
-             "--train_file %s/wmt16-ro-en/validation.en --source_lang en --target_lang ro --max_source_length 48 "
-             "--max_target_length 48 --max_train_samples 400 --per_device_train_batch_size 4 "
-             "--gradient_accumulation_steps 2 --do_train --max_steps %d --learning_rate 1e-3 --warmup_steps 5 "
-             "--weight_decay 0.01 --dropout_rate 0 --save_steps 1000 --logging_steps 1 --seed 11 --output_dir %s",
-             t5test_bin(), d, d, ZSTEPS, g);
+    zcmd(cmdg, sizeof cmdg, g, 2);
     rc = t5test_run(g_text, sizeof g_text, "T5TRAIN_STOP_AFTER_STEPS=6 %s --deepspeed %s --overwrite_output_dir 2>&1",
                     cmdg, ds3);
     if (rc) fail_msg("stage 3 stop at 6: exit %d:\n%s", rc, g_text);
@@ -479,16 +469,10 @@ static void ada_resume_leg(const char* tag, const char* ref, const char* zero_st
     snprintf(ds_resume, sizeof ds_resume, "%s.resume.json", out);
     write_ds(ds_stop, "", zero_stop);
     write_ds(ds_resume, "", zero_resume);
-    const char* d = t5test_data_dir();
     char cmd[8192];
-    snprintf(cmd, sizeof cmd,
-             "%s --model_name_or_path t5-small --init random --tokenizer_name %s/t5-spiece/spiece.model "
-             "--train_file %s/wmt16-ro-en/validation.en --source_lang en --target_lang ro --max_source_length 48 "
-             "--max_target_length 48 --max_train_samples 400 --per_device_train_batch_size 4 "
-             "--gradient_accumulation_steps 2 --do_train --max_steps %d --learning_rate 1e-3 --warmup_steps 5 "
-             "--weight_decay 0.01 --dropout_rate 0 --save_steps 1000 --logging_steps 1 --seed 11 --output_dir %s "
-             "--optim adafactor --adafactor_beta1 0.9",
-             t5test_bin(), d, d, ZSTEPS, out);
+    zcmd(cmd, sizeof cmd, out, 2);
+    const size_t used = strlen(cmd);
+    snprintf(cmd + used, sizeof cmd - used, " --optim adafactor --adafactor_beta1 0.9");
     int rc = t5test_run(g_text, sizeof g_text, "T5TRAIN_STOP_AFTER_STEPS=6 %s --deepspeed %s --overwrite_output_dir 2>&1",
                         cmd, ds_stop);
     if (rc) fail_msg("%s: stop at 6: exit %d:\n%s", tag, rc, g_text);
