@@ -7,6 +7,8 @@
 #      writing run_translation's files;
 #   3. transformers (HF_HUB_OFFLINE=1, same HF_HOME) loads the model with from_pretrained("org/t5-e2e") from the cache
 #      t5train filled, and its logits on one batch match the model t5train loaded (its dump-grads);
+#   3b. the other way: transformers / huggingface_hub download org/t5-e2e from the loopback Hub into a second empty
+#      HF_HOME, and t5train dump-grads reads that cache offline (0 requests) to the same logits;
 #   4. t5train again with HF_HUB_OFFLINE=1: it runs from the cache, and the server sees no request at all;
 #   5. the loss / learning-rate plot of run 2 from trainer_log.jsonl (scripts/plot_loss.py; skipped with a note when
 #      matplotlib is missing) into OUT/loss_lr.png.
@@ -130,6 +132,52 @@ print(f"{'PASS' if ok else 'FAIL'} transformers loads org/t5-e2e offline from th
 sys.exit(0 if ok else 1)
 EOF
     [ $? -eq 0 ] || fails=$((fails + 1))
+fi
+
+# ---- 3b. and the other way: a cache filled by transformers (huggingface_hub through the loopback Hub, a second empty
+# HF_HOME) is read by t5train offline, with no request, to the same logits
+TX=$OUT/hf_tx
+: > "$OUT/server.log"
+HF_HOME=$TX python3 - "$REPO" "$OUT" <<'EOF'
+import json, os, sys
+import torch
+from transformers import T5ForConditionalGeneration
+repo, out = sys.argv[1:3]
+try:  # config.json + model.safetensors through huggingface_hub's cache (what dump-grads needs)
+    m = T5ForConditionalGeneration.from_pretrained("org/t5-e2e", dtype=torch.float32).eval()
+except Exception as e:
+    print(f"FAIL transformers could not download org/t5-e2e from the loopback Hub: {type(e).__name__}: {e}")
+    sys.exit(1)
+b = json.load(open(os.path.join(out, "batch.json")))
+kw = {k: torch.tensor(b[k]) for k in ("input_ids", "attention_mask", "labels")}
+with torch.no_grad():
+    torch.save(m(**kw, use_cache=False).logits, os.path.join(out, "tx_logits.pt"))
+EOF
+if [ $? -eq 0 ]; then
+    : > "$OUT/server.log"
+    HF_HOME=$TX HF_HUB_OFFLINE=1 "$BIN" dump-grads --model org/t5-e2e --batch "$OUT/batch.json" \
+        --out "$OUT/dg_tx.safetensors" > "$OUT/dg_tx.log" 2>&1
+    rc=$?
+    python3 - "$OUT" "$rc" "$(nreq '.')" <<'EOF'
+import sys
+import torch
+from safetensors.torch import load_file
+out, rc, nreq = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+if rc != 0:
+    print(f"FAIL t5train dump-grads offline from the cache transformers filled: exit {rc} "
+          f"({open(out + '/dg_tx.log').read()[-400:]})")
+    sys.exit(1)
+ref = torch.load(out + "/tx_logits.pt")
+ours = load_file(out + "/dg_tx.safetensors")["logits"]
+rel = float((ours.double() - ref.double()).norm() / ref.double().norm())
+ok = rel < 1e-4 and nreq == "0"
+print(f"{'PASS' if ok else 'FAIL'} t5train reads offline the cache transformers filled ({nreq} requests); logits vs "
+      f"transformers' rel L2 {rel:.2e}")
+sys.exit(0 if ok else 1)
+EOF
+    [ $? -eq 0 ] || fails=$((fails + 1))
+else
+    fails=$((fails + 1))
 fi
 
 # ---- 4. offline rerun: the cache is reused, no request
