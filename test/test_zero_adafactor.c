@@ -12,6 +12,11 @@
  *   - test_aliased_grad_work: cpu_adafactor_step with the gradient in the 16-bit working copy's own buffer (the
  *     engine's 14-byte layout) gives bit for bit what separate buffers give (fp16 and bf16, matrix and vector, beta1,
  *     weight decay, clipping).
+ *   - test_engine_cpu_units: the engine's own CPU path (zp_ada_create over a hand-built ZeroPart whose units are all
+ *     CPU-stepped, zp_ada_cpu_unit unit by unit, zp_ada_state_io, zp_ada_last_lr), no CUDA call, over whole small
+ *     models (tied and untied head): every tensor of a unit stepped in one shared gradient/weights buffer gives bit
+ *     for bit the trainer's stage 0 stepping (per tensor in parameter-table order, separate buffers, the stage 0
+ *     state layout): master, 16-bit weights, the "adafactor" blob, the logged lr of tensor 0.
  */
 #include "t5test.h"
 
@@ -27,6 +32,9 @@
 #include "../src/zero/cpu_adafactor.h"
 #include "../src/zero/cpu_adam.h"
 #include "../src/zero/estimate.h"
+#include "../src/zero/host_mem.h"
+#include "../src/zero/part.h"
+#include "../src/zero/step_adafactor.h"
 
 static const char* k_presets[] = {"t5-small", "t5-base", "t5-large", "t5-3b", "t5-11b", "google/t5-v1_1-small"};
 
@@ -348,12 +356,192 @@ static void test_aliased_grad_work(void** state) {
     }
 }
 
+// ---- the engine's CPU units against the trainer's stage 0 stepping (no GPU: every unit CPU-stepped)
+
+static float grad_value(uint64_t* s, size_t i) { return urand(s) * (i % 7 == 0 ? 3.0f : 1.0f); }
+
+// dt: the working dtype (16-bit: the gradients in the 16-bit host weights' buffer, the 14-byte layout; fp32: a
+// separate fp32 gradient buffer and no working copy)
+static void engine_cpu_case(const char* preset, DType dt, bool beta1, bool relative) {
+    T5Config c;
+    assert_true(t5_config_preset(preset, &c));
+    c.vocab_size = 96;
+    c.d_model = 24;
+    c.d_kv = 8;
+    c.num_heads = 3;
+    c.d_ff = 40;
+    c.num_layers = c.num_decoder_layers = 2;
+    c.relative_attention_num_buckets = 8;
+    Model m;
+    memset(&m, 0, sizeof m);
+    char err[512];
+    assert_int_equal(params_build(&m.T, &c, err, sizeof err), 0);
+    m.zt = calloc(m.T.num_params, sizeof *m.zt);
+    m.numel = calloc(m.T.num_units, sizeof *m.numel);
+    size_t* uoff = calloc(m.T.num_units, sizeof *uoff);  // the flat offset of each unit (units in order)
+    for (int u = 0; u < m.T.num_units; u++) {
+        uoff[u] = m.n;
+        m.n += m.numel[u] = m.T.units[u].numel;
+    }
+    for (int i = 0; i < m.T.num_params; i++) {
+        const ParamDesc* p = &m.T.params[i];
+        m.zt[i] = (ZeroTensor){.unit = p->unit, .offset = p->offset, .numel = p->numel, .decay = p->decay,
+                               .fp32_view = params_role_reads_fp32(p->role),
+                               .rows = p->ndim == 2 ? p->shape[0] : 0, .cols = p->ndim == 2 ? p->shape[1] : 0};
+        m.total_floats[beta1] += cpu_adafactor_state_floats(p->ndim == 2 ? (size_t)p->shape[0] : 1,
+                                                            p->ndim == 2 ? (size_t)p->shape[1] : p->numel,
+                                                            p->ndim == 2, beta1);
+    }
+    const bool x16 = dt != DT_F32;
+    ZeroOptions o = options(&m, 3, dt, true, beta1);
+    o.offload_optimizer = o.offload_param = true;
+    o.ratio = 1.0;
+    o.sub_group_size = 3000;  // several sub-groups
+    o.optimizer_pin_memory = o.param_pin_memory = false;  // host_buf_alloc without CUDA
+    o.adafactor = (ZeroAdafactor){.eps1 = 1e-30, .eps2 = 1e-3, .clip_threshold = 1.0, .decay_rate = -0.8,
+                                  .has_beta1 = beta1, .beta1 = 0.9, .weight_decay = 0.05, .scale_parameter = relative,
+                                  .relative_step = relative};
+    assert_int_equal(zero_host_grads_share_weights(&o), x16);
+    // the engine: a ZeroPart as zp_create carves it for CPU units (one rank: the partition is the whole unit)
+    ZeroPart* P = calloc(1, sizeof *P);
+    P->o = o;
+    P->o.tensors = NULL;
+    P->num_units = m.T.num_units;
+    P->X = P->G = P->C = P->A = dt;
+    P->xs = P->gs = P->cs = P->as = dtype_size(dt);
+    assert_int_equal(zero_layout_build(&P->L, 1, 0, m.T.num_units, m.numel, o.sub_group_size, 1.0, err, sizeof err), 0);
+    assert_true(P->L.num_groups > 2);
+    P->u = calloc((size_t)m.T.num_units, sizeof *P->u);
+    P->name = calloc((size_t)m.T.num_units, sizeof *P->name);
+    ZeroMemEstimate E;
+    zero_estimate_layout(&o, &P->L, &E);
+    assert_int_equal(E.gpu_m + E.gpu_ada_scratch, 0);
+    assert_int_equal(host_buf_alloc(&P->h_m, E.host_m, false, "state", err, sizeof err), 0);
+    float* master = malloc(m.n * 4);
+    void* whost = x16 ? malloc(m.n * 2) : NULL;       // 16-bit weights, and the gradient in their place
+    float* gacc32 = x16 ? NULL : malloc(m.n * 4);     // fp32: its own gradient buffer
+    size_t cp = 0;
+    for (int u = 0; u < m.T.num_units; u++) {
+        ZpUnit* U = &P->u[u];
+        U->opt_cpu = P->L.group_cpu[P->L.unit_group[u]];
+        assert_true(U->opt_cpu);
+        U->master = master + cp;
+        U->whost = x16 ? (char*)whost + cp * 2 : NULL;
+        U->gacc = x16 ? U->whost : (void*)(gacc32 + cp);
+        cp += P->L.part[u];
+    }
+    assert_int_equal(cp, m.n);
+    pthread_mutex_init(&P->mu, NULL);
+    pthread_cond_init(&P->cv, NULL);
+    assert_int_equal(zp_ada_create(P, &o, err, sizeof err), 0);
+    const size_t total = m.total_floats[beta1];
+    assert_int_equal(zp_ada_state_floats(P), total);
+    // the reference: the trainer's stage 0 (per tensor in table order, separate gradient and working buffers, the
+    // "adafactor" blob layout), with the options run.c builds
+    CpuAdafactorOpts ro;
+    cpu_adafactor_default_opts(&ro);
+    ro.relative_step = ro.scale_parameter = relative;
+    ro.has_lr = !relative;
+    ro.has_beta1 = beta1;
+    ro.beta1 = 0.9;
+    ro.weight_decay = 0.05;
+    float* rmaster = malloc(m.n * 4);
+    uint16_t* rg16 = malloc(m.n * 2);
+    float* rg32 = malloc(m.n * 4);
+    uint16_t* rwork = malloc(m.n * 2);
+    float* rstate = calloc(total, 4);
+    uint64_t s = 7;
+    for (size_t i = 0; i < m.n; i++) rmaster[i] = master[i] = urand(&s) * 0.5f;
+    CpuAdafactorStepInfo info0 = {0};
+    for (int step = 1; step <= 3; step++) {
+        const double lr = 1e-2 / step;
+        // gradients: into the engine's buffer (over its 16-bit weights) and the reference's own
+        for (size_t i = 0; i < m.n; i++) {
+            const float g = grad_value(&s, i);
+            if (x16) ((uint16_t*)whost)[i] = rg16[i] = to16(dt, g);
+            else gacc32[i] = rg32[i] = g;
+        }
+        const float inv_scale = 0.5f;
+        float* st = rstate;
+        for (int i = 0; i < m.T.num_params; i++) {
+            const ParamDesc* p = &m.T.params[i];
+            const bool fac = p->ndim == 2;
+            CpuAdafactorState S = {.rows = fac ? (size_t)p->shape[0] : 1, .cols = fac ? (size_t)p->shape[1] : p->numel,
+                                   .factored = fac};
+            float* q = st;
+            if (fac) {
+                S.exp_avg_sq_row = q;
+                S.exp_avg_sq_col = q + S.rows;
+                q += S.rows + S.cols;
+            } else {
+                S.exp_avg_sq = q;
+                q += p->numel;
+            }
+            if (beta1) S.exp_avg = q;
+            st += cpu_adafactor_state_floats(S.rows, S.cols, fac, beta1);
+            CpuAdafactorOpts oi = ro;
+            oi.lr = relative ? 0.0 : lr;
+            if (!p->decay) oi.weight_decay = 0.0;
+            const size_t off = uoff[p->unit] + p->offset;
+            CpuAdafactorStepInfo info;
+            assert_int_equal(cpu_adafactor_step(&oi, step, &S, rmaster + off, x16 ? (void*)(rg16 + off) : (void*)(rg32 + off),
+                                                dt, inv_scale, x16 ? (void*)(rwork + off) : NULL, dt, &info), 0);
+            if (i == 0) info0 = info;
+        }
+        // the engine: unit by unit, the trailing groups' order as the optimizer thread takes them
+        ZeroStepArgs a = {.lr = (float)lr, .lr64 = lr, .step = step, .inv_scale = inv_scale};
+        for (int g = 0; g < P->L.num_groups; g++)
+            for (int u = P->L.group_first[g]; u < P->L.group_first[g] + P->L.group_count[g]; u++) zp_ada_cpu_unit(P, u, &a);
+        if (memcmp(master, rmaster, m.n * 4)) fail_msg("%s %s step %d: fp32 master differs", preset, dtype_name(dt), step);
+        if (x16 && memcmp(whost, rwork, m.n * 2))
+            fail_msg("%s %s step %d: 16-bit weights differ", preset, dtype_name(dt), step);
+        float* blob = malloc(total * 4);
+        zp_ada_state_io(P, 0, total, blob, true);
+        if (memcmp(blob, rstate, total * 4)) fail_msg("%s %s step %d: the adafactor blob differs", preset, dtype_name(dt), step);
+        // a ranged read at an odd offset, and a write back of the same bytes
+        zp_ada_state_io(P, 5, total - 9, blob, true);
+        assert_memory_equal(blob, rstate + 5, (total - 9) * 4);
+        zp_ada_state_io(P, 5, total - 9, blob, false);
+        free(blob);
+        assert_true(zp_ada_last_lr(P, 0) == info0.lr);
+    }
+    zp_ada_destroy(P);
+    host_buf_free(&P->h_m);
+    zero_layout_free(&P->L);
+    pthread_mutex_destroy(&P->mu);
+    pthread_cond_destroy(&P->cv);
+    free(P->u);
+    free(P->name);
+    free(P);
+    free(master);
+    free(whost);
+    free(gacc32);
+    free(rmaster);
+    free(rg16);
+    free(rg32);
+    free(rwork);
+    free(rstate);
+    free(uoff);
+    model_free(&m);
+}
+
+static void test_engine_cpu_units(void** state) {
+    (void)state;
+    const char* presets[] = {"t5-small", "google/t5-v1_1-small"};  // tied / untied head
+    for (size_t k = 0; k < T5_ARRAY_LEN(presets); k++) {
+        engine_cpu_case(presets[k], DT_F16, false, false);
+        engine_cpu_case(presets[k], DT_BF16, true, true);
+        engine_cpu_case(presets[k], DT_F32, true, false);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layout_matches_stage0),
         cmocka_unit_test(test_estimate_sizes),
         cmocka_unit_test(test_bytes_per_parameter),
         cmocka_unit_test(test_aliased_grad_work),
+        cmocka_unit_test(test_engine_cpu_units),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

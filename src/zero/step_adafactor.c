@@ -190,10 +190,7 @@ void zp_ada_gpu_step(ZeroPart* P, const ZeroStepArgs* a, cudaStream_t s) {
         if (P->X == DT_F32)
             CUDA_CHECK(cudaMemcpyAsync(zp_unit_x_dst(P, u), U->master, (P->L.hi[u] - lo) * 4, cudaMemcpyDeviceToDevice,
                                        s));
-        // the fp32 views from the new master (a GPU unit's master is on the device)
-        for (int k = 0; k < U->nviews; k++)
-            CUDA_CHECK(cudaMemcpyAsync(U->view_ptr[k], U->master + (U->view_off[k] - lo), U->view_numel[k] * 4,
-                                       cudaMemcpyDeviceToDevice, s));
+        zp_publish_views(P, u, s, NULL);  // the fp32 views from the new master (on the device), as the AdamW path
     }
 }
 
@@ -226,8 +223,8 @@ size_t zp_ada_state_floats(const ZeroPart* P) { return P->ada ? P->ada->total_fl
 void zp_ada_state_io(ZeroPart* P, size_t offset, size_t n, float* host, bool to_host) {
     ZpAda* A = P->ada;
     if (!A) t5_die(T5_EXIT_FAILURE, "internal: Adafactor state asked of a ZeRO engine running AdamW");
-    zp_optimizer_wait(P);
-    CUDA_CHECK(cudaDeviceSynchronize());
+    zp_optimizer_wait(P);  // the CPU units' state: the optimizer thread is idle
+    if (A->plan) CUDA_CHECK(cudaDeviceSynchronize());  // the GPU units' state: the plan's kernels are done
     const size_t end = offset + n;
     if (end > A->total_floats) t5_die(T5_EXIT_FAILURE, "internal: Adafactor state range beyond its %zu floats",
                                       A->total_floats);
