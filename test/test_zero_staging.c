@@ -10,7 +10,10 @@
  *     buckets sent down into a pageable host buffer, accumulated over micro-batches (up, add on the device, down),
  *     with parameter gathers (host to device) on a second stream in between; after zero_ring_drain the host buffer
  *     holds the exact sum and every gathered device buffer its source; zero_ring_sync_range lands exactly the
- *     pending copies into a range; of two device-to-host copies into the same bytes the later one wins.
+ *     pending copies into a range; of two device-to-host copies into the same bytes the later one wins;
+ *   - the 14-byte layout's protocol over several steps (gradients down into the units' own 16-bit weights, the drain
+ *     of zp_grad_norm, the CPU optimizer or a skipped step writing the weights in place, gathers of the next step):
+ *     no gradient lands over the new weights, every gather reads them (fails without the drain).
  */
 #include "t5test.h"
 
@@ -297,11 +300,82 @@ static void test_engine_paths_random(void** state) {
     sim_reset(S, 0);
 }
 
+// the 14-byte layout (share_gw, part.h): a unit's gradient goes down into the pageable host buffer of its own 16-bit
+// weights; zp_grad_norm drains the ring; the CPU optimizer then reads the gradient and writes the new weights in
+// the same place (or zp_optimizer_skip rounds them again from the master); the next step's gather reads the
+// weights. After the drain no retire may land a gradient over the new weights, and every gather sees them.
+static void test_shared_weights_protocol(void** state) {
+    (void)state;
+    Sim* S = &g_sim;
+    for (uint64_t seed = 1; seed <= 200; seed++) {
+        sim_reset(S, seed + 1000);
+        const int count = 1 + (int)(rnd(&S->rng) % 4);
+        const size_t slot = 1 + (size_t)(rnd(&S->rng) % 48);
+        void* mem;
+        ZeroRing* R = ring_new(S, count, slot, &mem);
+        enum { NU = 3 };
+        const size_t N = 1 + (size_t)(rnd(&S->rng) % 200);
+        uint8_t *whost[NU], *wdev[NU], *master[NU], *gdev[NU];
+        for (int u = 0; u < NU; u++) {
+            whost[u] = malloc(N);
+            wdev[u] = calloc(N, 1);
+            master[u] = malloc(N);
+            gdev[u] = malloc(N);
+            for (size_t i = 0; i < N; i++) master[u][i] = whost[u][i] = (uint8_t)rnd(&S->rng);
+        }
+        for (int step = 0; step < 6; step++) {
+            // forward: gather every unit (stream 1); backward: gather again in reverse, then its gradient goes down
+            // in buckets (stream 0) into its own weights' buffer
+            for (int u = 0; u < NU; u++) zero_ring_h2d(R, wdev[u], whost[u], N, stream_ptr(1));
+            for (int u = NU - 1; u >= 0; u--) {
+                zero_ring_h2d(R, wdev[u], whost[u], N, stream_ptr(1));
+                sim_drain_all(S);  // the compute stream waited for the gather before the unit's backward
+                // the units whose backward is still to come hold their weights (the later ones hold gradients now)
+                for (int u2 = 0; u2 <= u; u2++) assert_memory_equal(wdev[u2], whost[u2], N);
+                for (size_t i = 0; i < N; i++) gdev[u][i] = (uint8_t)rnd(&S->rng);
+                for (size_t off = 0; off < N;) {
+                    const size_t want = 1 + (size_t)(rnd(&S->rng) % 70);
+                    const size_t len = T5_MIN(N - off, want);
+                    zero_ring_d2h(R, whost[u] + off, gdev[u] + off, len, stream_ptr(0));
+                    sim_progress(S, (int)(rnd(&S->rng) % 3));
+                    off += len;
+                }
+            }
+            // zp_grad_norm: drain; the host buffers hold the gradients, whatever the device still has queued
+            zero_ring_drain(R);
+            for (int u = 0; u < NU; u++) assert_memory_equal(whost[u], gdev[u], N);
+            // the CPU optimizer (reads the gradient, writes the weight in its place) or a skipped step (rounds the
+            // weights again from the master)
+            const bool skip = rnd(&S->rng) % 3 == 0;
+            for (int u = 0; u < NU; u++)
+                for (size_t i = 0; i < N; i++) {
+                    if (!skip) master[u][i] = (uint8_t)(master[u][i] - whost[u][i]);
+                    whost[u][i] = master[u][i];
+                }
+            // whatever the device does now, no gradient lands over the new weights
+            sim_drain_all(S);
+            for (int u = 0; u < NU; u++) assert_memory_equal(whost[u], master[u], N);
+        }
+        zero_ring_drain(R);
+        sim_drain_all(S);
+        for (int u = 0; u < NU; u++) {
+            assert_memory_equal(whost[u], master[u], N);
+            free(whost[u]);
+            free(wdev[u]);
+            free(master[u]);
+            free(gdev[u]);
+        }
+        ring_del(R, mem);
+    }
+    sim_reset(S, 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chunks),
         cmocka_unit_test(test_slot_order),
         cmocka_unit_test(test_engine_paths_random),
+        cmocka_unit_test(test_shared_weights_protocol),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
