@@ -61,6 +61,7 @@ static void knobs_from_config(const RunConfig* c, const T5Config* m, DType dtype
     // the deepspeed fields hold DeepSpeed's defaults when the job has no deepspeed section
     const DsZero* z = &c->ds.zero_optimization;
     zo->optimizer_pin_memory = z->offload_optimizer.pin_memory;
+    zo->buffer_count = (int)z->offload_optimizer.buffer_count;  // the pinned staging ring's slots (pageable buffers)
     zo->param_pin_memory = z->offload_param.pin_memory;
     zo->sub_group_size = z->sub_group_size;
     const int src_auto = CONFIG_SRC_AUTO;

@@ -248,11 +248,12 @@ ZeroPart* zp_create(const ZeroOptions* o, int num_units, const size_t* unit_nume
     const size_t margin = (size_t)2 << 30;  // the process itself, the data, the CUDA runtime
     if (host_total + margin > avail) {
         t5_set_err(err, errlen,
-                   "not enough host memory for this ZeRO plan: %.2f GiB asked (fp32 master + Adam m, v %.2f GiB, "
+                   "not enough host memory for this ZeRO plan: %.2f GiB asked (fp32 master + optimizer state %.2f GiB, "
                    "gradients %.2f GiB, 16-bit weights %.2f GiB for %.3g offloaded parameters, pinned staging %.2f "
                    "GiB), %.2f GiB available; lower offload_optimizer.ratio (keeps part of the optimizer on the GPU) "
                    "or use fewer parameters",
-                   gib((double)host_total), gib(3.0 * (double)h_state), gib((double)h_gacc), gib((double)h_w),
+                   gib((double)host_total), gib((double)(E.host_master + E.host_m + E.host_v)), gib((double)h_gacc),
+                   gib((double)h_w),
                    (double)cpu_part, gib((double)E.host_staging), gib((double)avail));
         goto fail;
     }

@@ -323,11 +323,15 @@ size_t zero_partition_numel(const ZeroEngine* Z) { return Z->P ? Z->P->L.part_to
 
 void zero_opt_state_read(ZeroEngine* Z, int which, size_t offset, size_t n, float* host_out) {
     if (!Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_opt_state_read at ZeRO stage 0");
+    if (Z->P->ada) t5_die(T5_EXIT_FAILURE, "internal: zero_opt_state_read (Adam m, v) on an Adafactor engine "
+                                           "(its state: zero_adafactor_state_read)");
     zp_state_read(Z->P, which, offset, n, host_out);
 }
 
 void zero_opt_state_write(ZeroEngine* Z, int which, size_t offset, size_t n, const float* host_in) {
     if (!Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_opt_state_write at ZeRO stage 0");
+    if (Z->P->ada) t5_die(T5_EXIT_FAILURE, "internal: zero_opt_state_write (Adam m, v) on an Adafactor engine "
+                                           "(its state: zero_adafactor_state_write)");
     zp_state_write(Z->P, which, offset, n, host_in);
 }
 
