@@ -89,6 +89,7 @@ int evaluate_generate(ZeroEngine* Z, const ParamTable* t, const Tokenizer* tok, 
 
     T5Generator* G = t5_generator_create(t, Z, dopt->eval_batch_size, max_Ts, &cfg->gen, err, errlen);
     if (!G) return -1;
+    if (cfg->no_cuda_graphs) t5_generator_set_cuda_graphs(G, false);
     DataLoader* dl = dataloader_open(ds, dopt, false, err, errlen);
     if (!dl) {
         t5_generator_destroy(G);

@@ -39,6 +39,8 @@ typedef struct {
     const char* prefix;       // metric prefix: "eval" or "predict"
     bool keep_predictions;    // keep the file lines (generated_predictions.txt) in the result
     bool progress;            // one line per 10% on stderr
+    bool no_cuda_graphs;      // decode steps run eagerly: the engine gathers units on demand inside them (ZeRO-3
+                              // when zero_hold_begin could not keep every unit), which a graph capture cannot hold
 } EvalGenConfig;
 
 typedef struct {

@@ -606,7 +606,8 @@ static json_t* run_eval_split(Trainer* t, Dataset* ds, DataLoader* dl, const cha
     int nkeys = 1;
     char kb[64], kg[64];
     if (a->predict_with_generate) {
-        EvalGenConfig gc = {.gen = a->gen, .prefix = prefix, .keep_predictions = keep, .progress = false};
+        EvalGenConfig gc = {.gen = a->gen, .prefix = prefix, .keep_predictions = keep, .progress = false,
+                            .no_cuda_graphs = !held};
         EvalGenResult r;
         if (evaluate_generate(t->Z, &t->T, t->tok, ds, &a->data, &gc, t->s, &r, err, sizeof err))
             t5_die(T5_EXIT_FAILURE, "%s generation: %s", prefix, err);
