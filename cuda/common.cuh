@@ -177,6 +177,19 @@ __device__ __forceinline__ void dropout_factors(uint64_t seed, uint64_t c0, floa
 
 // ---- launch helpers
 
+// s[0] = sum of s[0..blockDim.x), b[0] = OR of b[0..blockDim.x) in a fixed tree (the same bits for the same inputs):
+// the deterministic norm / non-finite reductions (global_norm.cu, grad_accum.cu). blockDim.x a power of two.
+__device__ __forceinline__ void block_sum_or(double* s, int* b) {
+    for (int w = blockDim.x / 2; w > 0; w >>= 1) {
+        __syncthreads();
+        if ((int)threadIdx.x < w) {
+            s[threadIdx.x] += s[threadIdx.x + w];
+            b[threadIdx.x] |= b[threadIdx.x + w];
+        }
+    }
+    __syncthreads();
+}
+
 // CEIL_DIV comes from src/base/common.h (through check.h).
 static inline int grid_1d(size_t work_items, int block) {
     size_t g = CEIL_DIV(work_items, (size_t)block);

@@ -36,17 +36,6 @@ struct GlobalNormPlan {
 // ---- CUDA kernels
 
 // fixed-order tree over blockDim.x (a power of two) doubles in shared memory; result in s[0]
-__device__ __forceinline__ void gn_tree_sum(double* s, int* b) {
-    for (int w = blockDim.x / 2; w > 0; w >>= 1) {
-        __syncthreads();
-        if ((int)threadIdx.x < w) {
-            s[threadIdx.x] += s[threadIdx.x + w];
-            b[threadIdx.x] |= b[threadIdx.x + w];
-        }
-    }
-    __syncthreads();
-}
-
 __global__ void global_norm_kernel1(const GradBuffer* bufs, const GnChunk* chunks, int64_t nchunks, double* partial,
                                     int* bad) {
     __shared__ double s[GN_BLOCK];
@@ -68,7 +57,7 @@ __global__ void global_norm_kernel1(const GradBuffer* bufs, const GnChunk* chunk
     }
     s[threadIdx.x] = acc;
     sb[threadIdx.x] = nonfinite;
-    gn_tree_sum(s, sb);
+    block_sum_or(s, sb);
     if (threadIdx.x == 0) {
         partial[blockIdx.x] = s[0];
         bad[blockIdx.x] = sb[0];
@@ -83,7 +72,7 @@ __global__ void global_norm_kernel2(const double* partial, const int* bad, int n
     for (int i = threadIdx.x; i < n; i += blockDim.x) acc += partial[i], any |= bad[i];
     s[threadIdx.x] = acc;
     sb[threadIdx.x] = any;
-    gn_tree_sum(s, sb);
+    block_sum_or(s, sb);
     if (threadIdx.x == 0) {
         *out_norm2 = (float)s[0];
         *out_overflow = sb[0] ? 1 : 0;

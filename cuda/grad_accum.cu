@@ -28,17 +28,6 @@ __global__ void grad_accumulate_kernel1(Out* dst, const In* src, size_t n, bool 
     }
 }
 
-__device__ __forceinline__ void sq_tree(double* s, int* b) {
-    for (int w = blockDim.x / 2; w > 0; w >>= 1) {
-        __syncthreads();
-        if ((int)threadIdx.x < w) {
-            s[threadIdx.x] += s[threadIdx.x + w];
-            b[threadIdx.x] |= b[threadIdx.x + w];
-        }
-    }
-    __syncthreads();
-}
-
 template <typename T>
 __global__ void grad_sumsq_kernel1(const T* x, size_t n, double* partial, int* bad) {
     __shared__ double s[SQ_BLOCK];
@@ -52,7 +41,7 @@ __global__ void grad_sumsq_kernel1(const T* x, size_t n, double* partial, int* b
     }
     s[threadIdx.x] = acc;
     sb[threadIdx.x] = nonfinite;
-    sq_tree(s, sb);
+    block_sum_or(s, sb);
     if (threadIdx.x == 0) {
         partial[blockIdx.x] = s[0];
         bad[blockIdx.x] = sb[0];
@@ -70,7 +59,7 @@ __global__ void grad_sumsq_kernel2(const double* partial, const int* bad, int co
     }
     s[threadIdx.x] = acc;
     sb[threadIdx.x] = f;
-    sq_tree(s, sb);
+    block_sum_or(s, sb);
     if (threadIdx.x == 0) {
         *slot = s[0];
         *flag = sb[0];
