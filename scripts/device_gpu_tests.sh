@@ -20,6 +20,7 @@ if [ "${1:-}" = "--stage" ]; then
   exit 0
 fi
 dir=${1:?usage: device_gpu_tests.sh DIR}
+dir=$(realpath "$dir")  # absolute or relative to the repository root
 if [ -d .devlibs ]; then export LD_LIBRARY_PATH="$PWD/.devlibs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
 # test_gpu_hf_checkpoints compares with checkpoints transformers writes: make them here when torch + transformers
@@ -32,4 +33,4 @@ if [ -z "${T5TRAIN_HF_CASES:-}" ] && python3 -c 'import torch, transformers' 2>/
     echo "make_hf_checkpoint_cases.py failed (test_gpu_hf_checkpoints will skip): see $cases.log"
   fi
 fi
-T5TRAIN_BIN=$PWD/$dir/t5train T5TRAIN_REQUIRE_GPU=1 bash test/run_tests.sh "$dir"/test_gpu_*
+T5TRAIN_BIN=$dir/t5train T5TRAIN_REQUIRE_GPU=1 bash test/run_tests.sh "$dir"/test_gpu_*

@@ -560,6 +560,8 @@ static void best_model_case(const char* tag, const char* metric, bool greater) {
         if (!v) continue;
         double x = json_number_value(v);
         nevals++;
+        // each evaluation's entry carries the step it ran at (every 4 steps), not the last save's
+        assert_int_equal(json_integer_value(json_object_get(e, "step")), 4 * nevals);
         if (greater ? x > best : x < best) best = x, best_step = (long long)json_integer_value(json_object_get(e, "step"));
     }
     print_message("%s: %d evaluations, best %s %.6g at step %lld\n", tag, nevals, key, best, best_step);

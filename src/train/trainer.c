@@ -1166,6 +1166,7 @@ int trainer_run(const TrainerArgs* a) {
             const int64_t step = t->st.global_step;
             const double epoch_f = (double)epoch + (double)bie / (double)t->nb;
             t->hf.epoch = epoch_f;
+            t->hf.global_step = step;  // log_history entries carry it (HF's state.global_step)
             t->hf.num_input_tokens_seen = t->st.tokens_seen;
             if (t->dump && step >= a->dump_batches_steps) write_dump(t);
             double now = trainer_log_now();
