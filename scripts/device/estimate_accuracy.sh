@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # estimate_accuracy.sh OUT: issue 17 item 2 on the device: `t5train estimate` against what the run really uses, for
-# MODELS (default "t5-small t5-base t5-large"; random init) x PLANS (stage 0; stage 3 + both offloads, the homework
+# MODELS (default "t5-small t5-base t5-large t5-3b"; random init) x PLANS (stage 0; stage 3 + both offloads, the homework
 # configs/ds_config_zero3.json; the same with offload_optimizer.ratio 0.5), fp16, micro-batch 8, 128 + 128 tokens
 # (--pad_to_max_length: the activations are sized for exactly that), STEPS (4) steps, no eval.
 # Measured GPU peak: the highest of trainer_log.jsonl's gpu_mem_peak_gib (CUDA's used memory at the log points) and
@@ -15,7 +15,7 @@ set -u
 OUT=${1:?usage: estimate_accuracy.sh OUT}
 BIN=${T5TRAIN_BIN:?set T5TRAIN_BIN to the t5train binary}
 DATA=${T5TRAIN_DATA:?set T5TRAIN_DATA to the data folder}
-MODELS=${MODELS:-t5-small t5-base t5-large}
+MODELS=${MODELS:-t5-small t5-base t5-large t5-3b}
 STEPS=${STEPS:-4}
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 mkdir -p "$OUT" || exit 1
@@ -108,6 +108,8 @@ print(f"{peak:.3f}", f"{sorted(step)[len(step) // 2]:.4f}" if step else "nan")
 EOF
 )
         read -r meas_gpu step_s <<< "$meas"
+        # the final model is not needed (t5-3b's is 11 GB: a few of them fill the device's disk)
+        rm -f "$log.out"/*.safetensors "$log.out"/*.safetensors.index.json
         host_gib=$(awk -v k="$hwm" 'BEGIN { printf "%.3f", k / 1048576 }')
         [ "$tag" = stage0 ] && base_host=$host_gib
         meas_host=$(awk -v a="$host_gib" -v b="${base_host:-0}" 'BEGIN { printf "%.3f", a - b }')
