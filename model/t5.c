@@ -1330,6 +1330,37 @@ int t5_model_fetch_trace(const ParamTable* t, int* out, int cap) {
     return n;
 }
 
+// The order backward_body asks for each unit's gradient first (zero_grad: u + 1) and hands it on (grad_ready:
+// -(u + 1)). Keep in step with backward_body: test_gpu_zero records the real order and compares.
+int t5_model_grad_trace(const ParamTable* t, int* out, int cap) {
+    const int L = t->cfg.num_layers, Ld = t->cfg.num_decoder_layers;
+    const int sh = params_unit_shared(t), fin = params_unit_final_norms(t);
+    const bool tied = params_unit_lm_head(t) < 0;
+    const int lm = tied ? sh : params_unit_lm_head(t);
+    int n = 0;
+#define PUSH(v)                    \
+    do {                           \
+        if (n < cap) out[n] = (v); \
+        n++;                       \
+    } while (0)
+    PUSH(lm + 1);
+    if (!tied) PUSH(-(lm + 1));
+    PUSH(fin + 1);
+    for (int l = Ld - 1; l >= 0; l--) {
+        PUSH(params_unit_dec_block(t, l) + 1);
+        PUSH(-(params_unit_dec_block(t, l) + 1));
+    }
+    if (!tied) PUSH(sh + 1);
+    PUSH(-(fin + 1));
+    for (int l = L - 1; l >= 0; l--) {
+        PUSH(params_unit_enc_block(t, l) + 1);
+        PUSH(-(params_unit_enc_block(t, l) + 1));
+    }
+    PUSH(-(sh + 1));
+#undef PUSH
+    return n;
+}
+
 void t5_model_backward(T5Model* M, cudaStream_t s) {
     if (!M->fwd_with_grad)
         t5_die(T5_EXIT_FAILURE, "internal: t5_model_backward without a forward(with_grad) over a batch with labels");

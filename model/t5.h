@@ -107,6 +107,8 @@ void t5_model_forward_backward(T5Model* M, float grad_scale, uint64_t seed, cuda
 // The unit order of one t5_model_forward(with_grad) + t5_model_backward (ZeRO stage 3's static trace).
 // Writes min(n, cap) units to out and returns n.
 int t5_model_fetch_trace(const ParamTable* t, int* out, int cap);
+// The order the backward asks for (u + 1) and hands on (-(u + 1)) each unit's gradient (ZeroOptions.grad_trace).
+int t5_model_grad_trace(const ParamTable* t, int* out, int cap);
 // Number of captured graphs held (for tests).
 int t5_model_num_graphs(const T5Model* M);
 

@@ -105,6 +105,11 @@ typedef struct {
     int num_tensors;
     const int* trace;
     int trace_len;
+    // the order the backward takes and gives back its per-unit gradient buffers (stages 2/3): u + 1 when the unit's
+    // gradient is first asked for, -(u + 1) at its grad_ready (model/t5.c t5_model_grad_trace); for the estimate
+    // (optional: without it the estimate counts unit 0 and two of the largest other units)
+    const int* grad_trace;
+    int grad_trace_len;
     // Adam hyper-parameters fixed for the run (lr and the step count come with each step)
     float beta1, beta2, eps, weight_decay;
     bool adamw_mode;
@@ -216,6 +221,8 @@ typedef struct {
     int64_t gathers, prefetches, releases, trace_mismatches;
     size_t host_bytes, host_pinned_bytes, gpu_bytes;  // the engine's own allocations
     bool host_grads_share_weights;   // zero_host_grads_share_weights held for this engine
+    size_t unit_buf_gathered, unit_buf_grads;  // run-time unit buffers made (src/zero/bufcache.h; the estimate's
+                                               // gathered peak and gradients in flight)
     size_t pool_used_high, pool_reserved_high;  // the stream-ordered pool's high-water marks (stages 2/3: gathered
                                                 // units and gradients in flight), since the engine was created
 } ZeroStats;

@@ -108,6 +108,9 @@ int planner_row(const PlanInput* in, int stage, bool off_opt, bool off_param, do
     o.num_tensors = T.num_params;
     o.trace = trace;
     o.trace_len = t5_model_fetch_trace(&T, trace, trace_cap);
+    int* gtrace = malloc_check((size_t)trace_cap * sizeof(int));
+    o.grad_trace = gtrace;
+    o.grad_trace_len = t5_model_grad_trace(&T, gtrace, trace_cap);
     ZeroMemEstimate e;
     int rc = zero_estimate(&o, nu, numel, in->grad_accum_steps, &e, err, errlen);
     if (rc == 0) {
@@ -133,16 +136,8 @@ int planner_row(const PlanInput* in, int stage, bool off_opt, bool off_param, do
         const double cpu = (double)e.cpu_numel;
         r->h2d_bytes = (off_param ? 2.0 * gas * cpu * xs : cpu * xs) + (gas - 1.0) * cpu * as;
         r->d2h_bytes = gas * cpu * as;
-        // offloaded gradients wait for their copy to the host before their buffer is freed: when the backward
-        // (about 2/3 of a step's compute) produces them faster than PCIe drains them, the difference piles up
-        if (e.cpu_numel > 0 && stage >= 2) {
-            const double bwd = planner_compute_s(in) * 2.0 / 3.0, d2h = cpu * as / MEASURED_PCIE_BYTES_PER_S;
-            if (d2h > bwd) {
-                const size_t pile = (size_t)(cpu * as * (1.0 - bwd / d2h));
-                r->g_grads += pile;
-                r->g_total += pile;
-            }
-        }
+        // offloaded gradients do not pile up behind PCIe: the engine's gradient buffers are a fixed set
+        // (src/zero/bufcache.h) the backward waits for, counted in gpu_grad_peak
         if (o.world == 1) {
             const double compute = planner_compute_s(in) * gas;
             const double adam = MEASURED_ADAM_S_PER_1E9 * cpu / 1e9;
@@ -151,6 +146,7 @@ int planner_row(const PlanInput* in, int stage, bool off_opt, bool off_param, do
         }
     }
     free(trace);
+    free(gtrace);
     free(zt);
     free(numel);
     params_free(&T);

@@ -384,9 +384,13 @@ static void model_setup(Trainer* t) {
     zo.num_tensors = t->T.num_params;
     zo.trace = trace;
     zo.trace_len = t5_model_fetch_trace(&t->T, trace, trace_cap);
+    int* gtrace = malloc_check((size_t)trace_cap * sizeof(int));
+    zo.grad_trace = gtrace;
+    zo.grad_trace_len = t5_model_grad_trace(&t->T, gtrace, trace_cap);
     t->Z = zero_create_opts(&zo, t->T.num_units, numel, names, err, sizeof err);
     free(zt);
     free(trace);
+    free(gtrace);
     free(numel);
     free(names);
     if (!t->Z) die_alloc(a, err);
@@ -1242,11 +1246,12 @@ int trainer_run(const TrainerArgs* a) {
                          zs.staged_bytes / (1 << 30));
             snprintf(line, sizeof line,
                      "ZeRO engine: %lld gathers (%lld prefetched), %lld releases, trace mismatches %lld; H2D %.2f GiB, "
-                     "D2H %.2f GiB%s; last CPU AdamW %.3f s; stream-ordered pool high water %.2f GiB used, %.2f GiB "
-                     "reserved",
+                     "D2H %.2f GiB%s; last CPU AdamW %.3f s; unit buffers %.2f GiB gathered + %.2f GiB gradients; "
+                     "stream-ordered pool high water %.2f GiB used, %.2f GiB reserved",
                      (long long)zs.gathers, (long long)zs.prefetches, (long long)zs.releases,
                      (long long)zs.trace_mismatches, zs.h2d_bytes / (1 << 30), zs.d2h_bytes / (1 << 30), staged,
-                     zs.cpu_adam_s, (double)zs.pool_used_high / (1 << 30), (double)zs.pool_reserved_high / (1 << 30));
+                     zs.cpu_adam_s, (double)zs.unit_buf_gathered / (1 << 30), (double)zs.unit_buf_grads / (1 << 30),
+                     (double)zs.pool_used_high / (1 << 30), (double)zs.pool_reserved_high / (1 << 30));
             trainer_log_line(&t->log, line);
         }
         int stop_sig = signals_stop_signal();

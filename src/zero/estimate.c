@@ -9,6 +9,7 @@
 #include "../../cuda/adafactor.cuh"
 #include "../../cuda/grad_accum.cuh"
 #include "../base/common.h"
+#include "bufcache.h"
 
 bool zero_host_grads_share_weights(const ZeroOptions* o) {
     return o->stage == 3 && o->offload_param && o->offload_optimizer && o->working_dtype != DT_F32 &&
@@ -142,6 +143,8 @@ static void estimate_stage0(const ZeroOptions* o, int num_units, const size_t* u
                       e->gpu_grads;
 }
 
+static size_t replay_grad_buffers(const ZeroOptions* o, int num_units, const size_t* numel, size_t gs);
+
 int zero_estimate(const ZeroOptions* o, int num_units, const size_t* unit_numel, int grad_accum_steps,
                   ZeroMemEstimate* e, char* err, size_t errlen) {
     memset(e, 0, sizeof *e);
@@ -163,9 +166,12 @@ int zero_estimate(const ZeroOptions* o, int num_units, const size_t* unit_numel,
     oo.grad_accum_steps = grad_accum_steps;
     zero_estimate_layout(&oo, &L, e);
     const size_t xs = dtype_size(o->working_dtype), gs = dtype_size(o->grad_dtype);
-    // gradients in flight (stages 2/3): unit 0 (the shared embedding, held through the backward when tied; the
-    // first unit asked for otherwise) plus two of the largest other unit
-    if (o->stage >= 2) {
+    // gradients in flight (stages 2/3): the engine's gradient buffers (unitbuf.c) over the model's gradient order,
+    // replayed by the same rule (bufcache.h; two steps: the second reuses the first's buffers); without that order,
+    // unit 0 (the shared embedding, held through the backward when tied) plus two of the largest other unit
+    if (o->stage >= 2 && o->grad_trace && o->grad_trace_len > 0) {
+        e->gpu_grad_peak = replay_grad_buffers(o, num_units, L.numel, gs);
+    } else if (o->stage >= 2) {
         size_t max_other = 0;
         for (int u = 1; u < num_units; u++) max_other = T5_MAX(max_other, unit_numel[u]);
         e->gpu_grad_peak = (unit_numel[0] + 2 * max_other) * gs;
@@ -178,21 +184,70 @@ int zero_estimate(const ZeroOptions* o, int num_units, const size_t* unit_numel,
         ZeroSched S;
         zero_sched_init(&S, num_units, L.numel, o->trace, o->trace_len, o->prefetch_bucket_size,
                         o->max_live_parameters, o->max_reuse_distance, o->persistence_threshold);
+        // the engine's gathered-unit buffers (unitbuf.c): its calls replayed over three passes (forward + backward
+        // each, the schedule rewound between them as zp_begin_pass does), by the same rule (bufcache.h)
         ZeroSchedAction* acts = malloc_check(((size_t)num_units + 2) * sizeof *acts);
-        for (int i = 0; i < o->trace_len; i++) {
-            zero_sched_fetch(&S, o->trace[i], acts, num_units + 2);
-            zero_sched_release(&S, o->trace[i], acts, num_units + 2);
+        size_t* ub = malloc_check((size_t)num_units * sizeof *ub);
+        int* cls = malloc_check((size_t)num_units * sizeof *cls);
+        int* id = malloc_check((size_t)num_units * sizeof *id);
+        size_t* cb = malloc_check((size_t)num_units * sizeof *cb);
+        for (int u = 0; u < num_units; u++) ub[u] = L.numel[u] * xs, id[u] = -1;
+        BufCache C;
+        bufcache_init(&C, bufcache_classes(ub, num_units, cls, cb), cb, BUFCACHE_QUARANTINE);
+        bool fresh;
+        for (int pass = 0; pass < 3; pass++) {
+            int n = zero_sched_reset(&S, acts, num_units + 2);
+            for (int k = 0; k < n; k++)
+                if (id[acts[k].unit] >= 0) bufcache_give(&C, cls[acts[k].unit], id[acts[k].unit]), id[acts[k].unit] = -1;
+            for (int i = 0; i < o->trace_len; i++) {
+                n = zero_sched_fetch(&S, o->trace[i], acts, num_units + 2);
+                for (int k = 0; k < n; k++) {
+                    const int v = acts[k].unit;
+                    if (acts[k].kind == ZS_GATHER && id[v] < 0 && cls[v] >= 0) id[v] = bufcache_take(&C, cls[v], &fresh);
+                }
+                n = zero_sched_release(&S, o->trace[i], acts, num_units + 2);
+                for (int k = 0; k < n; k++)
+                    if (id[acts[k].unit] >= 0) bufcache_give(&C, cls[acts[k].unit], id[acts[k].unit]), id[acts[k].unit] = -1;
+            }
         }
-        size_t persistent = 0;
-        for (int u = 0; u < num_units; u++)
-            if (S.persistent[u]) persistent += L.numel[u];
         e->peak_live_elems = S.peak_live;
-        e->gpu_gathered_peak = ((size_t)S.peak_live + persistent) * xs;
+        e->gpu_gathered_peak = bufcache_bytes(&C);
+        bufcache_free(&C);
+        free(ub);
+        free(cls);
+        free(id);
+        free(cb);
         free(acts);
         zero_sched_free(&S);
     }
     zero_layout_free(&L);
     return 0;
+}
+
+// The gradient buffers the engine makes over two steps of the model's gradient order (unitbuf.c, bufcache.h).
+static size_t replay_grad_buffers(const ZeroOptions* o, int num_units, const size_t* numel, size_t gs) {
+    size_t* ub = malloc_check((size_t)num_units * sizeof *ub);
+    int* cls = malloc_check((size_t)num_units * sizeof *cls);
+    int* id = malloc_check((size_t)num_units * sizeof *id);
+    size_t* cb = malloc_check((size_t)num_units * sizeof *cb);
+    for (int u = 0; u < num_units; u++) ub[u] = numel[u] * gs, id[u] = -1;
+    BufCache C;
+    bufcache_init(&C, bufcache_classes(ub, num_units, cls, cb), cb, BUFCACHE_QUARANTINE);
+    bool fresh;
+    for (int step = 0; step < 2; step++)
+        for (int i = 0; i < o->grad_trace_len; i++) {
+            const int g = o->grad_trace[i], u = (g > 0 ? g : -g) - 1;
+            if (u < 0 || u >= num_units || cls[u] < 0) continue;
+            if (g > 0 && id[u] < 0) id[u] = bufcache_take(&C, cls[u], &fresh);
+            else if (g < 0 && id[u] >= 0) bufcache_give(&C, cls[u], id[u]), id[u] = -1;
+        }
+    const size_t b = bufcache_bytes(&C);
+    bufcache_free(&C);
+    free(ub);
+    free(cls);
+    free(id);
+    free(cb);
+    return b;
 }
 
 size_t zero_estimate_gpu_peak(const ZeroMemEstimate* e) {

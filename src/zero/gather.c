@@ -49,7 +49,10 @@ static void issue_gather(ZeroPart* P, int u, bool prefetch) {
     if (!U->wfull) {
         char what[160];
         snprintf(what, sizeof what, "the gathered stage 3 unit %s", P->name[u]);
-        CUDA_ALLOC_CHECK(cudaMallocAsync(&U->wfull, n * P->xs, P->s_gather), what, n * P->xs);
+        // the hold mode gathers every unit at once, outside the schedule the buffers are made for: from the pool
+        U->wfull_pool = P->held_gathering;
+        if (U->wfull_pool) CUDA_ALLOC_CHECK(cudaMallocAsync(&U->wfull, n * P->xs, P->s_gather), what, n * P->xs);
+        else U->wfull = zp_bufs_take(&P->wbufs, u, P->s_gather, what);
     }
     // all-gather over one rank: this rank's partition is the whole unit
     // a pageable host partition (offload_param pin_memory false) goes through ring_main: its bytes are read now,
@@ -68,8 +71,10 @@ static void do_release(ZeroPart* P, int u, cudaStream_t s) {
     ZpUnit* U = &P->u[u];
     if (U->gather_pending) {
         U->gather_pending = false;  // never issued
-    } else if (U->wfull) {
+    } else if (U->wfull && U->wfull_pool) {
         CUDA_CHECK(cudaFreeAsync(U->wfull, s));
+    } else if (U->wfull) {
+        zp_bufs_give(&P->wbufs, u, s);
     }
     U->wfull = NULL;
     P->st.releases++;
@@ -131,11 +136,13 @@ bool zp_hold_begin(ZeroPart* P, cudaStream_t s) {
     size_t fr = 0, tot = 0;
     CUDA_CHECK(cudaMemGetInfo(&fr, &tot));
     if (need + ((size_t)1 << 30) > fr) return false;
+    P->held_gathering = true;
     for (int u = 0; u < P->num_units; u++) {
         ZpUnit* U = &P->u[u];
         zero_sched_set_available(&P->S, u, true);
         if (!U->wfull || U->gather_pending || U->stale) issue_gather(P, u, false);
     }
+    P->held_gathering = false;
     // every gather ran in order on s_gather: waiting for the last one covers them all
     CUDA_CHECK(cudaEventRecord(P->ev_hold, P->s_gather));
     CUDA_CHECK(cudaStreamWaitEvent(s, P->ev_hold, 0));

@@ -370,6 +370,16 @@ ZeroPart* zp_create(const ZeroOptions* o, int num_units, const size_t* unit_nume
     CUDA_CHECK(cudaDeviceGetDefaultMemPool(&P->pool, P->device));
     uint64_t thr = UINT64_MAX;
     CUDA_CHECK(cudaMemPoolSetAttribute(P->pool, cudaMemPoolAttrReleaseThreshold, &thr));
+    if (o->stage >= 2) {  // run-time unit buffers by bufcache's rule (unitbuf.c; the estimate replays it)
+        size_t* ub = malloc_check((size_t)num_units * sizeof *ub);
+        if (o->stage == 3) {
+            for (int u = 0; u < num_units; u++) ub[u] = L->numel[u] * P->xs;
+            zp_bufs_init(&P->wbufs, num_units, ub, BUFCACHE_QUARANTINE);
+        }
+        for (int u = 0; u < num_units; u++) ub[u] = L->numel[u] * P->gs;
+        zp_bufs_init(&P->gbufs, num_units, ub, BUFCACHE_QUARANTINE);
+        free(ub);
+    }
     if (o->stage == 3)
         zero_sched_init(&P->S, num_units, L->numel, o->trace, o->trace_len, o->prefetch_bucket_size,
                         o->max_live_parameters, o->max_reuse_distance, o->persistence_threshold);
@@ -404,13 +414,14 @@ void zp_destroy(ZeroPart* P) {
         cudaEventDestroy(P->ev_gpu_step);
         cudaEventDestroy(P->ev_hold);
     }
+    zp_bufs_destroy(&P->wbufs);
+    zp_bufs_destroy(&P->gbufs);
     for (int u = 0; P->u && u < P->num_units; u++) {
         ZpUnit* U = &P->u[u];
         if (U->ev_gathered) cudaEventDestroy(U->ev_gathered);
         if (U->ev_updated) cudaEventDestroy(U->ev_updated);
         if (U->ev_grad) cudaEventDestroy(U->ev_grad);
-        if (P->o.stage == 3 && U->wfull) cudaFree(U->wfull);
-        if (P->o.stage >= 2 && U->grad_alloc && U->grad) cudaFree(U->grad);
+        if (P->o.stage == 3 && U->wfull && U->wfull_pool) cudaFree(U->wfull);  // else wbufs' (below)
         free(U->segs);
         free(U->view_off);
         free(U->view_numel);

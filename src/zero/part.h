@@ -57,7 +57,25 @@
 #include "cpu_adam.h"
 #include "host_mem.h"
 #include "plan.h"
+#include "bufcache.h"
 #include "staging.h"
+
+// Run-time unit buffers (unitbuf.c): one per unit in use, from size classes by bufcache's rule
+typedef struct {
+    BufCache C;
+    int num_units;
+    int* class_of;       // (num_units) size class, -1 for an empty unit
+    int* id_of;          // (num_units) the buffer the unit holds, -1 none
+    void*** ptr;         // [class][id] device buffers
+    cudaEvent_t** ev;    // [class][id] the event of the buffer's last give (its freeing stream)
+    int* cap;            // (classes) capacity of ptr / ev
+} ZpBufs;
+void zp_bufs_init(ZpBufs* B, int num_units, const size_t* unit_bytes, int quarantine);
+void* zp_bufs_take(ZpBufs* B, int u, cudaStream_t s, const char* what);  // s waits for the buffer's last give
+void zp_bufs_give(ZpBufs* B, int u, cudaStream_t s);                     // after the work queued on s
+bool zp_bufs_holds(const ZpBufs* B, int u);
+size_t zp_bufs_bytes(const ZpBufs* B);  // every buffer made
+void zp_bufs_destroy(ZpBufs* B);
 
 typedef struct {
     size_t offset, numel;  // inside the unit
@@ -82,6 +100,7 @@ typedef struct {
     int64_t update_waited;   // the last optimizer step whose ev_updated the compute stream waits on
     bool gather_pending;     // the schedule counts it gathered; the copy waits for the CPU step's result
     bool stale;              // wfull holds weights older than the last step (persistent / held units)
+    bool wfull_pool;         // stage 3: wfull came from the stream-ordered pool (hold mode), not from wbufs
     cudaEvent_t ev_gathered;
     cudaEvent_t ev_grad;     // the unit's gradient is complete (compute stream)
     bool has_gaps;           // elements no tensor covers: its fresh gradient buffers are cleared
@@ -140,6 +159,8 @@ typedef struct ZeroPart {
     cudaEvent_t ev_gpu_step;     // the GPU part of the last step (compute stream)
     cudaEvent_t ev_hold;         // every gather of zero_hold_begin done (s_gather)
     cudaMemPool_t pool;
+    ZpBufs wbufs;   // stage 3 gathered units (the hold mode's extra units come from the pool instead)
+    ZpBufs gbufs;   // stage 2/3 per-unit gradients
     // micro-batches
     int micro, n_micro;
     bool share_gw;           // CPU units' gradients land in their 16-bit host weights (zero_host_grads_share_weights)
@@ -159,6 +180,7 @@ typedef struct ZeroPart {
     int device;
     // hold mode
     bool held;
+    bool held_gathering;  // inside zp_hold_begin's gathers (from the pool, not wbufs)
     // stats
     ZeroStats st;
     int64_t thread_h2d;          // bytes the optimizer thread copied (summed into st by zero_stats)

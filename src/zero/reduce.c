@@ -30,7 +30,7 @@ void* zp_grad(ZeroPart* P, int u, cudaStream_t s) {
         const size_t bytes = P->L.numel[u] * P->gs;
         char what[160];
         snprintf(what, sizeof what, "the gradient of %s", P->name[u]);
-        CUDA_ALLOC_CHECK(cudaMallocAsync(&U->grad, bytes, s), what, bytes);
+        U->grad = zp_bufs_take(&P->gbufs, u, s, what);
         if (U->has_gaps) CUDA_CHECK(cudaMemsetAsync(U->grad, 0, bytes, s));
         U->grad_alloc = true;
     }
@@ -91,7 +91,7 @@ void zp_grad_ready(ZeroPart* P, int u, cudaStream_t s) {
         }
     }
     if (P->o.stage >= 2) {
-        CUDA_CHECK(cudaFreeAsync(U->grad, gs));
+        zp_bufs_give(&P->gbufs, u, gs);
         U->grad = NULL;
         U->grad_alloc = false;
     }
