@@ -154,9 +154,18 @@ bool zp_hold_begin(ZeroPart* P, cudaStream_t s) {
 void zp_hold_end(ZeroPart* P, cudaStream_t s) {
     if (P->o.stage != 3 || !P->held) return;
     P->held = false;
+    bool pool_freed = false;
     for (int u = 0; u < P->num_units; u++) {
         if (P->S.persistent[u] || P->u[u].fetched) continue;
         zero_sched_set_available(&P->S, u, false);
+        pool_freed |= P->u[u].wfull != NULL && P->u[u].wfull_pool;
         do_release(P, u, s);
+    }
+    // the held units' pool memory goes back to the device: training takes its units from wbufs, never from the
+    // pool, so without this the pool would keep the whole model's 16-bit weights reserved after each evaluation
+    // (the pool's release threshold is kept high for the hold mode's own reuse)
+    if (pool_freed) {
+        CUDA_CHECK(cudaStreamSynchronize(s));
+        CUDA_CHECK(cudaMemPoolTrimTo(P->pool, 0));
     }
 }

@@ -172,6 +172,7 @@ ZeroPart* zp_create(const ZeroOptions* o, int num_units, const size_t* unit_nume
     P->o = *o;
     P->o.tensors = NULL;
     P->o.trace = NULL;
+    P->o.grad_trace = NULL;  // the caller's arrays are not kept
     P->num_units = num_units;
     P->X = o->working_dtype;
     P->G = o->grad_dtype;

@@ -73,7 +73,6 @@ typedef struct {
 void zp_bufs_init(ZpBufs* B, int num_units, const size_t* unit_bytes, int quarantine);
 void* zp_bufs_take(ZpBufs* B, int u, cudaStream_t s, const char* what);  // s waits for the buffer's last give
 void zp_bufs_give(ZpBufs* B, int u, cudaStream_t s);                     // after the work queued on s
-bool zp_bufs_holds(const ZpBufs* B, int u);
 size_t zp_bufs_bytes(const ZpBufs* B);  // every buffer made
 void zp_bufs_destroy(ZpBufs* B);
 

@@ -32,7 +32,8 @@ void zp_bufs_init(ZpBufs* B, int num_units, const size_t* unit_bytes, int quaran
 
 void* zp_bufs_take(ZpBufs* B, int u, cudaStream_t s, const char* what) {
     const int c = B->class_of[u];
-    if (c < 0 || B->id_of[u] >= 0) t5_die(T5_EXIT_FAILURE, "internal: unit buffer of %s taken twice or empty", what);
+    if (c < 0) return NULL;  // an empty unit
+    if (B->id_of[u] >= 0) t5_die(T5_EXIT_FAILURE, "internal: unit buffer of %s taken twice", what);
     bool fresh;
     const int id = bufcache_take(&B->C, c, &fresh);
     if (fresh) {
@@ -53,13 +54,12 @@ void* zp_bufs_take(ZpBufs* B, int u, cudaStream_t s, const char* what) {
 
 void zp_bufs_give(ZpBufs* B, int u, cudaStream_t s) {
     const int c = B->class_of[u], id = B->id_of[u];
+    if (c < 0) return;  // an empty unit
     if (id < 0) t5_die(T5_EXIT_FAILURE, "internal: unit buffer given back twice");
     CUDA_CHECK(cudaEventRecord(B->ev[c][id], s));
     bufcache_give(&B->C, c, id);
     B->id_of[u] = -1;
 }
-
-bool zp_bufs_holds(const ZpBufs* B, int u) { return B->id_of && B->id_of[u] >= 0; }
 
 size_t zp_bufs_bytes(const ZpBufs* B) { return B->class_of ? bufcache_bytes(&B->C) : 0; }
 
