@@ -1331,9 +1331,9 @@ int t5_model_fetch_trace(const ParamTable* t, int* out, int cap) {
 }
 
 // The order backward_body asks for each unit's gradient first (zero_grad: u + 1) and hands it on (grad_ready:
-// -(u + 1)), for the estimate's replay of the engine's gradient buffers. Keep in step with backward_body: nothing
-// records the real order yet (test_bufcache checks this one is well formed; on an H100 the engine made exactly the
-// gradient buffers the replay of this order predicts, t5-3b, 141efe6).
+// -(u + 1)), for the estimate's replay of the engine's gradient buffers. Keep in step with backward_body: the
+// engine compares every backward's order with it (end line "gradient order mismatches 0", asserted by test_gpu_zero
+// for stages 2 and 3); test_bufcache checks it is well formed.
 int t5_model_grad_trace(const ParamTable* t, int* out, int cap) {
     const int L = t->cfg.num_layers, Ld = t->cfg.num_decoder_layers;
     const int sh = params_unit_shared(t), fin = params_unit_final_norms(t);

@@ -219,6 +219,7 @@ typedef struct {
     double h2d_bytes, d2h_bytes;  // copies since the last zero_stats_reset
     double staged_bytes;      // of those, the bytes that went through the pinned staging ring (pageable host buffers)
     int64_t gathers, prefetches, releases, trace_mismatches;
+    int64_t grad_order_mismatches;  // backward passes whose gradient order left ZeroOptions.grad_trace (stages 2/3)
     size_t host_bytes, host_pinned_bytes, gpu_bytes;  // the engine's own allocations
     bool host_grads_share_weights;   // zero_host_grads_share_weights held for this engine
     size_t unit_buf_gathered, unit_buf_grads;  // run-time unit buffers made (src/zero/bufcache.h; the estimate's

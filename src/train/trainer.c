@@ -1245,11 +1245,12 @@ int trainer_run(const TrainerArgs* a) {
                 snprintf(staged, sizeof staged, " (%.2f GiB through the pinned staging ring)",
                          zs.staged_bytes / (1 << 30));
             snprintf(line, sizeof line,
-                     "ZeRO engine: %lld gathers (%lld prefetched), %lld releases, trace mismatches %lld; H2D %.2f GiB, "
+                     "ZeRO engine: %lld gathers (%lld prefetched), %lld releases, trace mismatches %lld, gradient "
+                     "order mismatches %lld; H2D %.2f GiB, "
                      "D2H %.2f GiB%s; last CPU AdamW %.3f s; unit buffers %.2f GiB gathered + %.2f GiB gradients; "
                      "stream-ordered pool high water %.2f GiB used, %.2f GiB reserved",
                      (long long)zs.gathers, (long long)zs.prefetches, (long long)zs.releases,
-                     (long long)zs.trace_mismatches, zs.h2d_bytes / (1 << 30), zs.d2h_bytes / (1 << 30), staged,
+                     (long long)zs.trace_mismatches, (long long)zs.grad_order_mismatches, zs.h2d_bytes / (1 << 30), zs.d2h_bytes / (1 << 30), staged,
                      zs.cpu_adam_s, (double)zs.unit_buf_gathered / (1 << 30), (double)zs.unit_buf_grads / (1 << 30),
                      (double)zs.pool_used_high / (1 << 30), (double)zs.pool_reserved_high / (1 << 30));
             trainer_log_line(&t->log, line);

@@ -121,6 +121,8 @@ void zp_release(ZeroPart* P, int u, cudaStream_t s) {
 }
 
 void zp_begin_pass(ZeroPart* P, cudaStream_t s) {
+    P->gpos = 0;  // a new backward: the gradient order starts again (reduce.c grad_order_check)
+    P->gvalid = true;
     if (P->o.stage != 3 || P->held) return;
     ZeroSchedAction acts[1024];
     int n = zero_sched_reset(&P->S, acts, (int)T5_ARRAY_LEN(acts));

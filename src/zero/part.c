@@ -173,6 +173,11 @@ ZeroPart* zp_create(const ZeroOptions* o, int num_units, const size_t* unit_nume
     P->o.tensors = NULL;
     P->o.trace = NULL;
     P->o.grad_trace = NULL;  // the caller's arrays are not kept
+    if (o->stage >= 2 && o->grad_trace && o->grad_trace_len > 0) {
+        P->gtrace = malloc_check((size_t)o->grad_trace_len * sizeof *P->gtrace);
+        memcpy(P->gtrace, o->grad_trace, (size_t)o->grad_trace_len * sizeof *P->gtrace);
+        P->gtrace_len = o->grad_trace_len;
+    }
     P->num_units = num_units;
     P->X = o->working_dtype;
     P->G = o->grad_dtype;
@@ -417,6 +422,7 @@ void zp_destroy(ZeroPart* P) {
     }
     zp_bufs_destroy(&P->wbufs);
     zp_bufs_destroy(&P->gbufs);
+    free(P->gtrace);
     for (int u = 0; P->u && u < P->num_units; u++) {
         ZpUnit* U = &P->u[u];
         if (U->ev_gathered) cudaEventDestroy(U->ev_gathered);

@@ -160,6 +160,11 @@ typedef struct ZeroPart {
     cudaMemPool_t pool;
     ZpBufs wbufs;   // stage 3 gathered units (the hold mode's extra units come from the pool instead)
     ZpBufs gbufs;   // stage 2/3 per-unit gradients
+    // stage 2/3: the gradient order the estimate replays (ZeroOptions.grad_trace, copied), checked as the backward
+    // asks for and hands on each gradient: one mismatch counted per pass at most (ZeroStats.grad_order_mismatches)
+    int* gtrace;
+    int gtrace_len, gpos;
+    bool gvalid;
     // micro-batches
     int micro, n_micro;
     bool share_gw;           // CPU units' gradients land in their 16-bit host weights (zero_host_grads_share_weights)

@@ -23,10 +23,23 @@
 #include "../base/oom.h"
 #include "part.h"
 
+// The backward's gradient events against the order the estimate replays (part.h gtrace): u + 1 when a unit's
+// gradient is first asked for, -(u + 1) at its grad_ready.
+static void grad_order_check(ZeroPart* P, int event) {
+    if (!P->gtrace || !P->gvalid) return;
+    if (P->gpos < P->gtrace_len && P->gtrace[P->gpos] == event) {
+        P->gpos++;
+        return;
+    }
+    P->gvalid = false;  // the rest of this pass is not compared
+    P->st.grad_order_mismatches++;
+}
+
 void* zp_grad(ZeroPart* P, int u, cudaStream_t s) {
     ZpUnit* U = &P->u[u];
     if (U->grad_ready) zp_contract_failed(P, u, "zero_grad", "gradient asked for after grad_ready in the same step");
     if (!U->grad_alloc) {
+        if (P->o.stage >= 2) grad_order_check(P, u + 1);
         const size_t bytes = P->L.numel[u] * P->gs;
         char what[160];
         snprintf(what, sizeof what, "the gradient of %s", P->name[u]);
@@ -42,6 +55,7 @@ void zp_grad_ready(ZeroPart* P, int u, cudaStream_t s) {
     if (U->grad_ready) zp_contract_failed(P, u, "zero_grad_ready", "grad_ready called twice in one step");
     if (!U->grad_alloc) zp_contract_failed(P, u, "zero_grad_ready", "grad_ready but its gradient was never asked for");
     U->grad_ready = true;
+    if (P->o.stage >= 2) grad_order_check(P, -(u + 1));
     // the CPU optimizer may still read this unit's host slot from the previous step (it never does once the
     // forward has fetched the unit, which waited for it; this keeps the rule local)
     if (U->opt_cpu) zp_wait_unit_updated(P, u, s);

@@ -381,7 +381,7 @@ void zero_stats_reset(ZeroEngine* Z) {
     if (!Z->P) return;
     ZeroStats* s = &Z->P->st;
     s->h2d_bytes = s->d2h_bytes = 0;
-    s->gathers = s->prefetches = s->releases = s->trace_mismatches = 0;
+    s->gathers = s->prefetches = s->releases = s->trace_mismatches = s->grad_order_mismatches = 0;
     __atomic_store_n(&Z->P->thread_h2d, 0, __ATOMIC_RELAXED);
     if (Z->P->ring_main) {
         zero_ring_reset_bytes(&Z->P->ring_main->r);
