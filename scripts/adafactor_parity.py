@@ -35,13 +35,13 @@ weights_rel_l2_at_creation in the fixture, cover every weight.
 import argparse
 import json
 import os
-import subprocess
 import sys
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from trajectory_parity import TRAIN_FLAGS, gets_decay, log, read_run, weights_rel_l2  # noqa: E402
+from trajectory_parity import (TRAIN_FLAGS, decay_groups, log, run_t5train, torch_model,  # noqa: E402
+                               torch_train, weights_rel_l2)
 
 SETTINGS = {
     "rel_off_b1_none": "",
@@ -53,32 +53,13 @@ TOL_LOSS = 1e-5
 TOL_WEIGHTS = 1e-5
 
 
-def run_t5train(args, ckpt, out, extra):
-    dump = os.path.join(out, "batches.json")
-    cmd = [args.bin, "--model_name_or_path", ckpt, "--tokenizer_name", args.tokenizer,
-           "--train_file", args.train_file] + TRAIN_FLAGS.split() + ["--optim", "adafactor"] + extra.split() + [
-           "--max_steps", str(args.steps), "--output_dir", out, "--overwrite_output_dir",
-           "--dump_batches", dump, "--dump_batches_steps", str(args.steps)]
-    log("+", " ".join(cmd))
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if r.returncode != 0:
-        log(r.stdout[-4000:])
-        raise SystemExit(f"t5train failed with exit {r.returncode}")
-    return read_run(out, dump)
-
-
 def run_torch(ckpt, batches, setting, steps, dev):
-    from transformers import T5ForConditionalGeneration, get_linear_schedule_with_warmup
+    """transformers' Adafactor (HF's groups) in one of the SETTINGS over t5train's batches"""
+    from transformers import get_linear_schedule_with_warmup
     from transformers.optimization import Adafactor
 
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch.set_float32_matmul_precision("highest")
-    model = T5ForConditionalGeneration.from_pretrained(ckpt, dropout_rate=0.0, torch_dtype=torch.float32).to(dev)
-    model.train()
-    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    groups = [{"params": [p for n, p in named if gets_decay(n)], "weight_decay": 0.01},
-              {"params": [p for n, p in named if not gets_decay(n)], "weight_decay": 0.0}]
+    model = torch_model(ckpt, dev)
+    groups = decay_groups(model)
     rel = setting.startswith("rel_on")
     beta1 = 0.9 if setting.endswith("0.9") else None
     if rel:
@@ -87,23 +68,7 @@ def run_torch(ckpt, batches, setting, steps, dev):
     else:
         opt = Adafactor(groups, lr=1e-3, relative_step=False, scale_parameter=False, warmup_init=False, beta1=beta1)
         sched = get_linear_schedule_with_warmup(opt, 5, steps)
-    losses = []
-    for step in range(steps):
-        micro = batches[step]
-        tot = 0.0
-        for mb in micro:
-            ids = torch.tensor(mb["input_ids"], device=dev)
-            am = torch.tensor(mb["attention_mask"], device=dev)
-            lab = torch.tensor(mb["labels"], device=dev)
-            loss = model(input_ids=ids, attention_mask=am, labels=lab, use_cache=False).loss
-            (loss / len(micro)).backward()
-            tot += loss.item()
-        losses.append(tot / len(micro))
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        if sched:
-            sched.step()
-        opt.zero_grad(set_to_none=True)
+    losses = torch_train(model, opt, sched, batches, steps, dev)
     return losses, {n: p.detach().float().cpu() for n, p in model.named_parameters()}
 
 
@@ -153,7 +118,7 @@ def main():
                "settings": {}}
     for name in args.settings.split(","):
         out = os.path.join(args.work, name)
-        ours, batches = run_t5train(args, ckpt, out, SETTINGS[name])
+        ours, batches = run_t5train(args, ckpt, out, ["--optim", "adafactor"] + SETTINGS[name].split())
         if len(ours) != args.steps or len(batches) != args.steps:
             raise SystemExit(f"{name}: {len(ours)} loss lines and {len(batches)} dumped updates, expected {args.steps}")
         ref, ref_w = run_torch(ckpt, batches, name, args.steps, args.torch_device)

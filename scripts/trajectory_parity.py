@@ -66,55 +66,83 @@ TRAIN_FLAGS = ("--source_lang en --target_lang ro --max_source_length 64 --max_t
                "--max_grad_norm 1.0 --dropout_rate 0 --save_strategy no --seed 1")
 
 
-def run_t5train(args, ckpt, out, prec):
+def run_t5train(args, ckpt, out, extra=()):
+    """t5train with TRAIN_FLAGS and the extra flags (["--bf16"], ["--optim", "adafactor", ...]) from ckpt into out:
+    its step losses and the batches it dumped (read_run)"""
     dump = os.path.join(out, "batches.json")
     cmd = [args.bin, "--model_name_or_path", ckpt, "--tokenizer_name", args.tokenizer,
-           "--train_file", args.train_file] + TRAIN_FLAGS.split() + [
+           "--train_file", args.train_file] + TRAIN_FLAGS.split() + list(extra) + [
            "--max_steps", str(args.steps), "--output_dir", out, "--overwrite_output_dir",
            "--dump_batches", dump, "--dump_batches_steps", str(args.steps)]
-    if prec == "bf16":
-        cmd.append("--bf16")
     log("+", " ".join(cmd))
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if r.returncode != 0:
         log(r.stdout[-4000:])
-        raise SystemExit(f"t5train failed ({prec}) with exit {r.returncode}")
+        raise SystemExit(f"t5train {' '.join(extra)} failed with exit {r.returncode}")
     return read_run(out, dump)
 
 
-def run_torch(ckpt, batches, prec, steps):
-    from transformers import T5ForConditionalGeneration, get_linear_schedule_with_warmup
+def torch_model(ckpt, dev):
+    """the checkpoint in transformers, fp32, TF32 off, dropout 0, training mode"""
+    from transformers import T5ForConditionalGeneration
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")
-    model = T5ForConditionalGeneration.from_pretrained(ckpt, dropout_rate=0.0, torch_dtype=torch.float32).cuda()
+    model = T5ForConditionalGeneration.from_pretrained(ckpt, dropout_rate=0.0, torch_dtype=torch.float32).to(dev)
     model.train()
+    return model
+
+
+def decay_groups(model, weight_decay=0.01):
+    """HF Trainer's two parameter groups (gets_decay)"""
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    groups = [{"params": [p for n, p in named if gets_decay(n)], "weight_decay": 0.01},
-              {"params": [p for n, p in named if not gets_decay(n)], "weight_decay": 0.0}]
-    opt = torch.optim.AdamW(groups, lr=1e-3, betas=(0.9, 0.999), eps=1e-8)
-    sched = get_linear_schedule_with_warmup(opt, 5, steps)
+    return [{"params": [p for n, p in named if gets_decay(n)], "weight_decay": weight_decay},
+            {"params": [p for n, p in named if not gets_decay(n)], "weight_decay": 0.0}]
+
+
+def torch_train(model, opt, sched, batches, steps, dev, amp=None):
+    """The replay of t5train's dumped batches: per update, each micro-batch's loss / the number of micro-batches
+    (HF / DeepSpeed), clip_grad_norm_(1.0), the optimizer, the schedule (None: none). amp: None (fp32),
+    torch.bfloat16 (autocast over the fp32 weights) or torch.float16 (autocast + GradScaler from 2^16: HF AMP).
+    Returns the loss of every update."""
+    scaler = torch.amp.GradScaler("cuda", init_scale=2.0 ** 16) if amp == torch.float16 else None
     losses = []
     for step in range(steps):
         micro = batches[step]
         tot = 0.0
         for mb in micro:
-            ids = torch.tensor(mb["input_ids"], device="cuda")
-            am = torch.tensor(mb["attention_mask"], device="cuda")
-            lab = torch.tensor(mb["labels"], device="cuda")
-            if prec == "bf16":
-                with torch.autocast("cuda", dtype=torch.bfloat16):
-                    loss = model(input_ids=ids, attention_mask=am, labels=lab, use_cache=False).loss
-            else:
-                loss = model(input_ids=ids, attention_mask=am, labels=lab, use_cache=False).loss
-            (loss / len(micro)).backward()
+            kw = {k: torch.tensor(mb[k], device=dev) for k in ("input_ids", "attention_mask", "labels")}
+            with torch.autocast(torch.device(dev).type, dtype=amp, enabled=amp is not None):
+                loss = model(**kw, use_cache=False).loss
+            part = loss / len(micro)
+            (scaler.scale(part) if scaler else part).backward()
             tot += loss.item()
         losses.append(tot / len(micro))
+        if scaler:
+            scaler.unscale_(opt)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
+        if scaler:
+            scaler.step(opt)
+            scaler.update()
+        else:
+            opt.step()
+        if sched:
+            sched.step()
         opt.zero_grad(set_to_none=True)
+    return losses
+
+
+def run_torch(ckpt, batches, prec, steps, dev="cuda"):
+    """torch AdamW (HF's groups) + linear warmup over t5train's batches in prec (fp32, bf16, fp16): the losses and
+    the final weights"""
+    from transformers import get_linear_schedule_with_warmup
+
+    model = torch_model(ckpt, dev)
+    opt = torch.optim.AdamW(decay_groups(model), lr=1e-3, betas=(0.9, 0.999), eps=1e-8)
+    sched = get_linear_schedule_with_warmup(opt, 5, steps)
+    amp = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[prec]
+    losses = torch_train(model, opt, sched, batches, steps, dev, amp)
     return losses, {n: p.detach().float().cpu() for n, p in model.named_parameters()}
 
 
@@ -174,7 +202,7 @@ def main():
     ok = True
     for prec in args.precisions.split(","):
         out = os.path.join(args.work, prec)
-        ours, batches = run_t5train(args, ckpt, out, prec)
+        ours, batches = run_t5train(args, ckpt, out, ["--bf16"] if prec == "bf16" else [])
         if len(ours) != args.steps or len(batches) != args.steps:
             raise SystemExit(f"{prec}: {len(ours)} loss lines and {len(batches)} dumped updates, expected {args.steps}")
         ref, ref_w = run_torch(ckpt, batches, prec, args.steps)

@@ -185,10 +185,10 @@ def main():
         ref = None
         report["training"] = {}
         for prec in ("fp16", "bf16"):
-            o_loss, batches = run_t5train_prec(a, ckpt, os.path.join(out, f"traj_{prec}"), prec)
+            o_loss, batches = traj.run_t5train(a, ckpt, os.path.join(out, f"traj_{prec}"), ["--" + prec])
             if ref is None:
                 ref, _ = traj.run_torch(ckpt, batches, "fp32", steps)
-            t_loss = run_torch_autocast(ckpt, batches, prec, steps)
+            t_loss = traj.run_torch(ckpt, batches, prec, steps)[0]  # fp16: autocast + GradScaler (HF AMP)
             ro = max(abs(x - y) / abs(y) for x, y in zip(o_loss, ref))
             rt = max(abs(x - y) / abs(y) for x, y in zip(t_loss, ref))
             log(f"training {steps} steps {prec}: max per-step loss rel diff vs torch fp32: t5train {ro:.3e}, "
@@ -204,51 +204,6 @@ def main():
 
 def raise_(e):
     raise e
-
-
-def run_t5train_prec(a, ckpt, out, prec):
-    """trajectory_parity.run_t5train with --fp16 as well as --bf16"""
-    if prec == "bf16":
-        return traj.run_t5train(a, ckpt, out, "bf16")
-    dump = os.path.join(out, "batches.json")
-    cmd = [a.bin, "--model_name_or_path", ckpt, "--tokenizer_name", a.tokenizer, "--train_file", a.train_file] + \
-        traj.TRAIN_FLAGS.split() + ["--max_steps", str(a.steps), "--output_dir", out, "--overwrite_output_dir",
-                                    "--dump_batches", dump, "--dump_batches_steps", str(a.steps), "--fp16"]
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if r.returncode != 0:
-        raise SystemExit(f"t5train fp16 failed with exit {r.returncode}: {r.stdout[-2000:]}")
-    return traj.read_run(out, dump)
-
-
-def run_torch_autocast(ckpt, batches, prec, steps):
-    """trajectory_parity.run_torch with fp16 autocast + GradScaler (HF AMP) as well as bf16"""
-    if prec == "bf16":
-        return traj.run_torch(ckpt, batches, "bf16", steps)[0]
-    from transformers import T5ForConditionalGeneration, get_linear_schedule_with_warmup
-    model = T5ForConditionalGeneration.from_pretrained(ckpt, dropout_rate=0.0, dtype=torch.float32).cuda().train()
-    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    groups = [{"params": [p for n, p in named if traj.gets_decay(n)], "weight_decay": 0.01},
-              {"params": [p for n, p in named if not traj.gets_decay(n)], "weight_decay": 0.0}]
-    opt = torch.optim.AdamW(groups, lr=1e-3, betas=(0.9, 0.999), eps=1e-8)
-    sched = get_linear_schedule_with_warmup(opt, 5, steps)
-    scaler = torch.amp.GradScaler("cuda", init_scale=2.0 ** 16)
-    losses = []
-    for step in range(steps):
-        tot = 0.0
-        for mb in batches[step]:
-            kw = {k: torch.tensor(mb[k], device="cuda") for k in ("input_ids", "attention_mask", "labels")}
-            with torch.autocast("cuda", dtype=torch.float16):
-                loss = model(**kw, use_cache=False).loss
-            scaler.scale(loss / len(batches[step])).backward()
-            tot += loss.item()
-        losses.append(tot / len(batches[step]))
-        scaler.unscale_(opt)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        scaler.step(opt)
-        scaler.update()
-        sched.step()
-        opt.zero_grad(set_to_none=True)
-    return losses
 
 
 if __name__ == "__main__":
