@@ -104,3 +104,35 @@ int bufcache_classes(const size_t* sizes, int n, int* class_of, size_t* bytes_ou
     }
     return nc;
 }
+
+void bufunits_init(BufUnits* U, int num_units, const size_t* unit_bytes, int quarantine) {
+    const size_t n = (size_t)T5_MAX(num_units, 1);
+    U->num_units = num_units;
+    U->class_of = malloc_check(n * sizeof *U->class_of);
+    U->id_of = malloc_check(n * sizeof *U->id_of);
+    size_t* cb = malloc_check(n * sizeof *cb);
+    bufcache_init(&U->C, bufcache_classes(unit_bytes, num_units, U->class_of, cb), cb, quarantine);
+    free(cb);
+    for (int u = 0; u < num_units; u++) U->id_of[u] = -1;
+}
+
+void bufunits_free(BufUnits* U) {
+    bufcache_free(&U->C);
+    free(U->class_of);
+    free(U->id_of);
+    memset(U, 0, sizeof *U);
+}
+
+int bufunits_take(BufUnits* U, int u, bool* fresh) {
+    *fresh = false;
+    if (U->class_of[u] < 0) return -1;
+    return U->id_of[u] = bufcache_take(&U->C, U->class_of[u], fresh);
+}
+
+int bufunits_give(BufUnits* U, int u) {
+    const int id = U->id_of[u];
+    if (id < 0) return -1;
+    bufcache_give(&U->C, U->class_of[u], id);
+    U->id_of[u] = -1;
+    return id;
+}

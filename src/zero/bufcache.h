@@ -60,6 +60,21 @@ size_t bufcache_bytes(const BufCache* C);
 #define BUFCACHE_MERGE 0.7
 int bufcache_classes(const size_t* sizes, int n, int* class_of, size_t* bytes_out);
 
+// The rule per unit, as the engine (unitbuf.c) and the estimate's replays use it: each unit's class and the buffer
+// it holds.
+typedef struct {
+    BufCache C;
+    int num_units;
+    int* class_of;  // (num_units) the unit's class, -1 for an empty unit
+    int* id_of;     // (num_units) the buffer the unit holds in its class, -1 none
+} BufUnits;
+void bufunits_init(BufUnits* U, int num_units, const size_t* unit_bytes, int quarantine);
+void bufunits_free(BufUnits* U);
+// Unit u (holding none) takes a buffer of its class: its id (*fresh: a new one), or -1 for an empty unit.
+int bufunits_take(BufUnits* U, int u, bool* fresh);
+// Unit u gives its buffer back: the id it held, or -1 when it held none.
+int bufunits_give(BufUnits* U, int u);
+
 #ifdef __cplusplus
 }
 #endif

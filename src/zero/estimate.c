@@ -188,35 +188,25 @@ int zero_estimate(const ZeroOptions* o, int num_units, const size_t* unit_numel,
         // each, the schedule rewound between them as zp_begin_pass does), by the same rule (bufcache.h)
         ZeroSchedAction* acts = malloc_check(((size_t)num_units + 2) * sizeof *acts);
         size_t* ub = malloc_check((size_t)num_units * sizeof *ub);
-        int* cls = malloc_check((size_t)num_units * sizeof *cls);
-        int* id = malloc_check((size_t)num_units * sizeof *id);
-        size_t* cb = malloc_check((size_t)num_units * sizeof *cb);
-        for (int u = 0; u < num_units; u++) ub[u] = L.numel[u] * xs, id[u] = -1;
-        BufCache C;
-        bufcache_init(&C, bufcache_classes(ub, num_units, cls, cb), cb, BUFCACHE_QUARANTINE);
+        for (int u = 0; u < num_units; u++) ub[u] = L.numel[u] * xs;
+        BufUnits B;
+        bufunits_init(&B, num_units, ub, BUFCACHE_QUARANTINE);
+        free(ub);
         bool fresh;
         for (int pass = 0; pass < 3; pass++) {
             int n = zero_sched_reset(&S, acts, num_units + 2);
-            for (int k = 0; k < n; k++)
-                if (id[acts[k].unit] >= 0) bufcache_give(&C, cls[acts[k].unit], id[acts[k].unit]), id[acts[k].unit] = -1;
+            for (int k = 0; k < n; k++) bufunits_give(&B, acts[k].unit);
             for (int i = 0; i < o->trace_len; i++) {
                 n = zero_sched_fetch(&S, o->trace[i], acts, num_units + 2);
-                for (int k = 0; k < n; k++) {
-                    const int v = acts[k].unit;
-                    if (acts[k].kind == ZS_GATHER && id[v] < 0 && cls[v] >= 0) id[v] = bufcache_take(&C, cls[v], &fresh);
-                }
-                n = zero_sched_release(&S, o->trace[i], acts, num_units + 2);
                 for (int k = 0; k < n; k++)
-                    if (id[acts[k].unit] >= 0) bufcache_give(&C, cls[acts[k].unit], id[acts[k].unit]), id[acts[k].unit] = -1;
+                    if (acts[k].kind == ZS_GATHER && B.id_of[acts[k].unit] < 0) bufunits_take(&B, acts[k].unit, &fresh);
+                n = zero_sched_release(&S, o->trace[i], acts, num_units + 2);
+                for (int k = 0; k < n; k++) bufunits_give(&B, acts[k].unit);
             }
         }
         e->peak_live_elems = S.peak_live;
-        e->gpu_gathered_peak = bufcache_bytes(&C);
-        bufcache_free(&C);
-        free(ub);
-        free(cls);
-        free(id);
-        free(cb);
+        e->gpu_gathered_peak = bufcache_bytes(&B.C);
+        bufunits_free(&B);
         free(acts);
         zero_sched_free(&S);
     }
@@ -227,26 +217,20 @@ int zero_estimate(const ZeroOptions* o, int num_units, const size_t* unit_numel,
 // The gradient buffers the engine makes over two steps of the model's gradient order (unitbuf.c, bufcache.h).
 static size_t replay_grad_buffers(const ZeroOptions* o, int num_units, const size_t* numel, size_t gs) {
     size_t* ub = malloc_check((size_t)num_units * sizeof *ub);
-    int* cls = malloc_check((size_t)num_units * sizeof *cls);
-    int* id = malloc_check((size_t)num_units * sizeof *id);
-    size_t* cb = malloc_check((size_t)num_units * sizeof *cb);
-    for (int u = 0; u < num_units; u++) ub[u] = numel[u] * gs, id[u] = -1;
-    BufCache C;
-    bufcache_init(&C, bufcache_classes(ub, num_units, cls, cb), cb, BUFCACHE_QUARANTINE);
+    for (int u = 0; u < num_units; u++) ub[u] = numel[u] * gs;
+    BufUnits B;
+    bufunits_init(&B, num_units, ub, BUFCACHE_QUARANTINE);
+    free(ub);
     bool fresh;
     for (int step = 0; step < 2; step++)
         for (int i = 0; i < o->grad_trace_len; i++) {
             const int g = o->grad_trace[i], u = (g > 0 ? g : -g) - 1;
-            if (u < 0 || u >= num_units || cls[u] < 0) continue;
-            if (g > 0 && id[u] < 0) id[u] = bufcache_take(&C, cls[u], &fresh);
-            else if (g < 0 && id[u] >= 0) bufcache_give(&C, cls[u], id[u]), id[u] = -1;
+            if (u < 0 || u >= num_units) continue;
+            if (g > 0 && B.id_of[u] < 0) bufunits_take(&B, u, &fresh);
+            else if (g < 0) bufunits_give(&B, u);
         }
-    const size_t b = bufcache_bytes(&C);
-    bufcache_free(&C);
-    free(ub);
-    free(cls);
-    free(id);
-    free(cb);
+    const size_t b = bufcache_bytes(&B.C);
+    bufunits_free(&B);
     return b;
 }
 

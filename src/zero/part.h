@@ -62,10 +62,7 @@
 
 // Run-time unit buffers (unitbuf.c): one per unit in use, from size classes by bufcache's rule
 typedef struct {
-    BufCache C;
-    int num_units;
-    int* class_of;       // (num_units) size class, -1 for an empty unit
-    int* id_of;          // (num_units) the buffer the unit holds, -1 none
+    BufUnits U;          // the rule and which buffer each unit holds
     void*** ptr;         // [class][id] device buffers
     cudaEvent_t** ev;    // [class][id] the event of the buffer's last give (its freeing stream)
     int* cap;            // (classes) capacity of ptr / ev

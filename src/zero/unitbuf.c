@@ -17,25 +17,18 @@
 
 void zp_bufs_init(ZpBufs* B, int num_units, const size_t* unit_bytes, int quarantine) {
     memset(B, 0, sizeof *B);
-    B->num_units = num_units;
-    B->class_of = malloc_check((size_t)num_units * sizeof *B->class_of);
-    B->id_of = malloc_check((size_t)num_units * sizeof *B->id_of);
-    size_t* cb = malloc_check((size_t)T5_MAX(num_units, 1) * sizeof *cb);
-    const int nc = bufcache_classes(unit_bytes, num_units, B->class_of, cb);
-    bufcache_init(&B->C, nc, cb, quarantine);
-    free(cb);
-    for (int u = 0; u < num_units; u++) B->id_of[u] = -1;
-    B->ptr = calloc_check((size_t)T5_MAX(nc, 1), sizeof *B->ptr);
-    B->ev = calloc_check((size_t)T5_MAX(nc, 1), sizeof *B->ev);
-    B->cap = calloc_check((size_t)T5_MAX(nc, 1), sizeof *B->cap);
+    bufunits_init(&B->U, num_units, unit_bytes, quarantine);
+    const size_t nc = (size_t)T5_MAX(B->U.C.nclass, 1);
+    B->ptr = calloc_check(nc, sizeof *B->ptr);
+    B->ev = calloc_check(nc, sizeof *B->ev);
+    B->cap = calloc_check(nc, sizeof *B->cap);
 }
 
 void* zp_bufs_take(ZpBufs* B, int u, cudaStream_t s, const char* what) {
-    const int c = B->class_of[u];
-    if (c < 0) return NULL;  // an empty unit
-    if (B->id_of[u] >= 0) t5_die(T5_EXIT_FAILURE, "internal: unit buffer of %s taken twice", what);
+    if (B->U.id_of[u] >= 0) t5_die(T5_EXIT_FAILURE, "internal: unit buffer of %s taken twice", what);
     bool fresh;
-    const int id = bufcache_take(&B->C, c, &fresh);
+    const int id = bufunits_take(&B->U, u, &fresh), c = B->U.class_of[u];
+    if (id < 0) return NULL;  // an empty unit
     if (fresh) {
         if (id >= B->cap[c]) {
             const int nc = T5_MAX(8, 2 * B->cap[c]);
@@ -43,30 +36,28 @@ void* zp_bufs_take(ZpBufs* B, int u, cudaStream_t s, const char* what) {
             B->ev[c] = realloc_check(B->ev[c], (size_t)nc * sizeof **B->ev);
             B->cap[c] = nc;
         }
-        CUDA_ALLOC_CHECK(cudaMalloc(&B->ptr[c][id], B->C.bytes[c]), what, B->C.bytes[c]);
+        CUDA_ALLOC_CHECK(cudaMalloc(&B->ptr[c][id], B->U.C.bytes[c]), what, B->U.C.bytes[c]);
         CUDA_CHECK(cudaEventCreateWithFlags(&B->ev[c][id], cudaEventDisableTiming));
     } else {
         CUDA_CHECK(cudaStreamWaitEvent(s, B->ev[c][id], 0));  // after the work that used it last
     }
-    B->id_of[u] = id;
     return B->ptr[c][id];
 }
 
 void zp_bufs_give(ZpBufs* B, int u, cudaStream_t s) {
-    const int c = B->class_of[u], id = B->id_of[u];
+    const int c = B->U.class_of[u], id = B->U.id_of[u];
     if (c < 0) return;  // an empty unit
     if (id < 0) t5_die(T5_EXIT_FAILURE, "internal: unit buffer given back twice");
     CUDA_CHECK(cudaEventRecord(B->ev[c][id], s));
-    bufcache_give(&B->C, c, id);
-    B->id_of[u] = -1;
+    bufunits_give(&B->U, u);
 }
 
-size_t zp_bufs_bytes(const ZpBufs* B) { return B->class_of ? bufcache_bytes(&B->C) : 0; }
+size_t zp_bufs_bytes(const ZpBufs* B) { return B->U.class_of ? bufcache_bytes(&B->U.C) : 0; }
 
 void zp_bufs_destroy(ZpBufs* B) {
-    if (!B->class_of) return;
-    for (int c = 0; c < B->C.nclass; c++) {
-        for (int i = 0; i < B->C.made[c]; i++) {
+    if (!B->U.class_of) return;
+    for (int c = 0; c < B->U.C.nclass; c++) {
+        for (int i = 0; i < B->U.C.made[c]; i++) {
             cudaFree(B->ptr[c][i]);
             cudaEventDestroy(B->ev[c][i]);
         }
@@ -76,8 +67,6 @@ void zp_bufs_destroy(ZpBufs* B) {
     free(B->ptr);
     free(B->ev);
     free(B->cap);
-    free(B->class_of);
-    free(B->id_of);
-    bufcache_free(&B->C);
+    bufunits_free(&B->U);
     memset(B, 0, sizeof *B);
 }
