@@ -42,15 +42,15 @@ void zp_wait_unit_updated(ZeroPart* P, int u, cudaStream_t s) {
     }
 }
 
-static void issue_gather(ZeroPart* P, int u, bool prefetch) {
+// from_pool: the hold mode's gathers of every unit at once, outside the schedule the unit buffers are made for
+static void issue_gather(ZeroPart* P, int u, bool prefetch, bool from_pool) {
     ZpUnit* U = &P->u[u];
     zp_wait_unit_updated(P, u, P->s_gather);
     const size_t n = P->L.numel[u];
     if (!U->wfull) {
         char what[160];
         snprintf(what, sizeof what, "the gathered stage 3 unit %s", P->name[u]);
-        // the hold mode gathers every unit at once, outside the schedule the buffers are made for: from the pool
-        U->wfull_pool = P->held_gathering;
+        U->wfull_pool = from_pool;
         if (U->wfull_pool) CUDA_ALLOC_CHECK(cudaMallocAsync(&U->wfull, n * P->xs, P->s_gather), what, n * P->xs);
         else U->wfull = zp_bufs_take(&P->wbufs, u, P->s_gather, what);
     }
@@ -95,15 +95,15 @@ void* zp_fetch(ZeroPart* P, int u, cudaStream_t s) {
         P->st.trace_mismatches += P->S.mismatches - mism;
         for (int i = 0; i < n; i++) {
             const int v = acts[i].unit;
-            if (!acts[i].prefetch) issue_gather(P, v, false);
-            else if (unit_is_updated(P, v)) issue_gather(P, v, true);
+            if (!acts[i].prefetch) issue_gather(P, v, false, false);
+            else if (unit_is_updated(P, v)) issue_gather(P, v, true, false);
             else P->u[v].gather_pending = true;
         }
         // pending prefetches whose weights have arrived meanwhile
         for (int v = 0; v < P->num_units; v++)
-            if (v != u && P->u[v].gather_pending && unit_is_updated(P, v)) issue_gather(P, v, true);
+            if (v != u && P->u[v].gather_pending && unit_is_updated(P, v)) issue_gather(P, v, true, false);
     }
-    if (U->gather_pending || U->stale || !U->wfull) issue_gather(P, u, false);
+    if (U->gather_pending || U->stale || !U->wfull) issue_gather(P, u, false, false);
     if (!U->gather_waited) {
         CUDA_CHECK(cudaStreamWaitEvent(s, U->ev_gathered, 0));
         U->gather_waited = true;
@@ -138,13 +138,11 @@ bool zp_hold_begin(ZeroPart* P, cudaStream_t s) {
     size_t fr = 0, tot = 0;
     CUDA_CHECK(cudaMemGetInfo(&fr, &tot));
     if (need + ((size_t)1 << 30) > fr) return false;
-    P->held_gathering = true;
     for (int u = 0; u < P->num_units; u++) {
         ZpUnit* U = &P->u[u];
         zero_sched_set_available(&P->S, u, true);
-        if (!U->wfull || U->gather_pending || U->stale) issue_gather(P, u, false);
+        if (!U->wfull || U->gather_pending || U->stale) issue_gather(P, u, false, true);
     }
-    P->held_gathering = false;
     // every gather ran in order on s_gather: waiting for the last one covers them all
     CUDA_CHECK(cudaEventRecord(P->ev_hold, P->s_gather));
     CUDA_CHECK(cudaStreamWaitEvent(s, P->ev_hold, 0));
@@ -156,18 +154,9 @@ bool zp_hold_begin(ZeroPart* P, cudaStream_t s) {
 void zp_hold_end(ZeroPart* P, cudaStream_t s) {
     if (P->o.stage != 3 || !P->held) return;
     P->held = false;
-    bool pool_freed = false;
     for (int u = 0; u < P->num_units; u++) {
         if (P->S.persistent[u] || P->u[u].fetched) continue;
         zero_sched_set_available(&P->S, u, false);
-        pool_freed |= P->u[u].wfull != NULL && P->u[u].wfull_pool;
         do_release(P, u, s);
-    }
-    // the held units' pool memory goes back to the device: training takes its units from wbufs, never from the
-    // pool, so without this the pool would keep the whole model's 16-bit weights reserved after each evaluation
-    // (the pool's release threshold is kept high for the hold mode's own reuse)
-    if (pool_freed) {
-        CUDA_CHECK(cudaStreamSynchronize(s));
-        CUDA_CHECK(cudaMemPoolTrimTo(P->pool, 0));
     }
 }

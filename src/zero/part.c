@@ -372,10 +372,9 @@ ZeroPart* zp_create(const ZeroOptions* o, int num_units, const size_t* unit_nume
     CUDA_CHECK(cudaEventCreateWithFlags(&P->ev_grads_done, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&P->ev_gpu_step, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&P->ev_hold, cudaEventDisableTiming));
-    // stream-ordered allocations (gathered units, stage 2/3 gradients) stay in the pool between steps
+    // the stream-ordered pool serves only the hold mode's extra units (gather.c); its default release threshold (0)
+    // gives their memory back to the device at the next synchronisation after the evaluation frees them
     CUDA_CHECK(cudaDeviceGetDefaultMemPool(&P->pool, P->device));
-    uint64_t thr = UINT64_MAX;
-    CUDA_CHECK(cudaMemPoolSetAttribute(P->pool, cudaMemPoolAttrReleaseThreshold, &thr));
     if (o->stage >= 2) {  // run-time unit buffers by bufcache's rule (unitbuf.c; the estimate replays it)
         size_t* ub = malloc_check((size_t)num_units * sizeof *ub);
         if (o->stage == 3) {

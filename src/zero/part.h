@@ -181,7 +181,6 @@ typedef struct ZeroPart {
     int device;
     // hold mode
     bool held;
-    bool held_gathering;  // inside zp_hold_begin's gathers (from the pool, not wbufs)
     // stats
     ZeroStats st;
     int64_t thread_h2d;          // bytes the optimizer thread copied (summed into st by zero_stats)
