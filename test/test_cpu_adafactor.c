@@ -135,8 +135,9 @@ static void run_step(Run* r, int t) {
         r->p_prev[i] = fmaxf(r->p_prev[i], fabsf(r->p[i]));
         r->m_prev[i] = fmaxf(r->m_prev[i], fabsf(r->m[i]));
     }
+    static CpuAdafactorScratch scratch;  // kept across tensors, shapes and steps, as the engine's thread keeps it
     int rc = cpu_adafactor_step(&c->o, t, &r->st, r->p, grad, gdt, gscale, wdt == DT_F32 ? NULL : r->work, wdt,
-                                &r->info);
+                                &r->info, &scratch);
     assert_int_equal(rc, 0);
     if (wdt != DT_F32)
         for (size_t i = 0; i < r->n; i++) {
@@ -383,10 +384,10 @@ static void test_opts(void** state) {
     // empty shape / step 0: refused, nothing touched
     CpuAdafactorState s = {.rows = 0, .cols = 4, .factored = true};
     float p = 1.0f, g = 1.0f;
-    assert_int_equal(cpu_adafactor_step(&o, 1, &s, &p, &g, DT_F32, 1.0f, NULL, DT_F32, NULL), -1);
+    assert_int_equal(cpu_adafactor_step(&o, 1, &s, &p, &g, DT_F32, 1.0f, NULL, DT_F32, NULL, NULL), -1);
     float sq = 0;
     CpuAdafactorState s1 = {.rows = 1, .cols = 1, .factored = false, .exp_avg_sq = &sq};
-    assert_int_equal(cpu_adafactor_step(&o, 0, &s1, &p, &g, DT_F32, 1.0f, NULL, DT_F32, NULL), -1);
+    assert_int_equal(cpu_adafactor_step(&o, 0, &s1, &p, &g, DT_F32, 1.0f, NULL, DT_F32, NULL, NULL), -1);
     assert_true(p == 1.0f && sq == 0.0f);
 }
 

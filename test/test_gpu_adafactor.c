@@ -163,7 +163,7 @@ static void run_case(const Case* c) {
                                         .exp_avg = B->m};
                 assert_int_equal(cpu_adafactor_step(&o, s, &st, B->p, B->g, GDT[k], s == 2 ? 1.0f : gscale,
                                                     WORK[k] < 0 ? NULL : B->w, WORK[k] < 0 ? DT_F32 : (DType)WORK[k],
-                                                    &info),
+                                                    &info, NULL),
                                  0);
                 const float sv[4] = {hs[k].param_rms, hs[k].lr, hs[k].update_rms, hs[k].clip_div};
                 const float rv[4] = {info.param_rms, info.lr, info.update_rms, info.clip_div};

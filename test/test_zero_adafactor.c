@@ -329,7 +329,7 @@ static void aliased_case(size_t rows, size_t cols, bool factored, DType dt, bool
             if (beta1) S.exp_avg = q;
             // k 0: separate buffers; k 1: the working copy written over the gradient (the engine's shared buffer)
             void* work = k == 0 ? (void*)w[0] : (void*)g[1];
-            assert_int_equal(cpu_adafactor_step(&o, step, &S, p[k], g[k], dt, 1.0f / 256, work, dt, &info[k]), 0);
+            assert_int_equal(cpu_adafactor_step(&o, step, &S, p[k], g[k], dt, 1.0f / 256, work, dt, &info[k], NULL), 0);
         }
         if (memcmp(p[0], p[1], n * 4) || memcmp(st[0], st[1], sf * 4) || memcmp(w[0], g[1], n * 2) ||
             memcmp(&info[0], &info[1], sizeof info[0]))
@@ -485,7 +485,7 @@ static void engine_cpu_case(const char* preset, DType dt, bool beta1, bool relat
             const size_t off = uoff[p->unit] + p->offset;
             CpuAdafactorStepInfo info;
             assert_int_equal(cpu_adafactor_step(&oi, step, &S, rmaster + off, x16 ? (void*)(rg16 + off) : (void*)(rg32 + off),
-                                                dt, inv_scale, x16 ? (void*)(rwork + off) : NULL, dt, &info), 0);
+                                                dt, inv_scale, x16 ? (void*)(rwork + off) : NULL, dt, &info, NULL), 0);
             if (i == 0) info0 = info;
         }
         // the engine: unit by unit, the trailing groups' order as the optimizer thread takes them

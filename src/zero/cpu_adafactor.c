@@ -231,10 +231,20 @@ static void unf_apply_block(const AdaArgs* A, size_t b, const float* v, float* m
 
 // ---------------------------------------------------------------------------------------------
 
-static void* xmalloc(size_t bytes) {
-    void* q = malloc(bytes ? bytes : 1);
-    if (!q) t5_die(T5_EXIT_FAILURE, "cpu_adafactor: out of memory (%zu bytes of scratch)", bytes);
-    return q;
+void cpu_adafactor_scratch_free(CpuAdafactorScratch* s) {
+    free(s->p);
+    s->p = NULL;
+    s->bytes = 0;
+}
+
+// at least `bytes` of scratch in s (8-byte aligned: malloc's)
+static void* scratch_get(CpuAdafactorScratch* s, size_t bytes) {
+    if (s->bytes < bytes) {
+        free(s->p);
+        s->p = malloc_check(bytes);
+        s->bytes = bytes;
+    }
+    return s->p;
 }
 
 // Sets the fp32 lr, clip divisor and apply constants once the param RMS and the update's sum of squares
@@ -265,9 +275,11 @@ static void finish_consts(AdaArgs* A, const CpuAdafactorOpts* o, int64_t step, d
 
 int cpu_adafactor_step(const CpuAdafactorOpts* o, int64_t step, CpuAdafactorState* s, float* master,
                        const void* grad, DType grad_dtype, float grad_scale, void* work, DType work_dtype,
-                       CpuAdafactorStepInfo* info) {
+                       CpuAdafactorStepInfo* info, CpuAdafactorScratch* scratch) {
     const size_t rows = s->rows, cols = s->cols, n = rows * cols;
     if (n == 0 || step < 1) return -1;
+    CpuAdafactorScratch own = {0};
+    CpuAdafactorScratch* sc = scratch ? scratch : &own;
     const double b2t = 1.0 - pow((double)step, o->decay_rate);
     AdaArgs A = {
         .o = o, .p = master, .g = grad, .gdt = grad_dtype, .gscale = grad_scale,
@@ -280,7 +292,7 @@ int cpu_adafactor_step(const CpuAdafactorOpts* o, int64_t step, CpuAdafactorStat
     if (!s->factored) {
         float* v = s->exp_avg_sq;
         const size_t nblk = (n + ADA_BLOCK - 1) / ADA_BLOCK;
-        double* psum = xmalloc(2 * nblk * sizeof(double));
+        double* psum = scratch_get(sc, 2 * nblk * sizeof(double));
         double* usum = psum + nblk;
 #pragma omp parallel for schedule(static) if (nblk > 1)
         for (size_t b = 0; b < nblk; b++) unf_stats_block(&A, b, v, psum, usum);
@@ -289,10 +301,10 @@ int cpu_adafactor_step(const CpuAdafactorOpts* o, int64_t step, CpuAdafactorStat
             ps += psum[b];
             us += usum[b];
         }
-        free(psum);
         finish_consts(&A, o, step, ps, us, info);
 #pragma omp parallel for schedule(static) if (nblk > 1)
         for (size_t b = 0; b < nblk; b++) unf_apply_block(&A, b, v, m);
+        cpu_adafactor_scratch_free(&own);
         return 0;
     }
 
@@ -303,11 +315,12 @@ int cpu_adafactor_step(const CpuAdafactorOpts* o, int64_t step, CpuAdafactorStat
     const size_t nblk = (rows + rpb - 1) / rpb;
     A.rpb = rpb;
     A.nblk = nblk;
-    double* rowsum = xmalloc(rows * sizeof(double));
-    double* colpart = xmalloc(nblk * cols * sizeof(double));
-    double* bsum = xmalloc(nblk * sizeof(double));
-    float* rf = xmalloc(rows * sizeof(float));
-    float* cf = xmalloc(cols * sizeof(float));
+    // doubles first (rowsum, colpart, bsum), then the floats (rf, cf)
+    double* rowsum = scratch_get(sc, (rows + nblk * cols + nblk) * sizeof(double) + (rows + cols) * sizeof(float));
+    double* colpart = rowsum + rows;
+    double* bsum = colpart + nblk * cols;
+    float* rf = (float*)(bsum + nblk);
+    float* cf = rf + rows;
     float* R = s->exp_avg_sq_row;
     float* C = s->exp_avg_sq_col;
 
@@ -346,10 +359,6 @@ int cpu_adafactor_step(const CpuAdafactorOpts* o, int64_t step, CpuAdafactorStat
 #pragma omp parallel for schedule(static) if (nblk > 1)
     for (size_t b = 0; b < nblk; b++) fact_apply_block(&A, b, rf, cf, m);
 
-    free(rowsum);
-    free(colpart);
-    free(bsum);
-    free(rf);
-    free(cf);
+    cpu_adafactor_scratch_free(&own);
     return 0;
 }

@@ -90,13 +90,22 @@ typedef struct {
 // HF's _get_lr for state step t and parameter RMS (exposed for the trainer's logged lr and tests).
 float cpu_adafactor_lr(const CpuAdafactorOpts* o, int64_t step, float param_rms);
 
+// The step's scratch (row sums, per-block column partials, factors: about 8 bytes x (rows + cols x blocks)),
+// kept between calls and grown as needed, so that an optimizer thread stepping tensor after tensor does not
+// allocate (and fault in) megabytes per tensor. One per calling thread; {0} to start.
+typedef struct {
+    void* p;
+    size_t bytes;
+} CpuAdafactorScratch;
+void cpu_adafactor_scratch_free(CpuAdafactorScratch* s);
+
 // One Adafactor step of one tensor, step = HF's state["step"] after its increment (1, 2, ...).
 // master: (rows*cols) fp32, in place. grad: (rows*cols) of grad_dtype, read as float(grad)*grad_scale.
 // work: (rows*cols) of work_dtype (DT_F16/DT_BF16) written from the new master, or NULL (DT_F32 = none).
-// Returns 0, or -1 (nothing touched) when the shape is empty.
+// scratch: kept by the caller, or NULL (this call's own). Returns 0, or -1 (nothing touched) when the shape is empty.
 int cpu_adafactor_step(const CpuAdafactorOpts* o, int64_t step, CpuAdafactorState* s, float* master,
                        const void* grad, DType grad_dtype, float grad_scale, void* work, DType work_dtype,
-                       CpuAdafactorStepInfo* info);
+                       CpuAdafactorStepInfo* info, CpuAdafactorScratch* scratch);
 
 #ifdef __cplusplus
 }

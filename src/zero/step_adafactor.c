@@ -49,6 +49,7 @@ typedef struct ZpAda {
     AdafactorPlan* plan;   // the GPU-stepped tensors, NULL when none
     int64_t last_step;     // the step the plan last ran
     cudaStream_t last_stream;
+    CpuAdafactorScratch scratch;  // the CPU optimizer thread's (zp_ada_cpu_step), kept between tensors and steps
 } ZpAda;
 
 static CpuAdafactorOpts cpu_opts(const ZeroPart* P, const ZeroStepArgs* a, bool decay) {
@@ -165,6 +166,7 @@ void zp_ada_destroy(ZeroPart* P) {
     ZpAda* A = P->ada;
     if (!A) return;
     if (A->plan) adafactor_plan_free(A->plan);
+    cpu_adafactor_scratch_free(&A->scratch);
     free(A->t);
     free(A->unit_first);
     free(A->order);
@@ -214,7 +216,7 @@ void zp_ada_cpu_unit(ZeroPart* P, int u, const ZeroStepArgs* a) {
         if (beta1) st.exp_avg = sp;
         void* work = U->whost ? (char*)U->whost + t->off * P->xs : NULL;
         cpu_adafactor_step(&co, a->step, &st, U->master + t->off, (const char*)U->gacc + t->off * P->as, P->A,
-                           a->inv_scale, work, P->X == DT_F32 ? DT_F32 : P->X, &t->info);
+                           a->inv_scale, work, P->X == DT_F32 ? DT_F32 : P->X, &t->info, &A->scratch);
     }
 }
 
