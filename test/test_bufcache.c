@@ -200,7 +200,7 @@ static void test_replay_every_preset(void** state) {
         o.grad_trace = gtrace;
         o.grad_trace_len = ng;
         ZeroMemEstimate e;
-        if (zero_estimate(&o, nu, numel, 1, &e, err, sizeof err)) fail_msg("%s: %s", presets[p], err);
+        if (zero_estimate(&o, nu, numel, &e, err, sizeof err)) fail_msg("%s: %s", presets[p], err);
         assert_int_equal(e.gpu_gathered_peak, gathered);
         assert_int_equal(e.gpu_grad_peak, grads);
         print_message("%-22s gathered %7.3f GiB (schedule's live peak %7.3f GiB), gradients %7.3f GiB\n", presets[p],

@@ -161,7 +161,7 @@ static void test_engine_sizes(void** state) {
     o.offload_param = true;
     size_t units[] = {64, 128};
     ZeroMemEstimate e;
-    assert_int_equal(zero_estimate(&o, 2, units, 1, &e, err, sizeof err), -1);
+    assert_int_equal(zero_estimate(&o, 2, units, &e, err, sizeof err), -1);
     assert_non_null(strstr(err, "offload_param needs ZeRO stage 3"));
 }
 

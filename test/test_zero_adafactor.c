@@ -141,9 +141,9 @@ static void test_estimate_sizes(void** state) {
             ZeroMemEstimate e, ea;
             // stage 0: the trainer's fused Adafactor over every tensor, instead of Adam's m, v
             ZeroOptions o = options(&m, 0, DT_F32, true, b);
-            assert_int_equal(zero_estimate(&o, m.T.num_units, m.numel, 1, &e, err, sizeof err), 0);
+            assert_int_equal(zero_estimate(&o, m.T.num_units, m.numel, &e, err, sizeof err), 0);
             ZeroOptions oa = options(&m, 0, DT_F32, false, b);
-            assert_int_equal(zero_estimate(&oa, m.T.num_units, m.numel, 1, &ea, err, sizeof err), 0);
+            assert_int_equal(zero_estimate(&oa, m.T.num_units, m.numel, &ea, err, sizeof err), 0);
             assert_int_equal(e.gpu_m, state_bytes);
             assert_int_equal(e.gpu_v, 0);
             assert_int_equal(e.gpu_ada_scratch, scratch_of(&m, NULL));
@@ -153,8 +153,8 @@ static void test_estimate_sizes(void** state) {
             // stage 2, no offload: all on the GPU (one rank: every tensor whole)
             o = options(&m, 2, DT_F16, true, b);
             oa = options(&m, 2, DT_F16, false, b);
-            assert_int_equal(zero_estimate(&o, m.T.num_units, m.numel, 1, &e, err, sizeof err), 0);
-            assert_int_equal(zero_estimate(&oa, m.T.num_units, m.numel, 1, &ea, err, sizeof err), 0);
+            assert_int_equal(zero_estimate(&o, m.T.num_units, m.numel, &e, err, sizeof err), 0);
+            assert_int_equal(zero_estimate(&oa, m.T.num_units, m.numel, &ea, err, sizeof err), 0);
             assert_int_equal(e.gpu_m, state_bytes);
             assert_int_equal(e.gpu_v + e.host_total + e.host_m, 0);
             assert_int_equal(e.gpu_ada_scratch, scratch_of(&m, NULL));
@@ -164,8 +164,8 @@ static void test_estimate_sizes(void** state) {
             // units' plan) on the GPU
             o.offload_optimizer = oa.offload_optimizer = true;
             o.ratio = oa.ratio = 0.3;
-            assert_int_equal(zero_estimate(&o, m.T.num_units, m.numel, 1, &e, err, sizeof err), 0);
-            assert_int_equal(zero_estimate(&oa, m.T.num_units, m.numel, 1, &ea, err, sizeof err), 0);
+            assert_int_equal(zero_estimate(&o, m.T.num_units, m.numel, &e, err, sizeof err), 0);
+            assert_int_equal(zero_estimate(&oa, m.T.num_units, m.numel, &ea, err, sizeof err), 0);
             assert_true(e.host_m > 0 && e.gpu_m > 0);
             assert_int_equal(e.host_m + e.gpu_m, state_bytes);
             assert_int_equal(e.host_v + e.gpu_v, 0);
@@ -191,7 +191,7 @@ static void test_estimate_sizes(void** state) {
             o.trace = trace;
             o.trace_len = t5_model_fetch_trace(&m.T, trace, 4096);
             assert_true(o.trace_len > 0);
-            assert_int_equal(zero_estimate(&o, m.T.num_units, m.numel, 1, &e, err, sizeof err), 0);
+            assert_int_equal(zero_estimate(&o, m.T.num_units, m.numel, &e, err, sizeof err), 0);
             assert_int_equal(e.cpu_numel, m.n);
             assert_int_equal(e.host_m, state_bytes);
             assert_int_equal(e.gpu_m + e.gpu_v + e.gpu_ada_scratch + e.host_v + e.host_gacc, 0);
@@ -217,7 +217,7 @@ static void test_estimate_sizes(void** state) {
         o.offload_optimizer = true;
         o.ratio = 1.0;
         ZeroMemEstimate e;
-        assert_int_equal(zero_estimate(&o, m.T.num_units, m.numel, 1, &e, err, sizeof err), 0);
+        assert_int_equal(zero_estimate(&o, m.T.num_units, m.numel, &e, err, sizeof err), 0);
         host2 += e.host_m;
     }
     // the two ranks together: every vector element once, the statistics of a split matrix twice

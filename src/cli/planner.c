@@ -112,7 +112,8 @@ int planner_row(const PlanInput* in, int stage, bool off_opt, bool off_param, do
     o.grad_trace = gtrace;
     o.grad_trace_len = t5_model_grad_trace(&T, gtrace, trace_cap);
     ZeroMemEstimate e;
-    int rc = zero_estimate(&o, nu, numel, in->grad_accum_steps, &e, err, errlen);
+    o.grad_accum_steps = in->grad_accum_steps;
+    int rc = zero_estimate(&o, nu, numel, &e, err, errlen);
     if (rc == 0) {
         T5ModelOptions mo = {.max_B = T5_MAX(in->batch, in->arena_batch), .max_Ts = in->src_len, .max_Tt = in->tgt_len, .dtype = in->dtype,
                              .gradient_checkpointing = in->gradient_checkpointing,

@@ -145,8 +145,8 @@ static void estimate_stage0(const ZeroOptions* o, int num_units, const size_t* u
 
 static size_t replay_grad_buffers(const ZeroOptions* o, int num_units, const size_t* numel, size_t gs);
 
-int zero_estimate(const ZeroOptions* o, int num_units, const size_t* unit_numel, int grad_accum_steps,
-                  ZeroMemEstimate* e, char* err, size_t errlen) {
+int zero_estimate(const ZeroOptions* o, int num_units, const size_t* unit_numel, ZeroMemEstimate* e, char* err,
+                  size_t errlen) {
     memset(e, 0, sizeof *e);
     if (o->stage < 0 || o->stage > 3) return t5_set_err(err, errlen, "ZeRO stage %d is not 0, 1, 2 or 3", o->stage);
     if (o->offload_param && o->stage != 3)
@@ -155,16 +155,14 @@ int zero_estimate(const ZeroOptions* o, int num_units, const size_t* unit_numel,
     if (o->offload_optimizer && o->stage == 0)
         return t5_set_err(err, errlen, "offload_optimizer needs ZeRO stage 1, 2 or 3");
     if (o->stage == 0) {
-        estimate_stage0(o, num_units, unit_numel, grad_accum_steps, e);
+        estimate_stage0(o, num_units, unit_numel, o->grad_accum_steps, e);
         return 0;
     }
     ZeroLayout L;
     if (zero_layout_build(&L, o->world, o->rank, num_units, unit_numel, o->sub_group_size,
                           o->offload_optimizer ? o->ratio : 0.0, err, errlen))
         return -1;
-    ZeroOptions oo = *o;
-    oo.grad_accum_steps = grad_accum_steps;
-    zero_estimate_layout(&oo, &L, e);
+    zero_estimate_layout(o, &L, e);
     const size_t xs = dtype_size(o->working_dtype), gs = dtype_size(o->grad_dtype);
     // gradients in flight (stages 2/3): the engine's gradient buffers (unitbuf.c) over the model's gradient order,
     // replayed by the same rule (bufcache.h; two steps: the second reuses the first's buffers); without that order,

@@ -91,9 +91,9 @@ void zero_estimate_layout(const ZeroOptions* o, const ZeroLayout* L, ZeroMemEsti
 
 // Everything: builds this rank's layout (o->world, o->rank; any world size) and, at stage 3, simulates one
 // forward + backward over o->trace with the schedule's limits. Stage 0 includes the trainer's Adam m, v and,
-// when grad_accum_steps > 1, its fp32 accumulation buffer. Returns 0, or -1 with a message (bad options).
-int zero_estimate(const ZeroOptions* o, int num_units, const size_t* unit_numel, int grad_accum_steps,
-                  ZeroMemEstimate* e, char* err, size_t errlen);
+// when o->grad_accum_steps > 1, its fp32 accumulation buffer. Returns 0, or -1 with a message (bad options).
+int zero_estimate(const ZeroOptions* o, int num_units, const size_t* unit_numel, ZeroMemEstimate* e, char* err,
+                  size_t errlen);
 
 // GPU bytes at the peak of a step (resident + run-time peaks).
 size_t zero_estimate_gpu_peak(const ZeroMemEstimate* e);
