@@ -247,23 +247,27 @@ void planner_auto_apply(PlanInput* in, const PlanSearch* s, ZeroOptions* zo, Pla
     fflush(stdout);
 }
 
+// The run as the planner sees it: training's batch, and evaluation's for the arena when the run evaluates; the
+// length caps (the trainer sizes the arena for the longest example within them: the caps are an upper bound)
+static void input_from_args(const TrainerArgs* a, PlanInput* in) {
+    memset(in, 0, sizeof *in);
+    in->model = a->model;
+    in->dtype = a->dtype;
+    in->grad_dtype = a->grad_dtype;
+    in->batch = a->do_train ? a->data.train_batch_size : 1;
+    in->arena_batch = (a->do_eval || a->do_predict) ? a->data.eval_batch_size : 0;
+    const DataOptions* o = &a->data;
+    in->src_len = (o->max_source_length + 7) / 8 * 8;
+    in->tgt_len = (T5_MAX(o->max_target_length, o->val_max_target_length) + 7) / 8 * 8;
+    in->gradient_checkpointing = a->gradient_checkpointing;
+    in->grad_accum_steps = (int)a->gradient_accumulation_steps;
+    in->gpus_per_node = in->num_nodes = 1;
+    in->knobs = a->zero;
+}
+
 bool planner_auto_run(const RunConfig* c, const RunConfig* raw, TrainerArgs* a, PlanSearch* search, PlanPick* pick) {
     PlanInput in;
-    memset(&in, 0, sizeof in);
-    in.model = a->model;
-    in.dtype = a->dtype;
-    in.grad_dtype = a->grad_dtype;
-    // training's batch, and evaluation's for the arena when the run evaluates; the length caps (the trainer sizes
-    // the arena for the longest example within them: the caps are an upper bound)
-    in.batch = a->do_train ? a->data.train_batch_size : 1;
-    in.arena_batch = (a->do_eval || a->do_predict) ? a->data.eval_batch_size : 0;
-    const DataOptions* o = &a->data;
-    in.src_len = (o->max_source_length + 7) / 8 * 8;
-    in.tgt_len = (T5_MAX(o->max_target_length, o->val_max_target_length) + 7) / 8 * 8;
-    in.gradient_checkpointing = a->gradient_checkpointing;
-    in.grad_accum_steps = (int)a->gradient_accumulation_steps;
-    in.gpus_per_node = 1;
-    in.num_nodes = 1;
+    input_from_args(a, &in);
     PlanSearch s;
     planner_search_from_config(raw, &s);
     s.batch_auto = s.batch_auto && a->do_train;
@@ -357,21 +361,6 @@ int planner_oom_sentence(const PlanInput* in, const ZeroOptions* cur, bool have_
     return 0;
 }
 
-static void input_from_args(const TrainerArgs* a, PlanInput* in) {
-    memset(in, 0, sizeof *in);
-    in->model = a->model;
-    in->dtype = a->dtype;
-    in->grad_dtype = a->grad_dtype;
-    in->batch = a->do_train ? a->data.train_batch_size : 1;
-    in->arena_batch = (a->do_eval || a->do_predict) ? a->data.eval_batch_size : 0;
-    const DataOptions* o = &a->data;
-    in->src_len = (o->max_source_length + 7) / 8 * 8;
-    in->tgt_len = (T5_MAX(o->max_target_length, o->val_max_target_length) + 7) / 8 * 8;
-    in->gradient_checkpointing = a->gradient_checkpointing;
-    in->grad_accum_steps = (int)a->gradient_accumulation_steps;
-    in->gpus_per_node = in->num_nodes = 1;
-    in->knobs = a->zero;
-}
 
 void planner_oom_advice(const void* args, char* buf, size_t len) {
     const TrainerArgs* a = args;
