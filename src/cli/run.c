@@ -112,20 +112,25 @@ static void run_best_model_args(const RunConfig* c, TrainerArgs* a) {
 static void preflight_creatable(const char* key, const char* path);
 static int data_pending;  // --dry_run: the splits a run would download and prepare (bit 1 << DataSplit)
 
+// DataOptions' defaults with where the data comes from (dataset or files, languages) from the config
+static void data_options_sources(const RunConfig* c, DataOptions* o) {
+    data_options_default(o);
+    o->dataset_name = c->dataset_name[0] ? c->dataset_name : NULL;
+    o->dataset_config = c->dataset_config_name[0] ? c->dataset_config_name : NULL;
+    o->data_dir = c->data_dir[0] ? c->data_dir : NULL;
+    o->split_file[0] = c->train_file[0] ? c->train_file : NULL;
+    o->split_file[1] = c->validation_file[0] ? c->validation_file : NULL;
+    o->split_file[2] = c->test_file[0] ? c->test_file : NULL;
+    o->source_lang = c->source_lang;
+    o->target_lang = c->target_lang;
+}
+
 // --dry_run with a model that is not in the cache (fetch_inputs.c listed what would be downloaded): the checks
 // that need no model file (the dataset's downloads, the output paths), then exit 0; the checks of config.json,
 // the weights, the tokenizer and the plan need the files, which a dry run does not download.
 static void dry_run_model_pending(const RunConfig* c) {
     DataOptions o;
-    data_options_default(&o);
-    o.dataset_name = c->dataset_name[0] ? c->dataset_name : NULL;
-    o.dataset_config = c->dataset_config_name[0] ? c->dataset_config_name : NULL;
-    o.data_dir = c->data_dir[0] ? c->data_dir : NULL;
-    o.split_file[0] = c->train_file[0] ? c->train_file : NULL;
-    o.split_file[1] = c->validation_file[0] ? c->validation_file : NULL;
-    o.split_file[2] = c->test_file[0] ? c->test_file : NULL;
-    o.source_lang = c->source_lang;
-    o.target_lang = c->target_lang;
+    data_options_sources(c, &o);
     run_fetch_dataset(c, &o);
     preflight_creatable("output_dir", c->output_dir);
     if (c->logging_dir[0]) preflight_creatable("logging_dir", c->logging_dir);
@@ -200,15 +205,7 @@ static void run_build_trainer_args(const RunConfig* c, TrainerArgs* a) {
 
     // ---- data
     DataOptions* o = &a->data;
-    data_options_default(o);
-    o->dataset_name = c->dataset_name[0] ? c->dataset_name : NULL;
-    o->dataset_config = c->dataset_config_name[0] ? c->dataset_config_name : NULL;
-    o->data_dir = c->data_dir[0] ? c->data_dir : NULL;
-    o->split_file[0] = c->train_file[0] ? c->train_file : NULL;
-    o->split_file[1] = c->validation_file[0] ? c->validation_file : NULL;
-    o->split_file[2] = c->test_file[0] ? c->test_file : NULL;
-    o->source_lang = c->source_lang;
-    o->target_lang = c->target_lang;
+    data_options_sources(c, o);
     data_pending = run_fetch_dataset(c, o);  // wmt16-ro-en splits missing on disk: prepared (a dry run: listed)
     o->tokenizer_path = tokpath_keep;
     o->source_prefix = c->source_prefix_set ? c->source_prefix : NULL;
