@@ -195,7 +195,6 @@ typedef struct {
     size_t ada_floats;
     AdafactorPlan* ada_plan;
     AdafactorScalars* h_ada0;    // pinned (1): what tensor 0 used (the lr logged with relative_step + scale_parameter)
-    double ada_last_lr;          // the lr logged for a skipped step with relative_step
     GlobalNormPlan* norm_plan;
     float* d_norm2;              // (1)
     int* d_overflow;             // (1)
@@ -975,13 +974,6 @@ static double train_step(Trainer* t, int64_t n_micro, double* norm_out, bool* sk
                                .bias_correction2 = t->sch.adam.bias_correction2, .d_inv_scale = t->d_inv_scale,
                                .inv_scale = *t->h_inv_scale, .lr64 = *lr_out};
             zero_optimizer_step(t->Z, &za, t->s);
-            if (a->optimizer == TRAINER_OPTIM_ADAFACTOR && a->adafactor.relative_step) {
-                // the logged lr as at stage 0: tensor 0's _get_lr (waits for its step), or the relative step
-                const AdafactorStepArgs fa = {.step = t->sch.applied_steps, .lr = *lr_out,
-                                              .relative_step = true, .warmup_init = a->adafactor.warmup_init};
-                t->ada_last_lr = a->adafactor.scale_parameter ? (double)zero_adafactor_last_lr(t->Z, 0)
-                                                              : adafactor_rel_step(&fa);
-            }
         } else if (a->optimizer == TRAINER_OPTIM_ADAFACTOR) {
             // transformers' Adafactor with HF's state["step"] = the applied updates (a skipped one does not count)
             const CpuAdafactorOpts* o = &a->adafactor;
@@ -991,25 +983,31 @@ static double train_step(Trainer* t, int64_t n_micro, double* norm_out, bool* sk
                                     .scale_parameter = o->scale_parameter, .relative_step = o->relative_step,
                                     .warmup_init = o->warmup_init};
             adafactor_step(t->ada_plan, &fa, t->d_inv_scale, NULL, t->s);
-            if (o->relative_step) {
-                // the logged lr, as HF's AdafactorSchedule: _get_lr of the first tensor after the step
-                if (o->scale_parameter) {
-                    CUDA_CHECK(cudaMemcpyAsync(t->h_ada0, adafactor_plan_scalars(t->ada_plan), sizeof(AdafactorScalars),
-                                               cudaMemcpyDeviceToHost, t->s));
-                    CUDA_CHECK(cudaStreamSynchronize(t->s));
-                    t->ada_last_lr = t->h_ada0->lr;
-                } else {
-                    t->ada_last_lr = adafactor_rel_step(&fa);
-                }
-            }
         } else {
             adamw_step(t->adam_plan, &sa, t->d_inv_scale, NULL, t->s);
         }
         *norm_out = (double)norm / (double)loss_scale;
     }
-    if (a->optimizer == TRAINER_OPTIM_ADAFACTOR && a->adafactor.relative_step) *lr_out = t->ada_last_lr;
     t->st.global_step++;
     return loss;
+}
+
+// The lr logged with Adafactor's relative_step, as HF's AdafactorSchedule: tensor 0's _get_lr at the last applied
+// step (with scale_parameter: what its step used, read back from the GPU plan or the engine, which waits for that
+// step; without: the relative step itself), 0 before any applied step. Asked only when a line is logged, so
+// the steps in between do not wait for the optimizer; a skipped step changes neither input.
+static double adafactor_logged_lr(Trainer* t) {
+    const CpuAdafactorOpts* o = &t->a->adafactor;
+    if (t->sch.applied_steps == 0) return 0.0;
+    if (!o->scale_parameter) {
+        const AdafactorStepArgs fa = {.step = t->sch.applied_steps, .relative_step = true, .warmup_init = o->warmup_init};
+        return adafactor_rel_step(&fa);
+    }
+    if (t->engine_opt) return (double)zero_adafactor_last_lr(t->Z, 0);
+    CUDA_CHECK(cudaMemcpyAsync(t->h_ada0, adafactor_plan_scalars(t->ada_plan), sizeof(AdafactorScalars),
+                               cudaMemcpyDeviceToHost, t->s));
+    CUDA_CHECK(cudaStreamSynchronize(t->s));
+    return t->h_ada0->lr;
 }
 
 static void write_final(Trainer* t, json_t* train_metrics, json_t* eval_metrics, json_t* predict_metrics) {
@@ -1181,6 +1179,7 @@ int trainer_run(const TrainerArgs* a) {
                           (a->logging_first_step && step == 1) ||
                           (a->logging_strategy == TRAINER_INTERVAL_EPOCH && epoch_end);
             if (do_log) {
+                if (a->optimizer == TRAINER_OPTIM_ADAFACTOR && a->adafactor.relative_step) lr = adafactor_logged_lr(t);
                 double dt = now - win_t0;
                 StepLog sl = {.step = step, .max_steps = t->total_steps, .epoch = epoch_f,
                               .loss = t->st.win_loss_sum / (double)t->st.win_steps, .grad_norm = norm, .lr = lr,
