@@ -48,11 +48,14 @@ static void issue_gather(ZeroPart* P, int u, bool prefetch, bool from_pool) {
     zp_wait_unit_updated(P, u, P->s_gather);
     const size_t n = P->L.numel[u];
     if (!U->wfull) {
-        char what[160];
-        snprintf(what, sizeof what, "the gathered stage 3 unit %s", P->name[u]);
         U->wfull_pool = from_pool;
-        if (U->wfull_pool) CUDA_ALLOC_CHECK(cudaMallocAsync(&U->wfull, n * P->xs, P->s_gather), what, n * P->xs);
-        else U->wfull = zp_bufs_take(&P->wbufs, u, P->s_gather, what);
+        if (U->wfull_pool) {
+            char what[160];
+            snprintf(what, sizeof what, "the gathered stage 3 unit %s", P->name[u]);
+            CUDA_ALLOC_CHECK(cudaMallocAsync(&U->wfull, n * P->xs, P->s_gather), what, n * P->xs);
+        } else {
+            U->wfull = zp_bufs_take(&P->wbufs, u, P->s_gather, "the gathered stage 3 unit", P->name[u]);
+        }
     }
     // all-gather over one rank: this rank's partition is the whole unit
     // a pageable host partition (offload_param pin_memory false) goes through ring_main: its bytes are read now,

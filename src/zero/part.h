@@ -68,7 +68,8 @@ typedef struct {
     int* cap;            // (classes) capacity of ptr / ev
 } ZpBufs;
 void zp_bufs_init(ZpBufs* B, int num_units, const size_t* unit_bytes, int quarantine);
-void* zp_bufs_take(ZpBufs* B, int u, cudaStream_t s, const char* what);  // s waits for the buffer's last give
+// s waits for the buffer's last give; "<kind> <name>" names the buffer in an error (formatted only then)
+void* zp_bufs_take(ZpBufs* B, int u, cudaStream_t s, const char* kind, const char* name);
 void zp_bufs_give(ZpBufs* B, int u, cudaStream_t s);                     // after the work queued on s
 size_t zp_bufs_bytes(const ZpBufs* B);  // every buffer made
 void zp_bufs_destroy(ZpBufs* B);

@@ -41,9 +41,7 @@ void* zp_grad(ZeroPart* P, int u, cudaStream_t s) {
     if (!U->grad_alloc) {
         if (P->o.stage >= 2) grad_order_check(P, u + 1);
         const size_t bytes = P->L.numel[u] * P->gs;
-        char what[160];
-        snprintf(what, sizeof what, "the gradient of %s", P->name[u]);
-        U->grad = zp_bufs_take(&P->gbufs, u, s, what);
+        U->grad = zp_bufs_take(&P->gbufs, u, s, "the gradient of", P->name[u]);
         if (U->has_gaps) CUDA_CHECK(cudaMemsetAsync(U->grad, 0, bytes, s));
         U->grad_alloc = true;
     }

@@ -24,8 +24,8 @@ void zp_bufs_init(ZpBufs* B, int num_units, const size_t* unit_bytes, int quaran
     B->cap = calloc_check(nc, sizeof *B->cap);
 }
 
-void* zp_bufs_take(ZpBufs* B, int u, cudaStream_t s, const char* what) {
-    if (B->U.id_of[u] >= 0) t5_die(T5_EXIT_FAILURE, "internal: unit buffer of %s taken twice", what);
+void* zp_bufs_take(ZpBufs* B, int u, cudaStream_t s, const char* kind, const char* name) {
+    if (B->U.id_of[u] >= 0) t5_die(T5_EXIT_FAILURE, "internal: %s %s taken twice", kind, name);
     bool fresh;
     const int id = bufunits_take(&B->U, u, &fresh), c = B->U.class_of[u];
     if (id < 0) return NULL;  // an empty unit
@@ -36,6 +36,8 @@ void* zp_bufs_take(ZpBufs* B, int u, cudaStream_t s, const char* what) {
             B->ev[c] = realloc_check(B->ev[c], (size_t)nc * sizeof **B->ev);
             B->cap[c] = nc;
         }
+        char what[192];
+        snprintf(what, sizeof what, "%s %s", kind, name);
         CUDA_ALLOC_CHECK(cudaMalloc(&B->ptr[c][id], B->U.C.bytes[c]), what, B->U.C.bytes[c]);
         CUDA_CHECK(cudaEventCreateWithFlags(&B->ev[c][id], cudaEventDisableTiming));
     } else {
