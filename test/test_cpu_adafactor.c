@@ -391,11 +391,36 @@ static void test_opts(void** state) {
     assert_true(p == 1.0f && sq == 0.0f);
 }
 
+// cpu_adafactor_state_at: the arrays back to back in cpu_adafactor_state_floats floats, row, col (factored) or the
+// second moment, then exp_avg
+static void test_state_layout(void** state) {
+    (void)state;
+    float buf[64];
+    for (int fac = 0; fac < 2; fac++)
+        for (int b1 = 0; b1 < 2; b1++) {
+            const size_t rows = fac ? 3 : 1, cols = fac ? 5 : 15;
+            const CpuAdafactorState s = cpu_adafactor_state_at(buf, rows, cols, fac, b1);
+            assert_true(s.rows == rows && s.cols == cols && s.factored == (bool)fac);
+            const size_t n = cpu_adafactor_state_floats(rows, cols, fac, b1);
+            if (fac) {
+                assert_ptr_equal(s.exp_avg_sq_row, buf);
+                assert_ptr_equal(s.exp_avg_sq_col, buf + rows);
+                assert_null(s.exp_avg_sq);
+            } else {
+                assert_ptr_equal(s.exp_avg_sq, buf);
+                assert_null(s.exp_avg_sq_row);
+            }
+            if (b1) assert_ptr_equal(s.exp_avg + rows * cols, buf + n);  // exp_avg ends the state
+            else assert_null(s.exp_avg);
+        }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_vs_hf),
         cmocka_unit_test(test_thread_independence),
         cmocka_unit_test(test_opts),
+        cmocka_unit_test(test_state_layout),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

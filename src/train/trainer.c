@@ -504,16 +504,11 @@ static void model_setup(Trainer* t) {
                                       .rows = (int64_t)rows, .cols = (int64_t)cols, .factored = fac,
                                       .grad_dtype = at[i].grad_dtype, .work_dtype = at[i].work_dtype,
                                       .weight_decay = p->decay ? a->adafactor.weight_decay : 0.0};
-            float* st = t->d_ada + ada_off;
-            if (fac) {
-                ft[i].exp_avg_sq_row = st;
-                ft[i].exp_avg_sq_col = st + rows;
-                st += rows + cols;
-            } else {
-                ft[i].exp_avg_sq = st;
-                st += p->numel;
-            }
-            if (a->adafactor.has_beta1) ft[i].exp_avg = st;
+            const CpuAdafactorState cs = cpu_adafactor_state_at(t->d_ada + ada_off, rows, cols, fac, a->adafactor.has_beta1);
+            ft[i].exp_avg_sq_row = cs.exp_avg_sq_row;
+            ft[i].exp_avg_sq_col = cs.exp_avg_sq_col;
+            ft[i].exp_avg_sq = cs.exp_avg_sq;
+            ft[i].exp_avg = cs.exp_avg;
             ada_off += cpu_adafactor_state_floats(rows, cols, fac, a->adafactor.has_beta1);
         }
     }

@@ -61,6 +61,20 @@ size_t cpu_adafactor_state_floats(size_t rows, size_t cols, bool factored, bool 
     return (factored ? rows + cols : n) + (has_beta1 ? n : 0);
 }
 
+CpuAdafactorState cpu_adafactor_state_at(float* base, size_t rows, size_t cols, bool factored, bool has_beta1) {
+    CpuAdafactorState s = {.rows = rows, .cols = cols, .factored = factored};
+    if (factored) {
+        s.exp_avg_sq_row = base;
+        s.exp_avg_sq_col = base + rows;
+        base += rows + cols;
+    } else {
+        s.exp_avg_sq = base;
+        base += rows * cols;
+    }
+    if (has_beta1) s.exp_avg = base;
+    return s;
+}
+
 // HF _get_lr. lr_is_f32: the result is an fp32 tensor (RMS * rel); else a Python float (double).
 static double hf_lr(const CpuAdafactorOpts* o, int64_t step, float param_rms, bool* lr_is_f32) {
     double rel = o->lr;

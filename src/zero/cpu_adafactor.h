@@ -78,6 +78,9 @@ typedef struct {
 
 // Floats of state a tensor needs (what the arrays above hold).
 size_t cpu_adafactor_state_floats(size_t rows, size_t cols, bool factored, bool has_beta1);
+// The arrays of one tensor's state in the cpu_adafactor_state_floats floats at base, in the order every buffer
+// and checkpoint holds them: row then column statistics (factored) or the second moment, then exp_avg (beta1).
+CpuAdafactorState cpu_adafactor_state_at(float* base, size_t rows, size_t cols, bool factored, bool has_beta1);
 
 // What a step used (HF's state["RMS"], the lr of _get_lr as fp32, rms of the unclipped update, divisor).
 typedef struct {

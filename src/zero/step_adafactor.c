@@ -141,16 +141,12 @@ int zp_ada_create(ZeroPart* P, const ZeroOptions* o, char* err, size_t errlen) {
                                    .rows = t->rows, .cols = t->cols, .factored = t->factored,
                                    .grad_dtype = P->A, .work_dtype = P->X == DT_F32 ? DT_F16 : P->X,
                                    .weight_decay = t->decay ? o->adafactor.weight_decay : 0.0};
-            float* st = t->state;
-            if (t->factored) {
-                f->exp_avg_sq_row = st;
-                f->exp_avg_sq_col = st + t->rows;
-                st += t->rows + t->cols;
-            } else {
-                f->exp_avg_sq = st;
-                st += t->numel;
-            }
-            if (beta1) f->exp_avg = st;
+            const CpuAdafactorState cs =
+                cpu_adafactor_state_at(t->state, (size_t)t->rows, (size_t)t->cols, t->factored, beta1);
+            f->exp_avg_sq_row = cs.exp_avg_sq_row;
+            f->exp_avg_sq_col = cs.exp_avg_sq_col;
+            f->exp_avg_sq = cs.exp_avg_sq;
+            f->exp_avg = cs.exp_avg;
         }
         A->plan = adafactor_plan_create(ft, gpu_count);
         P->gpu_bytes += adafactor_plan_scratch_bytes(A->plan);
@@ -203,17 +199,7 @@ void zp_ada_cpu_unit(ZeroPart* P, int u, const ZeroStepArgs* a) {
     for (int k = A->unit_first[u]; k < A->unit_first[u + 1]; k++) {
         ZpAdaTensor* t = &A->t[A->order[k]];
         CpuAdafactorOpts co = cpu_opts(P, a, t->decay);
-        CpuAdafactorState st = {.rows = (size_t)t->rows, .cols = (size_t)t->cols, .factored = t->factored};
-        float* sp = t->state;
-        if (t->factored) {
-            st.exp_avg_sq_row = sp;
-            st.exp_avg_sq_col = sp + t->rows;
-            sp += t->rows + t->cols;
-        } else {
-            st.exp_avg_sq = sp;
-            sp += t->numel;
-        }
-        if (beta1) st.exp_avg = sp;
+        CpuAdafactorState st = cpu_adafactor_state_at(t->state, (size_t)t->rows, (size_t)t->cols, t->factored, beta1);
         void* work = U->whost ? (char*)U->whost + t->off * P->xs : NULL;
         cpu_adafactor_step(&co, a->step, &st, U->master + t->off, (const char*)U->gacc + t->off * P->as, P->A,
                            a->inv_scale, work, P->X == DT_F32 ? DT_F32 : P->X, &t->info, &A->scratch);
