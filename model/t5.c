@@ -1363,6 +1363,34 @@ int t5_model_grad_trace(const ParamTable* t, int* out, int cap) {
     return n;
 }
 
+void t5_model_zero_describe(const ParamTable* t, ZeroOptions* o) {
+    ZeroTensor* zt = calloc_check((size_t)T5_MAX(t->num_params, 1), sizeof(ZeroTensor));
+    for (int i = 0; i < t->num_params; i++) {
+        const ParamDesc* p = &t->params[i];
+        zt[i] = (ZeroTensor){.unit = p->unit, .offset = p->offset, .numel = p->numel, .decay = p->decay,
+                             .fp32_view = params_role_reads_fp32(p->role),
+                             .rows = p->ndim == 2 ? p->shape[0] : 0, .cols = p->ndim == 2 ? p->shape[1] : 0};
+    }
+    const int cap = 4 * t->num_units + 16;
+    int* trace = malloc_check((size_t)cap * sizeof(int));
+    int* gtrace = malloc_check((size_t)cap * sizeof(int));
+    o->tensors = zt;
+    o->num_tensors = t->num_params;
+    o->trace = trace;
+    o->trace_len = t5_model_fetch_trace(t, trace, cap);
+    o->grad_trace = gtrace;
+    o->grad_trace_len = t5_model_grad_trace(t, gtrace, cap);
+}
+
+void t5_model_zero_free(ZeroOptions* o) {
+    free((void*)o->tensors);
+    free((void*)o->trace);
+    free((void*)o->grad_trace);
+    o->tensors = NULL;
+    o->trace = o->grad_trace = NULL;
+    o->num_tensors = o->trace_len = o->grad_trace_len = 0;
+}
+
 void t5_model_backward(T5Model* M, cudaStream_t s) {
     if (!M->fwd_with_grad)
         t5_die(T5_EXIT_FAILURE, "internal: t5_model_backward without a forward(with_grad) over a batch with labels");

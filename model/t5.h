@@ -109,6 +109,11 @@ void t5_model_forward_backward(T5Model* M, float grad_scale, uint64_t seed, cuda
 int t5_model_fetch_trace(const ParamTable* t, int* out, int cap);
 // The order the backward asks for (u + 1) and hands on (-(u + 1)) each unit's gradient (ZeroOptions.grad_trace).
 int t5_model_grad_trace(const ParamTable* t, int* out, int cap);
+// What the ZeRO engine and its estimate know of the model: o->tensors / num_tensors (every parameter: unit, offset,
+// weight decay, fp32 view, matrix shape), o->trace and o->grad_trace (above), allocated; t5_model_zero_free
+// releases them.
+void t5_model_zero_describe(const ParamTable* t, ZeroOptions* o);
+void t5_model_zero_free(ZeroOptions* o);
 // Number of captured graphs held (for tests).
 int t5_model_num_graphs(const T5Model* M);
 

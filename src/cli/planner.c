@@ -85,15 +85,6 @@ int planner_row(const PlanInput* in, int stage, bool off_opt, bool off_param, do
     const int nu = T.num_units;
     size_t* numel = malloc_check((size_t)nu * sizeof(size_t));
     for (int u = 0; u < nu; u++) numel[u] = T.units[u].numel;
-    ZeroTensor* zt = calloc_check((size_t)T.num_params, sizeof(ZeroTensor));
-    for (int i = 0; i < T.num_params; i++) {
-        const ParamDesc* p = &T.params[i];
-        zt[i] = (ZeroTensor){.unit = p->unit, .offset = p->offset, .numel = p->numel, .decay = p->decay,
-                             .fp32_view = params_role_reads_fp32(p->role),
-                             .rows = p->ndim == 2 ? p->shape[0] : 0, .cols = p->ndim == 2 ? p->shape[1] : 0};
-    }
-    const int trace_cap = 4 * nu + 16;
-    int* trace = malloc_check((size_t)trace_cap * sizeof(int));
     ZeroOptions o = in->knobs;
     o.stage = stage;
     o.world = in->gpus_per_node * in->num_nodes;
@@ -104,13 +95,7 @@ int planner_row(const PlanInput* in, int stage, bool off_opt, bool off_param, do
     o.offload_optimizer = off_opt;
     o.ratio = off_opt ? ratio : 1.0;
     o.offload_param = off_param;
-    o.tensors = zt;
-    o.num_tensors = T.num_params;
-    o.trace = trace;
-    o.trace_len = t5_model_fetch_trace(&T, trace, trace_cap);
-    int* gtrace = malloc_check((size_t)trace_cap * sizeof(int));
-    o.grad_trace = gtrace;
-    o.grad_trace_len = t5_model_grad_trace(&T, gtrace, trace_cap);
+    t5_model_zero_describe(&T, &o);
     ZeroMemEstimate e;
     o.grad_accum_steps = in->grad_accum_steps;
     int rc = zero_estimate(&o, nu, numel, &e, err, errlen);
@@ -146,9 +131,7 @@ int planner_row(const PlanInput* in, int stage, bool off_opt, bool off_param, do
             r->step_s = cpu > 0 ? MEASURED_STEP_OVER_FLOOR * (fmax(adam, pcie) + compute) : compute;
         }
     }
-    free(trace);
-    free(gtrace);
-    free(zt);
+    t5_model_zero_free(&o);
     free(numel);
     params_free(&T);
     return rc;

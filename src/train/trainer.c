@@ -369,27 +369,9 @@ static void model_setup(Trainer* t) {
                                    .relative_step = a->adafactor.relative_step,
                                    .warmup_init = a->adafactor.warmup_init};
     zo.grad_accum_steps = (int)T5_MAX(a->gradient_accumulation_steps, (int64_t)1);
-    ZeroTensor* zt = calloc_check((size_t)t->T.num_params, sizeof(ZeroTensor));
-    for (int i = 0; i < t->T.num_params; i++) {
-        const ParamDesc* p = &t->T.params[i];
-        const ParamRole r = p->role;
-        zt[i] = (ZeroTensor){.unit = p->unit, .offset = p->offset, .numel = p->numel, .decay = p->decay,
-                             .fp32_view = params_role_reads_fp32(r),
-                             .rows = p->ndim == 2 ? p->shape[0] : 0, .cols = p->ndim == 2 ? p->shape[1] : 0};
-    }
-    int trace_cap = 4 * t->T.num_units + 16;
-    int* trace = malloc_check((size_t)trace_cap * sizeof(int));
-    zo.tensors = zt;
-    zo.num_tensors = t->T.num_params;
-    zo.trace = trace;
-    zo.trace_len = t5_model_fetch_trace(&t->T, trace, trace_cap);
-    int* gtrace = malloc_check((size_t)trace_cap * sizeof(int));
-    zo.grad_trace = gtrace;
-    zo.grad_trace_len = t5_model_grad_trace(&t->T, gtrace, trace_cap);
+    t5_model_zero_describe(&t->T, &zo);
     t->Z = zero_create_opts(&zo, t->T.num_units, numel, names, err, sizeof err);
-    free(zt);
-    free(trace);
-    free(gtrace);
+    t5_model_zero_free(&zo);
     free(numel);
     free(names);
     if (!t->Z) die_alloc(a, err);
