@@ -135,12 +135,15 @@ void zp_step_free(ZeroPart* P) {
 
 void zp_optimizer_step(ZeroPart* P, const ZeroStepArgs* a, cudaStream_t s) {
     zp_optimizer_wait(P);  // one step in flight at a time
-    if (P->ada) zp_ada_gpu_step(P, a, s);  // Adafactor's GPU units (no AdamW plan then)
+    bool gpu_stepped = P->ada && zp_ada_gpu_step(P, a, s);  // Adafactor's GPU units (no AdamW plan then)
     if (P->gpu_plan) {
         AdamWStepArgs sa = {.lr = a->lr, .beta1 = P->o.beta1, .beta2 = P->o.beta2, .eps = P->o.eps,
                             .bias_correction1 = a->bias_correction1, .bias_correction2 = a->bias_correction2,
                             .adamw_mode = P->o.adamw_mode};
         adamw_step(P->gpu_plan, &sa, a->d_inv_scale, NULL, s);
+        gpu_stepped = true;
+    }
+    if (gpu_stepped) {  // the GPU units' new masters: the fp32 working copy of fp32 runs, the fp32 views
         for (int u = 0; u < P->num_units; u++) {
             ZpUnit* U = &P->u[u];
             if (U->opt_cpu) continue;

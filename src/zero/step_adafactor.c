@@ -170,9 +170,9 @@ void zp_ada_destroy(ZeroPart* P) {
     P->ada = NULL;
 }
 
-void zp_ada_gpu_step(ZeroPart* P, const ZeroStepArgs* a, cudaStream_t s) {
+bool zp_ada_gpu_step(ZeroPart* P, const ZeroStepArgs* a, cudaStream_t s) {
     ZpAda* A = P->ada;
-    if (!A->plan) return;
+    if (!A->plan) return false;
     const ZeroAdafactor* z = &P->o.adafactor;
     AdafactorStepArgs fa = {.step = a->step, .lr = a->lr64, .eps1 = z->eps1, .eps2 = z->eps2,
                             .clip_threshold = z->clip_threshold, .decay_rate = z->decay_rate,
@@ -181,15 +181,7 @@ void zp_ada_gpu_step(ZeroPart* P, const ZeroStepArgs* a, cudaStream_t s) {
     adafactor_step(A->plan, &fa, a->d_inv_scale, NULL, s);
     A->last_step = a->step;
     A->last_stream = s;
-    for (int u = 0; u < P->num_units; u++) {
-        ZpUnit* U = &P->u[u];
-        if (U->opt_cpu) continue;
-        const size_t lo = P->L.lo[u];
-        if (P->X == DT_F32)
-            CUDA_CHECK(cudaMemcpyAsync(zp_unit_x_dst(P, u), U->master, (P->L.hi[u] - lo) * 4, cudaMemcpyDeviceToDevice,
-                                       s));
-        zp_publish_views(P, u, s, NULL);  // the fp32 views from the new master (on the device), as the AdamW path
-    }
+    return true;
 }
 
 void zp_ada_cpu_unit(ZeroPart* P, int u, const ZeroStepArgs* a) {

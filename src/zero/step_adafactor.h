@@ -22,9 +22,9 @@
 // P->d_m / P->h_m, and the GPU plan (whose scratch it adds to P->gpu_bytes). Returns 0, or -1 with a message.
 int zp_ada_create(ZeroPart* P, const ZeroOptions* o, char* err, size_t errlen);
 void zp_ada_destroy(ZeroPart* P);
-// The GPU units' step on stream s (the fused plan, the fp32 copy of fp32 runs, their fp32 views). No-op without
-// GPU-stepped tensors.
-void zp_ada_gpu_step(ZeroPart* P, const ZeroStepArgs* a, cudaStream_t s);
+// The GPU units' step on stream s (the fused plan over their masters; zp_optimizer_step then publishes them as
+// after AdamW). Returns false (nothing done) without GPU-stepped tensors.
+bool zp_ada_gpu_step(ZeroPart* P, const ZeroStepArgs* a, cudaStream_t s);
 // One CPU unit's step (the optimizer thread): every tensor of unit u, its 16-bit host weights written in the same
 // pass. The caller publishes the unit.
 void zp_ada_cpu_unit(ZeroPart* P, int u, const ZeroStepArgs* a);
