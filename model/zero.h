@@ -79,6 +79,8 @@ typedef struct {
 typedef struct {
     int stage;                       // 0..3
     int world, rank;                 // data-parallel group (1, 0: one GPU; collectives are local copies)
+    struct LaunchComm* comm;         // world > 1: the run's NCCL communicator (src/launch/comm.h); the engine issues
+                                     // its collectives on it (src/zero/coll.h)
     DType working_dtype;             // X: fp32, fp16, bf16
     DType grad_dtype;                // G: gradients the backward writes (X or fp32)
     DType comm_dtype;                // communication_data_type (DeepSpeed default: X)
@@ -238,6 +240,22 @@ void* zero_flat_grad(ZeroEngine* Z);  // (flat_numel) zero_grad_dtype
 // Copies every gradient to host memory as fp32 (out: flat_numel floats), converting in bounded device
 // chunks. Synchronises the stream.
 void zero_grads_to_host_f32(ZeroEngine* Z, float* out, cudaStream_t stream);
+
+// ---- several ranks (ZeroOptions.world > 1): the data-parallel collectives the trainer needs besides the engine's own
+int zero_world(const ZeroEngine* Z);
+int zero_rank(const ZeroEngine* Z);
+// stage 0: buf (n, dt; the gradient the trainer's optimizer reads) := the mean over the ranks (pre-divided, summed)
+void zero_dp_allreduce_mean(ZeroEngine* Z, void* buf, DType dt, size_t n, cudaStream_t stream);
+// in place on the device, in stream order: the sum (f32) or max (i32) over the ranks
+void zero_all_reduce_sum_f32(ZeroEngine* Z, float* d, size_t n, cudaStream_t stream);
+void zero_all_reduce_max_i32(ZeroEngine* Z, int* d, size_t n, cudaStream_t stream);
+// a host decision every rank takes alike: true when every rank passes true (synchronous)
+bool zero_agree(ZeroEngine* Z, bool mine, cudaStream_t stream);
+void zero_barrier(ZeroEngine* Z, cudaStream_t stream);
+// Saving with several ranks at stages 1-3: every rank calls it (a collective); on the ranks with keep, zero_master_read
+// then reads any range of any unit (a host copy of the whole fp32 model) until zero_gather_masters_free.
+void zero_gather_masters(ZeroEngine* Z, bool keep, cudaStream_t stream);
+void zero_gather_masters_free(ZeroEngine* Z);
 
 #ifdef __cplusplus
 }

@@ -13,8 +13,8 @@ floor_of() {
   case "$1" in
     src/base) echo 0 ;;
     cuda) echo 1 ;;
-    model | data) echo 2 ;;
-    src/zero | src/report | src/download | src/launch) echo 3 ;;
+    model | data | src/launch) echo 2 ;;
+    src/zero | src/report | src/download) echo 3 ;;
     src/eval) echo 4 ;;
     src/train) echo 5 ;;
     src/cli) echo 6 ;;

@@ -591,7 +591,8 @@ static void make_cases(void) {
         "$T --model_name_or_path $M --train_file $D/train.jsonl --output_dir $R --dry_run");
     add("cli: empty output_dir", 2, "output_dir", "$T $B --output_dir= --dry_run");
     add("cli: WORLD_SIZE garbage", 2, "WORLD_SIZE", "WORLD_SIZE=two $T $B --dry_run");
-    add("cli: WORLD_SIZE 2 (not implemented yet)", 2, "not implemented yet", "RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 $T $B --dry_run");
+    add("cli: WORLD_SIZE 2 without MASTER_ADDR", 2, "MASTER_ADDR and MASTER_PORT are not set", "RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 $T $B --dry_run");
+    add("control: WORLD_SIZE 2 with MASTER_ADDR (a dry run joins no peers)", 0, "", "RANK=1 LOCAL_RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 $T $B --dry_run");
     add("cli: WORLD_SIZE without RANK", 2, "RANK is not", "WORLD_SIZE=2 $T $B --dry_run");
     add("cli: max_steps 0 and no epochs", 2, "", "$T $B --max_steps 0 --num_train_epochs 0 --dry_run");
 

@@ -561,7 +561,7 @@ static void json_set_path(json_t* root, const char* path, json_t* v) {
     else if (!json_object_get(o, s)) json_object_set_new(o, s, json_object());
 }
 
-int config_write_json(const RunConfig* c, const char* path, char* err, size_t n) {
+static json_t* config_to_json(const RunConfig* c) {
     json_t* root = json_object();
     for (int i = 0; i < CONFIG_NUM_KEYS; i++) {
         const ConfigKey* k = &CONFIG_KEYS[i];
@@ -579,6 +579,22 @@ int config_write_json(const RunConfig* c, const char* path, char* err, size_t n)
     }
     if (!c->has_deepspeed) json_object_set_new(root, "deepspeed", json_null());
     else if (!json_object_get(root, "deepspeed")) json_object_set_new(root, "deepspeed", json_object());
+    return root;
+}
+
+uint64_t config_hash(const RunConfig* c) {
+    json_t* root = config_to_json(c);
+    json_object_del(root, "local_rank");  // the one key launchers set per rank
+    char* text = json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(17));
+    json_decref(root);
+    uint64_t h = 1469598103934665603ull;  // FNV-1a
+    for (const char* p = text ? text : ""; *p; p++) h = (h ^ (uint8_t)*p) * 1099511628211ull;
+    free(text);
+    return h;
+}
+
+int config_write_json(const RunConfig* c, const char* path, char* err, size_t n) {
+    json_t* root = config_to_json(c);
     // like every other file t5train writes: a per-process temporary name, fsync'ed, then renamed
     char* tmp = malloc_check(strlen(path) + 32);
     sprintf(tmp, "%s.tmp.%d", path, (int)getpid());

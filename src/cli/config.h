@@ -417,6 +417,8 @@ void config_print_table(const RunConfig* c, FILE* f);
 void config_print_help(FILE* f);
 // The resolved config as JSON (loadable again with --config). Returns 0 or T5_EXIT_FAILURE.
 int config_write_json(const RunConfig* c, const char* path, char* err, size_t errlen);
+// A hash of the resolved config (what t5train_config.json holds, less local_rank): the ranks of one run must agree.
+uint64_t config_hash(const RunConfig* c);
 // Formats one key's value as it is printed in the table (for tests): "auto" if unresolved.
 void config_format_value(const RunConfig* c, int key_index, char* buf, size_t len);
 // Levenshtein distance, case-insensitive (for "did you mean").

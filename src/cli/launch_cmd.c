@@ -11,6 +11,7 @@
  */
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -55,17 +56,65 @@ static int random_id(uint8_t id[MPI_BOOT_ID_BYTES], void* ctx, char* err, size_t
     return 0;
 }
 
+// nccl-tests' figures (STYLE: nccl-tests' performance.md): algbw = bytes / time; busbw = algbw x 2(n-1)/n for
+// all-reduce, x (n-1)/n for all-gather and reduce-scatter (bytes: the whole buffer, n x a rank's piece)
+static void bandwidth(LaunchComm* c, cudaStream_t s, size_t bytes) {
+    const int n = comm_world_size(c), rank = comm_rank(c);
+    const size_t count = bytes / 4 / (size_t)n * (size_t)n;
+    float* buf = NULL;
+    float* out = NULL;
+    if (cudaMalloc((void**)&buf, count * 4) != cudaSuccess || cudaMalloc((void**)&out, count * 4) != cudaSuccess)
+        t5_die(T5_EXIT_FAILURE, "rank %d: cannot allocate %zu MiB for the bandwidth test", rank, bytes >> 20);
+    cudaMemset(buf, 0, count * 4);
+    static const char* const names[3] = {"all-reduce", "all-gather", "reduce-scatter"};
+    for (int k = 0; k < 3; k++) {
+        cudaEvent_t e0, e1;
+        cudaEventCreate(&e0);
+        cudaEventCreate(&e1);
+        const int warm = 3, iters = 10;
+        for (int it = 0; it < warm + iters; it++) {
+            if (it == warm) cudaEventRecord(e0, s);
+            ncclResult_t r = k == 0   ? ncclAllReduce(buf, out, count, ncclFloat32, ncclSum, comm_nccl(c), s)
+                             : k == 1 ? ncclAllGather(buf, out, count / (size_t)n, ncclFloat32, comm_nccl(c), s)
+                                      : ncclReduceScatter(buf, out, count / (size_t)n, ncclFloat32, ncclSum, comm_nccl(c), s);
+            comm_check(c, r, names[k]);
+            comm_collective_enqueued(c, names[k], s);
+        }
+        cudaEventRecord(e1, s);
+        cudaEventSynchronize(e1);
+        float ms = 0;
+        cudaEventElapsedTime(&ms, e0, e1);
+        const double t = ms / 1e3 / iters, algbw = (double)count * 4 / t / 1e9;
+        const double busbw = algbw * (k == 0 ? 2.0 * (n - 1) / n : (double)(n - 1) / n);
+        if (rank == 0)
+            printf("rank 0: %s of %.0f MiB over %d ranks: %.3f ms, algbw %.1f GB/s, busbw %.1f GB/s\n", names[k],
+                   (double)count * 4 / (1 << 20), n, t * 1e3, algbw, busbw);
+        cudaEventDestroy(e0);
+        cudaEventDestroy(e1);
+    }
+    cudaFree(buf);
+    cudaFree(out);
+}
+
 int launch_check_main(int argc, char** argv) {
     bool no_nccl = false;
+    long bw_mib = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--no_nccl") == 0) no_nccl = true;
+        else if (strcmp(argv[i], "--bandwidth_mib") == 0 && i + 1 < argc) {
+            char* end;
+            bw_mib = strtol(argv[++i], &end, 10);
+            if (*end || bw_mib < 1 || bw_mib > 65536)
+                t5_die(T5_EXIT_USAGE, "launch-check: --bandwidth_mib %s: give 1..65536", argv[i]);
+        }
         else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            printf("usage: t5train launch-check [--no_nccl]\n"
+            printf("usage: t5train launch-check [--no_nccl] [--bandwidth_mib N]\n"
                    "  every rank bootstraps as a training run does and prints one line; --no_nccl exchanges a\n"
-                   "  random id instead of building the NCCL communicator (no GPU needed)\n");
+                   "  random id instead of building the NCCL communicator (no GPU needed); --bandwidth_mib N times\n"
+                   "  all-reduce, all-gather and reduce-scatter of N MiB and prints nccl-tests' algbw and busbw\n");
             return T5_EXIT_OK;
         } else
-            t5_die(T5_EXIT_USAGE, "launch-check: unknown argument '%s' (--no_nccl, --help)", argv[i]);
+            t5_die(T5_EXIT_USAGE, "launch-check: unknown argument '%s' (--no_nccl, --bandwidth_mib N, --help)", argv[i]);
     }
     char err[640];
     LaunchEnv env;
@@ -106,6 +155,7 @@ int launch_check_main(int argc, char** argv) {
         if (cudaStreamSynchronize(s) != cudaSuccess || cudaMemcpy(&sum, d, sizeof sum, cudaMemcpyDeviceToHost) != cudaSuccess)
             t5_die(T5_EXIT_FAILURE, "rank %d: the all-reduce failed on the GPU", rank);
         cudaFree(d);
+        if (bw_mib > 0) bandwidth(c, s, (size_t)bw_mib << 20);
         cudaStreamDestroy(s);
     }
     printf("rank %d of %d, local rank %d, host %s, GPU %d, NCCL all-reduce sum %lld (expected %lld)\n", rank, world,

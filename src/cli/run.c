@@ -35,6 +35,7 @@
 #include "../base/safetensors.h"
 #include "../base/signals.h"
 #include "../../model/params.h"
+#include "../launch/comm.h"
 #include "../launch/launch_env.h"
 
 #include <dirent.h>
@@ -48,6 +49,12 @@ static int run_world_size(void) {
     LaunchEnv env;
     if (launch_env_parse(&env, NULL, err, sizeof err)) t5_die(T5_EXIT_USAGE, "%s", err);
     t5_rank = env.rank;
+    // several ranks without MPI to exchange the NCCL id: the TCP rendezvous needs rank 0's address (a usage error,
+    // found by --dry_run too; with OpenMPI's variables and without MASTER_ADDR, MPI is asked at start)
+    if (env.world_size > 1 && !env.have_master && env.source != LAUNCH_SOURCE_OPENMPI)
+        t5_die(T5_EXIT_USAGE, "%d ranks started by %s, but MASTER_ADDR and MASTER_PORT are not set: every rank needs "
+                              "rank 0's host and a free TCP port on it for the rendezvous",
+               env.world_size, launch_source_name(env.source));
     return env.world_size;
 }
 
@@ -146,10 +153,6 @@ static void run_build_trainer_args(const RunConfig* c, TrainerArgs* a) {
     static char err[MODEL_LOOKUP_ERRLEN];
     trainer_args_default(a);
     const DsConfig* ds = &c->ds;
-    if (c->world_size > 1)
-        t5_die(T5_EXIT_USAGE, "not implemented yet: training on several ranks (the ZeRO engine's collectives have not "
-                              "run on a multi-GPU machine yet; world size %d from the launcher)",
-               c->world_size);
     if (c->sortish_sampler) t5_die(T5_EXIT_USAGE, "not implemented yet: sortish_sampler");
     if (!c->has_deepspeed || !ds->scheduler.present) {
         if (c->lr_scheduler_type == LR_SCHED_INVERSE_SQRT || c->lr_scheduler_type == LR_SCHED_REDUCE_LR_ON_PLATEAU)
@@ -219,8 +222,8 @@ static void run_build_trainer_args(const RunConfig* c, TrainerArgs* a) {
     o->train_batch_size = (int)c->per_device_train_batch_size;
     o->eval_batch_size = (int)c->per_device_eval_batch_size;
     o->seed = (uint64_t)(c->data_seed >= 0 ? c->data_seed : c->seed);
-    o->rank = 0;
-    o->world_size = 1;
+    o->rank = t5_rank;  // several ranks: each reads its shard of every global batch (data/dataloader.h)
+    o->world_size = (int)c->world_size;
     o->shuffle = true;
     o->drop_last = c->dataloader_drop_last;
     o->group_by_length = c->group_by_length;
@@ -321,6 +324,8 @@ static void run_build_trainer_args(const RunConfig* c, TrainerArgs* a) {
     }
     // ---- the ZeRO engine (deepspeed.zero_optimization)
     zero_options_default(&a->zero);
+    a->zero.world = (int)c->world_size;  // the communicator joins in run_main, after every check
+    a->zero.rank = t5_rank;
     a->zero.comm_dtype = a->dtype;
     // the optimizer, so that the automatic plan sizes its state (the trainer fills the rest of these fields)
     a->zero.optimizer = a->optimizer == TRAINER_OPTIM_ADAFACTOR ? ZERO_OPTIM_ADAFACTOR : ZERO_OPTIM_ADAMW;
@@ -725,6 +730,22 @@ int run_main(int argc, char** argv) {
         return T5_EXIT_OK;
     }
 
+    // several ranks: the NCCL communicator (every rank passed every check above; a rank that failed has exited,
+    // and the others learn it from the bootstrap), then rank 0 creates output_dir while the others wait
+    LaunchComm* comm = NULL;
+    if (c->world_size > 1) {
+        LaunchEnv env;
+        if (launch_env_parse(&env, NULL, err, sizeof err)) t5_die(T5_EXIT_USAGE, "%s", err);
+        static char cerr[640];
+        comm = comm_init(&env, config_hash(c), cerr, sizeof cerr);
+        if (!comm) t5_die(T5_EXIT_FAILURE, "%s", cerr);
+        targs.zero.comm = comm;
+        if (t5_rank != 0) {  // HF's main process logs: the other ranks' stdout goes nowhere (errors: stderr)
+            fflush(stdout);
+            if (!freopen("/dev/null", "w", stdout)) t5_die(T5_EXIT_FAILURE, "cannot redirect stdout of rank %d", t5_rank);
+        }
+        if (t5_rank != 0) comm_barrier(comm);
+    }
     bool created = !t5_path_exists(c->output_dir);
     if (t5_mkdir_p(c->output_dir) != 0)
         t5_die(T5_EXIT_FAILURE, "cannot create output_dir %s: %s", c->output_dir, strerror(errno));
@@ -735,8 +756,11 @@ int run_main(int argc, char** argv) {
     }
     if (t5_rank == 0 && (rc = config_write_json(c, path, err, sizeof err))) t5_die(rc, "%s", err);
     free(path);
+    if (comm && t5_rank == 0) comm_barrier(comm);
     copy_str(targs.dump_batches, sizeof targs.dump_batches, dump);
     targs.dump_batches_steps = dump_steps;
 
-    return trainer_run(&targs);
+    rc = trainer_run(&targs);
+    comm_finish(comm);
+    return rc;
 }

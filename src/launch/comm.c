@@ -25,6 +25,7 @@ typedef struct {
 struct LaunchComm {
     int rank, world, local_rank, device;
     ncclComm_t nccl;
+    ncclComm_t nccl2;      // comm_nccl_second: the ZeRO engine's parameter gathers, on their own stream
     Bootstrap boot;
     double timeout;
     pthread_t thread;
@@ -64,6 +65,7 @@ __attribute__((noreturn)) static void comm_fail(LaunchComm* c, const char* msg) 
     fflush(stderr);
     t5_error_reported = 1;
     if (c->boot.rdv) rdv_abort(c->boot.rdv, line);
+    if (c->nccl2) ncclCommAbort(c->nccl2);
     if (c->nccl) ncclCommAbort(c->nccl);
     if (c->boot.via_mpi) mpi_boot_abort(T5_EXIT_FAILURE);
     _exit(T5_EXIT_FAILURE);
@@ -84,13 +86,15 @@ static void* watchdog(void* arg) {
         pthread_mutex_lock(&c->mu);
         const char* cur = c->count ? c->ring[c->head].name : c->phase ? c->phase : "no collective (between collectives)";
         uint64_t seq = c->count ? c->ring[c->head].seq : 0;
-        if (c->nccl) {
+        for (int k = 0; k < 2; k++) {
+            ncclComm_t nc = k ? c->nccl2 : c->nccl;
+            if (!nc) continue;
             ncclResult_t st = ncclSuccess;
-            ncclResult_t q = ncclCommGetAsyncError(c->nccl, &st);
+            ncclResult_t q = ncclCommGetAsyncError(nc, &st);
             if (q != ncclSuccess) st = q;
             if (st != ncclSuccess && st != ncclInProgress) {
                 snprintf(msg, sizeof msg, "NCCL error in %s (#%llu): %s (%s)", cur, (unsigned long long)seq,
-                         ncclGetErrorString(st), ncclGetLastError(c->nccl));
+                         ncclGetErrorString(st), ncclGetLastError(nc));
                 pthread_mutex_unlock(&c->mu);
                 comm_fail(c, msg);
             }
@@ -203,6 +207,48 @@ int comm_world_size(const LaunchComm* c) { return c->world; }
 int comm_local_rank(const LaunchComm* c) { return c->local_rank; }
 ncclComm_t comm_nccl(const LaunchComm* c) { return c->nccl; }
 
+ncclComm_t comm_nccl_second(LaunchComm* c) {
+    if (!c || c->world == 1) return NULL;
+    if (c->nccl2) return c->nccl2;
+    pthread_mutex_lock(&c->mu);
+    c->phase = "ncclCommSplit";
+    c->phase_t0 = now_s();
+    pthread_mutex_unlock(&c->mu);
+    ncclComm_t n2 = NULL;
+    ncclResult_t r = ncclCommSplit(c->nccl, 0, c->rank, &n2, NULL);
+    if (r != ncclSuccess) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "ncclCommSplit: %s (%s)", ncclGetErrorString(r), ncclGetLastError(c->nccl));
+        comm_fail(c, msg);
+    }
+    pthread_mutex_lock(&c->mu);
+    c->nccl2 = n2;
+    c->phase = NULL;
+    pthread_mutex_unlock(&c->mu);
+    return n2;
+}
+
+void comm_barrier(LaunchComm* c) {
+    if (!c || c->world == 1) return;
+    int* d = NULL;
+    cudaStream_t s;
+    if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess || cudaMalloc((void**)&d, sizeof *d) != cudaSuccess ||
+        cudaMemset(d, 0, sizeof *d) != cudaSuccess)
+        comm_fail(c, "cannot allocate the barrier's buffer on the GPU");
+    comm_check(c, ncclAllReduce(d, d, 1, ncclInt32, ncclSum, c->nccl, s), "a barrier");
+    comm_collective_enqueued(c, "a barrier", s);
+    if (cudaStreamSynchronize(s) != cudaSuccess) comm_fail(c, "a barrier failed on the GPU");
+    cudaFree(d);
+    cudaStreamDestroy(s);
+}
+
+void comm_check(LaunchComm* c, ncclResult_t r, const char* collective) {
+    if (r == ncclSuccess || r == ncclInProgress) return;
+    char msg[512];
+    snprintf(msg, sizeof msg, "NCCL error in %s: %s (%s)", collective, ncclGetErrorString(r), ncclGetLastError(NULL));
+    comm_fail(c, msg);
+}
+
 void comm_collective_enqueued(LaunchComm* c, const char* name, cudaStream_t s) {
     if (!c || c->world == 1) return;
     pthread_mutex_lock(&c->mu);
@@ -230,6 +276,7 @@ void comm_finish(LaunchComm* c) {
         c->stop = 1;
         pthread_join(c->thread, NULL);
     }
+    if (c->nccl2) ncclCommDestroy(c->nccl2);
     if (c->nccl) ncclCommDestroy(c->nccl);
     for (int i = 0; i < RING && c->world > 1; i++)
         if (c->ring[i].ev) cudaEventDestroy(c->ring[i].ev);

@@ -36,6 +36,15 @@ int comm_rank(const LaunchComm* c);
 int comm_world_size(const LaunchComm* c);
 int comm_local_rank(const LaunchComm* c);
 ncclComm_t comm_nccl(const LaunchComm* c);  // NULL for one rank
+// A second communicator over the same ranks (ncclCommSplit, made on the first call: every rank calls it at the
+// same point), for collectives on another stream than comm_nccl's: each communicator's collectives are issued
+// on one stream in the same order on every rank, so no two streams race on one communicator. Watched and
+// aborted with the first. NULL for one rank.
+ncclComm_t comm_nccl_second(LaunchComm* c);
+// Every rank reaches this point (an all-reduce on its own stream, synchronous). One rank: nothing.
+void comm_barrier(LaunchComm* c);
+// An NCCL call's return value: anything but success ends every rank naming the collective (comm_fail).
+void comm_check(LaunchComm* c, ncclResult_t r, const char* collective);
 
 // Call right after enqueuing a collective on stream s: the watchdog times it and names it (`name` must
 // outlive the collective: a string literal). Blocks while 256 collectives are in flight.

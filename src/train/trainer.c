@@ -238,6 +238,12 @@ typedef struct {
     json_t* dump;                // --dump_batches: array of updates (arrays of micro-batches)
     double peak_mem_gib;
     int64_t last_saved_step;
+    // several ranks (a->zero.world > 1): rank 0 logs and writes the run's files (HF's main process); every rank
+    // writes its own optimizer state; the logged loss is the mean over the ranks
+    int rank, world;
+    bool main;                   // writes the shared files: rank 0
+    size_t state_n;              // Adam's m (and v) floats this rank holds: its partition (= t->n at one rank)
+    float* d_losses;             // (gas) several ranks: the micro-batch losses, all-reduced
 } Trainer;
 
 static uint64_t splitmix64(uint64_t x) {
@@ -377,6 +383,8 @@ static void model_setup(Trainer* t) {
     if (!t->Z) die_alloc(a, err);
     t->n = zero_flat_numel(t->Z);
     t->engine_opt = zero_owns_optimizer(t->Z);
+    t->state_n = t->engine_opt ? zero_partition_numel(t->Z) : t->n;
+    if (t->world > 1) CUDA_CHECK(cudaMalloc((void**)&t->d_losses, T5_MAX(a->gradient_accumulation_steps, 1) * sizeof(float)));
     t->zero_profile = getenv("T5TRAIN_ZERO_PROFILE") && atoi(getenv("T5TRAIN_ZERO_PROFILE")) > 0;
     if (t->zero_profile)
         for (int k = 0; k < 4; k++) CUDA_CHECK(cudaEventCreate(&t->prof_ev[k]));
@@ -512,6 +520,11 @@ static void model_setup(Trainer* t) {
 static void data_setup(Trainer* t) {
     const TrainerArgs* a = t->a;
     static char err[TRAINER_ERR_LEN];
+    // several ranks: training is sharded (a->data's rank and world size); evaluation and prediction run the whole
+    // split on every rank (the same forward calls, so the same collectives, on every rank; rank 0 writes)
+    DataOptions eval_data = a->data;
+    eval_data.rank = 0;
+    eval_data.world_size = 1;
     t->tok = tokenizer_open(a->data.tokenizer_path, err, sizeof err);
     if (!t->tok) t5_die(T5_EXIT_FAILURE, "%s", err);
     if (a->do_train) {
@@ -527,7 +540,7 @@ static void data_setup(Trainer* t) {
         if (!t->eval_ds) t5_die(T5_EXIT_FAILURE, "evaluation data: %s", err);
         if (dataset_size(t->eval_ds) == 0)
             t5_die(T5_EXIT_FAILURE, "the evaluation set %s is empty", dataset_source_path(t->eval_ds));
-        t->eval_dl = dataloader_open(t->eval_ds, &a->data, false, err, sizeof err);
+        t->eval_dl = dataloader_open(t->eval_ds, &eval_data, false, err, sizeof err);
         if (!t->eval_dl) t5_die(T5_EXIT_FAILURE, "evaluation data: %s", err);
     }
     if (a->do_predict) {
@@ -535,7 +548,7 @@ static void data_setup(Trainer* t) {
         if (!t->pred_ds) t5_die(T5_EXIT_FAILURE, "prediction data: %s", err);
         if (dataset_size(t->pred_ds) == 0)
             t5_die(T5_EXIT_FAILURE, "the prediction set %s is empty", dataset_source_path(t->pred_ds));
-        t->pred_dl = dataloader_open(t->pred_ds, &a->data, false, err, sizeof err);
+        t->pred_dl = dataloader_open(t->pred_ds, &eval_data, false, err, sizeof err);
         if (!t->pred_dl) t5_die(T5_EXIT_FAILURE, "prediction data: %s", err);
     }
 }
@@ -595,7 +608,8 @@ static json_t* run_eval_split(Trainer* t, Dataset* ds, DataLoader* dl, const cha
         char ks[64];  // <prefix>_samples: run_translation adds it to the results files only, never to the logged dict
         snprintf(ks, sizeof ks, "%s_samples", prefix);
         json_object_del(m, ks);
-        if (keep && evaluate_write_predictions(a->output_dir, &r, err, sizeof err)) t5_die(T5_EXIT_FAILURE, "%s", err);
+        if (keep && t->main && evaluate_write_predictions(a->output_dir, &r, err, sizeof err))
+            t5_die(T5_EXIT_FAILURE, "%s", err);
         snprintf(kb, sizeof kb, "%s_bleu", prefix);
         snprintf(kg, sizeof kg, "%s_gen_len", prefix);
         keys[nkeys] = kb, vals[nkeys++] = r.bleu;
@@ -642,9 +656,9 @@ static void opt_blob_range(Trainer* t, size_t e, size_t cnt, float* host, bool t
         return;
     }
     while (cnt > 0) {
-        const int which = e < t->n ? 0 : 1;
-        const size_t start = which ? e - t->n : e;
-        const size_t take = T5_MIN(cnt, t->n - start);
+        const int which = e < t->state_n ? 0 : 1;
+        const size_t start = which ? e - t->state_n : e;
+        const size_t take = T5_MIN(cnt, t->state_n - start);
         opt_state_range(t, which, start, take, host, to_host);
         host += take;
         e += take;
@@ -660,6 +674,31 @@ static int opt_state_consume(void* ctx, const void* data, size_t off, size_t n) 
     return 0;
 }
 
+// One number every rank agrees on: rank 0's process id (the temporary checkpoint directory all ranks fill).
+static long agree_nonce(Trainer* t) {
+    if (t->world == 1) return 0;
+    int* d = NULL;
+    const int mine = t->main ? (int)getpid() : 0;
+    CUDA_CHECK(cudaMallocAsync((void**)&d, sizeof(int), t->s));
+    CUDA_CHECK(cudaMemcpyAsync(d, &mine, sizeof mine, cudaMemcpyHostToDevice, t->s));
+    zero_all_reduce_max_i32(t->Z, d, 1, t->s);
+    int v = 0;
+    CUDA_CHECK(cudaMemcpyAsync(&v, d, sizeof v, cudaMemcpyDeviceToHost, t->s));
+    CUDA_CHECK(cudaFreeAsync(d, t->s));
+    CUDA_CHECK(cudaStreamSynchronize(t->s));
+    return (long)v;
+}
+
+// The model's weights as model.safetensors (+ config.json) into dir: rank 0 writes; with several ranks at stages 1-3
+// every rank first joins the gather of the fp32 masters.
+static void save_weights(Trainer* t, const char* dir, const char* what) {
+    static char err[TRAINER_ERR_LEN];
+    zero_gather_masters(t->Z, t->main, t->s);
+    if (t->main && t5_weights_save(t->Z, &t->T, dir, DT_F32, SAFETENSORS_DEFAULT_SHARD_BYTES, t->s, err, sizeof err))
+        t5_die(T5_EXIT_FAILURE, "saving %s: %s", what, err);
+    zero_gather_masters_free(t->Z);
+}
+
 static void save_checkpoint(Trainer* t) {
     const TrainerArgs* a = t->a;
     static char err[TRAINER_ERR_LEN];
@@ -667,14 +706,18 @@ static void save_checkpoint(Trainer* t) {
     if (t->last_saved_step == step) return;
     double t0 = trainer_log_now();
     CheckpointWriter w;
-    if (checkpoint_begin(&w, a->output_dir, step, 1, 0, err, sizeof err)) t5_die(T5_EXIT_FAILURE, "%s", err);
-    if (t5_weights_save(t->Z, &t->T, w.tmp_dir, DT_F32, SAFETENSORS_DEFAULT_SHARD_BYTES, t->s, err, sizeof err))
-        t5_die(T5_EXIT_FAILURE, "saving checkpoint-%lld: %s", (long long)step, err);
-    copy_tokenizer_files(a, w.tmp_dir);
-    char* p = t5_path_join(w.tmp_dir, "trainer_state.json");
-    t->hf.global_step = step;
-    if (trainer_state_save(&t->hf, p, err, sizeof err)) t5_die(T5_EXIT_FAILURE, "%s", err);
-    free(p);
+    if (checkpoint_begin(&w, a->output_dir, step, t->world, agree_nonce(t), err, sizeof err))
+        t5_die(T5_EXIT_FAILURE, "%s", err);
+    char what[64];
+    snprintf(what, sizeof what, "checkpoint-%lld", (long long)step);
+    save_weights(t, w.tmp_dir, what);
+    if (t->main) {
+        copy_tokenizer_files(a, w.tmp_dir);
+        char* p = t5_path_join(w.tmp_dir, "trainer_state.json");
+        t->hf.global_step = step;
+        if (trainer_state_save(&t->hf, p, err, sizeof err)) t5_die(T5_EXIT_FAILURE, "%s", err);
+        free(p);
+    }
     CUDA_CHECK(cudaStreamSynchronize(t->s));
     DataLoaderState ds;
     dataloader_state_save(t->train_dl, &ds);
@@ -684,13 +727,13 @@ static void save_checkpoint(Trainer* t) {
     const bool ada = a->optimizer == TRAINER_OPTIM_ADAFACTOR;
     const TrainerAdafactorLayout lay = {.floats = (int64_t)t->ada_floats, .has_beta1 = a->adafactor.has_beta1,
                                         .version = 1};
-    CheckpointStateWriter* sw = checkpoint_state_create(w.tmp_dir, step, 0, 1, err, sizeof err);
+    CheckpointStateWriter* sw = checkpoint_state_create(w.tmp_dir, step, t->rank, t->world, err, sizeof err);
     // the optimizer's blob streamed through one bounded buffer: AdamW's "optimizer" (m then v, flat fp32: no full
     // host copy of the state next to the engine's own, t5-3b: 2 x 11.4 GB) or Adafactor's "adafactor"
     bool ok = sw && checkpoint_state_add(sw, CKPT_TAG_TRAINER, &t->st, sizeof t->st, err, sizeof err) == 0 &&
               (!ada || checkpoint_state_add(sw, CKPT_TAG_ADAFACTOR_LAYOUT, &lay, sizeof lay, err, sizeof err) == 0) &&
               checkpoint_state_blob_begin(sw, ada ? CKPT_TAG_ADAFACTOR : CKPT_TAG_OPTIMIZER, err, sizeof err) == 0;
-    const size_t total = ada ? t->ada_floats : 2 * t->n;
+    const size_t total = ada ? t->ada_floats : 2 * t->state_n;
     const size_t chunk = T5_MIN(total, (size_t)1 << 24);  // 64 MiB of fp32
     float* buf = malloc_check(T5_MAX(chunk, (size_t)1) * sizeof(float));
     for (size_t off = 0; off < total && ok; off += chunk) {
@@ -706,12 +749,16 @@ static void save_checkpoint(Trainer* t) {
         checkpoint_state_add(sw, CKPT_TAG_RNG, &t->rng, sizeof t->rng, err, sizeof err) ||
         checkpoint_state_finish(sw, err, sizeof err))
         t5_die(T5_EXIT_FAILURE, "saving checkpoint-%lld: %s", (long long)step, err);
-    if (checkpoint_commit(&w, err, sizeof err)) t5_die(T5_EXIT_FAILURE, "%s", err);
+    // several ranks: every rank's files are written before rank 0 completes the checkpoint, and it is in place
+    // before any rank goes on (a resume never sees half of it)
+    zero_barrier(t->Z, t->s);
+    if (t->main && checkpoint_commit(&w, err, sizeof err)) t5_die(T5_EXIT_FAILURE, "%s", err);
+    zero_barrier(t->Z, t->s);
     char line[4200];
     snprintf(line, sizeof line, "Saving model checkpoint to %s (%.1f s)", w.final_dir, trainer_log_now() - t0);
     trainer_log_line(&t->log, line);
     t->last_saved_step = step;
-    if (a->save_total_limit > 0 &&
+    if (a->save_total_limit > 0 && t->main &&
         checkpoint_rotate(a->output_dir, (int)a->save_total_limit, step, t->best.has_best ? t->best.best_step : -1,
                           stdout, err, sizeof err) < 0)
         t5_warn("%s", err);
@@ -728,8 +775,13 @@ static void load_checkpoint(Trainer* t, const char* dir) {
     if (t5_weights_load(t->Z, &t->T, dir, t->s, err, sizeof err)) t5_die(T5_EXIT_FAILURE, "resume: %s", err);
     zero_sync_working(t->Z, t->s);
     char fn[64];
-    checkpoint_state_filename(fn, sizeof fn, 0, 1);
+    checkpoint_state_filename(fn, sizeof fn, t->rank, t->world);
     char* p = t5_path_join(dir, fn);
+    if (!t5_is_file(p))
+        t5_die(T5_EXIT_USAGE,
+               "resume: %s has no %s for rank %d of %d (saved by another number of ranks? resuming on a different "
+               "number of GPUs is not implemented yet: resume with the GPU count it was saved with)",
+               dir, fn, t->rank, t->world);
     CheckpointState cs;
     if (checkpoint_state_open(&cs, p, err, sizeof err)) t5_die(T5_EXIT_FAILURE, "resume: %s", err);
     TrainerCounters c;
@@ -749,7 +801,7 @@ static void load_checkpoint(Trainer* t, const char* dir) {
                "checkpoint's weights with --model_name_or_path %s)",
                p, c.optimizer >= 0 && c.optimizer < 2 ? OPT_NAMES[c.optimizer] : "unknown",
                OPT_NAMES[opt], dir);
-    size_t blob_floats = 2 * t->n;
+    size_t blob_floats = 2 * t->state_n;
     if (opt == TRAINER_OPTIM_ADAFACTOR) {
         TrainerAdafactorLayout lay;
         state_read_check(&cs, CKPT_TAG_ADAFACTOR_LAYOUT, &lay, sizeof lay);
@@ -798,8 +850,9 @@ static void report_start(Trainer* t) {
     t->rep_started = true;
     unsigned mask;
     static char e[1024];
-    if (report_to_parse(t->a->report_to, &mask, e, sizeof e) ||
-        reporter_open(&t->rep, mask, t->a->logging_dir, t->a->output_dir, t->hf.log_history, e, sizeof e))
+    if (report_to_parse(t->a->report_to, &mask, e, sizeof e)) t5_die(T5_EXIT_FAILURE, "%s", e);
+    if (!t->main) mask = 0;  // several ranks: rank 0's writers only
+    if (reporter_open(&t->rep, mask, t->a->logging_dir, t->a->output_dir, t->hf.log_history, e, sizeof e))
         t5_die(T5_EXIT_FAILURE, "%s", e);
     struct cudaDeviceProp prop;
     int dev = 0;
@@ -831,6 +884,11 @@ static void note_best(Trainer* t, const json_t* m, int64_t step, bool* early_sto
 
 static void write_dump(Trainer* t) {
     if (!t->dump) return;
+    if (!t->main) {  // several ranks: rank 0 writes its own batches
+        json_decref(t->dump);
+        t->dump = NULL;
+        return;
+    }
     if (json_dump_file(t->dump, t->a->dump_batches, JSON_COMPACT) != 0)
         t5_die(T5_EXIT_FAILURE, "cannot write --dump_batches file %s", t->a->dump_batches);
     json_decref(t->dump);
@@ -859,15 +917,21 @@ static double train_step(Trainer* t, int64_t n_micro, double* norm_out, bool* sk
         set_model_batch(t, b);
         zero_set_micro_step(t->Z, (int)i, (int)n_micro);
         zero_begin_grads(t->Z, t->s);
-        uint64_t seed = splitmix64(a->seed ^ splitmix64((uint64_t)t->rng.micro_counter));
+        // several ranks: each rank's dropout differs (its own stream of micro-batches); one rank: as before
+        const uint64_t ctr = (uint64_t)t->rng.micro_counter * (uint64_t)t->world + (uint64_t)t->rank;
+        uint64_t seed = splitmix64(a->seed ^ splitmix64(ctr));
         const bool prof = t->engine_opt && t->zero_profile;
         if (prof && i == 0) CUDA_CHECK(cudaEventRecord(t->prof_ev[0], t->s));
         t5_model_forward(t->M, true, grad_scale, seed, t->s);
         if (prof && i == n_micro - 1) CUDA_CHECK(cudaEventRecord(t->prof_ev[1], t->s));
         t5_model_backward(t->M, t->s);
         if (prof && i == n_micro - 1) CUDA_CHECK(cudaEventRecord(t->prof_ev[2], t->s));
-        CUDA_CHECK(cudaMemcpyAsync(t->h_loss + i, t5_model_loss_device(t->M), sizeof(float), cudaMemcpyDeviceToHost,
-                                   t->s));
+        if (t->world > 1)
+            CUDA_CHECK(cudaMemcpyAsync(t->d_losses + i, t5_model_loss_device(t->M), sizeof(float),
+                                       cudaMemcpyDeviceToDevice, t->s));
+        else
+            CUDA_CHECK(cudaMemcpyAsync(t->h_loss + i, t5_model_loss_device(t->M), sizeof(float),
+                                       cudaMemcpyDeviceToHost, t->s));
         if (t->d_acc) {
             // torch semantics in fp32: grad = g_0, then grad += g_i (each g_i complete for its micro-batch)
             if (i == 0) cast(t->d_acc, DT_F32, zero_flat_grad(t->Z), zero_grad_dtype(t->Z), t->n, t->s);
@@ -889,9 +953,16 @@ static double train_step(Trainer* t, int64_t n_micro, double* norm_out, bool* sk
     } else {
         if (n_micro > 1 && !t->d_acc)
             t5_die(T5_EXIT_FAILURE, "internal: %lld micro-batches without an accumulation buffer", (long long)n_micro);
+        // several ranks: the data-parallel gradient, the mean over the ranks (every rank then steps alike)
+        zero_dp_allreduce_mean(t->Z, t->opt_grad, t->opt_grad_dtype, t->n, t->s);
         if (a->inject_inf_step > 0 && t->st.global_step + 1 == a->inject_inf_step)
             fill(t->opt_grad, t->opt_grad_dtype, 1, INFINITY, t->s);
         global_norm_compute(t->norm_plan, t->d_norm2, t->d_overflow, t->s);
+    }
+    if (t->world > 1) {  // the logged loss: the mean over the ranks (after the norm's wait for every reduction)
+        zero_all_reduce_sum_f32(t->Z, t->d_losses, (size_t)n_micro, t->s);
+        CUDA_CHECK(cudaMemcpyAsync(t->h_loss, t->d_losses, (size_t)n_micro * sizeof(float), cudaMemcpyDeviceToHost,
+                                   t->s));
     }
     global_norm_clip_scale(t->d_norm2, t->d_overflow, loss_scale, (float)a->clip, t->d_inv_scale, t->d_norm, t->s);
     CUDA_CHECK(cudaMemcpyAsync(t->h_norm2, t->d_norm2, sizeof(float), cudaMemcpyDeviceToHost, t->s));
@@ -918,7 +989,7 @@ static double train_step(Trainer* t, int64_t n_micro, double* norm_out, bool* sk
     }
     double loss = 0;
     for (int64_t i = 0; i < n_micro; i++) loss += t->h_loss[i];
-    loss /= (double)n_micro;
+    loss /= (double)n_micro * (double)t->world;
     float norm = sqrtf(*t->h_norm2);
     bool overflow = *t->h_overflow != 0 || !isfinite(norm);
     *lr_out = lr_schedule_get(&t->sched, t->sch.applied_steps);
@@ -990,10 +1061,9 @@ static double adafactor_logged_lr(Trainer* t) {
 static void write_final(Trainer* t, json_t* train_metrics, json_t* eval_metrics, json_t* predict_metrics) {
     const TrainerArgs* a = t->a;
     static char err[TRAINER_ERR_LEN];
+    if (train_metrics) save_weights(t, a->output_dir, "the final model");
+    if (!t->main) return;  // several ranks: rank 0 writes the run's files
     if (train_metrics) {
-        if (t5_weights_save(t->Z, &t->T, a->output_dir, DT_F32, SAFETENSORS_DEFAULT_SHARD_BYTES, t->s, err,
-                            sizeof err))
-            t5_die(T5_EXIT_FAILURE, "saving the final model: %s", err);
         copy_tokenizer_files(a, a->output_dir);
         char line[4200];
         snprintf(line, sizeof line, "Saving model checkpoint to %s", a->output_dir);
@@ -1022,8 +1092,11 @@ int trainer_run(const TrainerArgs* a) {
     memset(t, 0, sizeof *t);
     t->a = a;
     t->last_saved_step = -1;
+    t->world = T5_MAX(a->zero.world, 1);
+    t->rank = a->zero.rank;
+    t->main = t->rank == 0;
     static char err[TRAINER_ERR_LEN];
-    trainer_log_init(&t->log, stdout, a->output_dir, 0);
+    trainer_log_init(&t->log, stdout, a->output_dir, t->rank);
     trainer_state_init(&t->hf);
 
     const double t_data0 = process_age_s();
@@ -1073,7 +1146,8 @@ int trainer_run(const TrainerArgs* a) {
         t->st.flat_numel = (int64_t)t->n;
         t->st.dtype = (int32_t)a->dtype;
         t->rng.seed = a->seed;
-        checkpoint_remove_stale(a->output_dir, stderr);
+        if (t->main) checkpoint_remove_stale(a->output_dir, stderr);
+        zero_barrier(t->Z, t->s);  // several ranks: nothing is read before rank 0 settled the leftovers
         if (a->resume_from_checkpoint[0]) {
             char* dir = checkpoint_resolve_resume(a->resume_from_checkpoint, a->output_dir, stderr, err, sizeof err);
             if (!dir) t5_die(T5_EXIT_FAILURE, "%s", err);
@@ -1100,7 +1174,7 @@ int trainer_run(const TrainerArgs* a) {
         report_start(t);
         TrainHeader th = {.num_examples = dataset_size(t->train_ds), .num_epochs = num_epochs,
                           .per_device_batch_size = a->data.train_batch_size,
-                          .total_batch_size = a->data.train_batch_size * gas,
+                          .total_batch_size = a->data.train_batch_size * gas * t->world,
                           .gradient_accumulation_steps = gas, .max_steps = t->total_steps,
                           .num_trainable_params = (int64_t)t5_config_num_params(&a->model)};
         trainer_log_header(stdout, &th);
@@ -1162,8 +1236,10 @@ int trainer_run(const TrainerArgs* a) {
                               .loss = t->st.win_loss_sum / (double)t->st.win_steps, .grad_norm = norm, .lr = lr,
                               .loss_scale = t->use_scaler ? t->scaler.cur_scale : 0, .skipped = t->st.skipped_steps,
                               .step_ms = 1000.0 * dt / (double)T5_MAX(win_steps_timed, (int64_t)1),
-                              .tokens_per_s = dt > 0 ? (double)win_tokens / dt : 0,
-                              .samples_per_s = dt > 0 ? (double)win_samples / dt : 0,
+                              // several ranks: every rank takes the same rows per step (rank 0's tokens x W: an
+                              // estimate); the MFU stays per GPU
+                              .tokens_per_s = dt > 0 ? (double)win_tokens * t->world / dt : 0,
+                              .samples_per_s = dt > 0 ? (double)win_samples * t->world / dt : 0,
                               .gpu_mem_alloc_gib = gpu_mem_used_gib(t), .gpu_mem_peak_gib = t->peak_mem_gib,
                               .rss_gib = (double)trainer_log_host_rss() / (1024.0 * 1024 * 1024),
                               .model_flops_per_s = dt > 0 ? t->win_model_flops / dt : 0,
@@ -1193,6 +1269,8 @@ int trainer_run(const TrainerArgs* a) {
                 json_decref(m);
             }
             bool stop_now = signals_stop_requested() || (a->stop_after_steps > 0 && step >= a->stop_after_steps);
+            // several ranks: a signal may reach the ranks at different steps; every rank stops after the same one
+            if (t->world > 1) stop_now = !zero_agree(t->Z, !stop_now, t->s);
             if (signals_stop_requested()) {
                 char msg[256];
                 signals_format_stop_message(msg, sizeof msg, signals_stop_signal(), step);
@@ -1260,7 +1338,7 @@ int trainer_run(const TrainerArgs* a) {
             zero_sync_working(t->Z, t->s);
         }
         // HF train(): with save_total_limit 1 and a best checkpoint, every other checkpoint goes at the end
-        if (a->save_total_limit == 1 && t->best.has_best &&
+        if (a->save_total_limit == 1 && t->best.has_best && t->main &&
             checkpoint_keep_only(a->output_dir, t->best.best_step, stdout, err, sizeof err) < 0)
             t5_warn("%s", err);
         train_metrics = json_object();
@@ -1268,7 +1346,7 @@ int trainer_run(const TrainerArgs* a) {
         results_set_real(train_metrics, "train_loss",
                          t->st.global_step ? t->st.total_loss_sum / (double)t->st.global_step : NAN);
         results_train_speed_metrics(train_metrics, runtime, a->max_steps, a->num_train_epochs, dataset_size(t->train_ds),
-                                    a->data.train_batch_size * gas, t->total_steps);  // HF's counts
+                                    a->data.train_batch_size * gas * t->world, t->total_steps);  // HF's counts
         results_set_int(train_metrics, "train_samples", dataset_size(t->train_ds));
         results_set_real(train_metrics, "total_flos", t->hf.total_flos);
         json_t* e = json_deep_copy(train_metrics);

@@ -61,9 +61,12 @@ void zero_estimate_layout(const ZeroOptions* o, const ZeroLayout* L, ZeroMemEsti
     const size_t xs = dtype_size(o->working_dtype), gs = dtype_size(o->grad_dtype), cs = dtype_size(o->comm_dtype),
                  as = dtype_size(o->accum_dtype);
     const bool x32 = o->working_dtype == DT_F32;
+    // a gathered unit and a unit's gradient are world x part elements (the unit padded to a multiple of the ranks:
+    // in-place all-gathers and reduce-scatters); at one rank part = numel
+    const size_t W = (size_t)L->world;
     size_t numel_total = 0, max_part = 8, max_numel = 8;
     for (int u = 0; u < L->num_units; u++) {
-        numel_total += L->numel[u];
+        numel_total += L->part[u] * W;
         max_numel = T5_MAX(max_numel, L->numel[u]);
         max_part = T5_MAX(max_part, L->part[u]);
         if (L->group_cpu[L->unit_group[u]]) e->cpu_numel += L->part[u];
@@ -114,8 +117,14 @@ void zero_estimate_layout(const ZeroOptions* o, const ZeroLayout* L, ZeroMemEsti
     }
     e->gpu_grads = o->stage == 1 ? numel_total * gs : 0;
     e->gpu_views = e->view_elems * 4;
+    // several ranks: a reduce-scatter's send buffer (world pieces, comm dtype) and its received piece
+    if (W > 1) {
+        const size_t piece = T5_MIN(T5_MAX((size_t)8, (size_t)o->reduce_bucket_size / W / 8 * 8), max_part);
+        e->send_elems = W * piece;
+        e->recv_elems = piece;
+    }
     e->gpu_comm = e->bucket_elems * T5_MAX(T5_MAX(as, cs), (size_t)4) +
-                  (o->comm_dtype != o->grad_dtype ? e->bucket_elems * cs : 0) +
+                  (W > 1 ? (e->send_elems + e->recv_elems) * cs : o->comm_dtype != o->grad_dtype ? e->bucket_elems * cs : 0) +
                   (size_t)e->num_slots * (sizeof(double) + sizeof(int)) + grad_sumsq_scratch_bytes();
     e->gpu_resident = e->gpu_master + e->gpu_m + e->gpu_v + e->gpu_ada_scratch + e->gpu_gacc + e->gpu_weights +
                       e->gpu_grads + e->gpu_views + e->gpu_comm;
@@ -143,7 +152,7 @@ static void estimate_stage0(const ZeroOptions* o, int num_units, const size_t* u
                       e->gpu_grads;
 }
 
-static size_t replay_grad_buffers(const ZeroOptions* o, int num_units, const size_t* numel, size_t gs);
+static size_t replay_grad_buffers(const ZeroOptions* o, int num_units, const size_t* part, size_t world, size_t gs);
 
 int zero_estimate(const ZeroOptions* o, int num_units, const size_t* unit_numel, ZeroMemEstimate* e, char* err,
                   size_t errlen) {
@@ -168,11 +177,11 @@ int zero_estimate(const ZeroOptions* o, int num_units, const size_t* unit_numel,
     // replayed by the same rule (bufcache.h; two steps: the second reuses the first's buffers); without that order,
     // unit 0 (the shared embedding, held through the backward when tied) plus two of the largest other unit
     if (o->stage >= 2 && o->grad_trace && o->grad_trace_len > 0) {
-        e->gpu_grad_peak = replay_grad_buffers(o, num_units, L.numel, gs);
+        e->gpu_grad_peak = replay_grad_buffers(o, num_units, L.part, (size_t)L.world, gs);
     } else if (o->stage >= 2) {
         size_t max_other = 0;
-        for (int u = 1; u < num_units; u++) max_other = T5_MAX(max_other, unit_numel[u]);
-        e->gpu_grad_peak = (unit_numel[0] + 2 * max_other) * gs;
+        for (int u = 1; u < num_units; u++) max_other = T5_MAX(max_other, L.part[u] * (size_t)L.world);
+        e->gpu_grad_peak = (L.part[0] * (size_t)L.world + 2 * max_other) * gs;
     }
     if (o->stage == 3) {
         if (!o->trace || o->trace_len <= 0) {
@@ -186,7 +195,7 @@ int zero_estimate(const ZeroOptions* o, int num_units, const size_t* unit_numel,
         // each, the schedule rewound between them as zp_begin_pass does), by the same rule (bufcache.h)
         ZeroSchedAction* acts = malloc_check(((size_t)num_units + 2) * sizeof *acts);
         size_t* ub = malloc_check((size_t)num_units * sizeof *ub);
-        for (int u = 0; u < num_units; u++) ub[u] = L.numel[u] * xs;
+        for (int u = 0; u < num_units; u++) ub[u] = L.part[u] * (size_t)L.world * xs;
         BufUnits B;
         bufunits_init(&B, num_units, ub, BUFCACHE_QUARANTINE);
         free(ub);
@@ -213,9 +222,9 @@ int zero_estimate(const ZeroOptions* o, int num_units, const size_t* unit_numel,
 }
 
 // The gradient buffers the engine makes over two steps of the model's gradient order (unitbuf.c, bufcache.h).
-static size_t replay_grad_buffers(const ZeroOptions* o, int num_units, const size_t* numel, size_t gs) {
+static size_t replay_grad_buffers(const ZeroOptions* o, int num_units, const size_t* part, size_t world, size_t gs) {
     size_t* ub = malloc_check((size_t)num_units * sizeof *ub);
-    for (int u = 0; u < num_units; u++) ub[u] = numel[u] * gs;
+    for (int u = 0; u < num_units; u++) ub[u] = part[u] * world * gs;
     BufUnits B;
     bufunits_init(&B, num_units, ub, BUFCACHE_QUARANTINE);
     free(ub);

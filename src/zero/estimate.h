@@ -35,6 +35,7 @@ typedef struct {
     size_t gpu_numel, cpu_numel;
     size_t view_elems;        // fp32 view elements (each view rounded up to 8)
     size_t bucket_elems;      // gradient staging buffer elements: min(reduce_bucket_size, largest part)
+    size_t send_elems, recv_elems;  // several ranks: a reduce-scatter's send buffer and received piece (comm dtype)
     int num_slots;            // reduce buckets over all units (norm slots)
     // GPU, allocated at creation
     size_t gpu_master, gpu_m, gpu_v;  // fp32 (stage 0: the engine's master and the trainer's Adam m, v)

@@ -46,7 +46,7 @@ void zp_wait_unit_updated(ZeroPart* P, int u, cudaStream_t s) {
 static void issue_gather(ZeroPart* P, int u, bool prefetch, bool from_pool) {
     ZpUnit* U = &P->u[u];
     zp_wait_unit_updated(P, u, P->s_gather);
-    const size_t n = P->L.numel[u];
+    const size_t n = P->pnumel[u];  // world x part: the all-gather's whole buffer
     if (!U->wfull) {
         U->wfull_pool = from_pool;
         if (U->wfull_pool) {
@@ -57,11 +57,17 @@ static void issue_gather(ZeroPart* P, int u, bool prefetch, bool from_pool) {
             U->wfull = zp_bufs_take(&P->wbufs, u, P->s_gather, "the gathered stage 3 unit", P->name[u]);
         }
     }
-    // all-gather over one rank: this rank's partition is the whole unit
+    // this rank's partition into its slot of the unit (one rank: the whole unit), then the all-gather in place
     // a pageable host partition (offload_param pin_memory false) goes through ring_main: its bytes are read now,
     // after zp_wait_unit_updated above saw the CPU step's result written (part.h, staging ring)
-    zp_copy_to_dev(P, P->ring_main, U->wfull, U->wpart, P->L.part[u] * P->xs, cudaMemcpyDefault, P->s_gather);
-    if (U->wpart_host) P->st.h2d_bytes += (double)(P->L.part[u] * P->xs);
+    const size_t part = P->L.part[u];
+    zp_copy_to_dev(P, P->ring_main, (char*)U->wfull + (size_t)P->L.rank * part * P->xs, U->wpart, part * P->xs,
+                   cudaMemcpyDefault, P->s_gather);
+    if (U->wpart_host) P->st.h2d_bytes += (double)(part * P->xs);
+    if (P->L.world > 1) {
+        zcoll_all_gather(&P->coll, P->coll.params, U->wfull, part, P->X, P->s_gather, "the parameter all-gather");
+        zp_views_sync(P, u, P->s_gather);
+    }
     CUDA_CHECK(cudaEventRecord(U->ev_gathered, P->s_gather));
     U->gather_waited = false;
     U->gather_pending = false;
@@ -88,6 +94,19 @@ void* zp_fetch(ZeroPart* P, int u, cudaStream_t s) {
     if (U->fetched) zp_contract_failed(P, u, "zero_fetch", "fetched twice without release");
     U->fetched = true;
     if (P->o.stage != 3) {
+        if (P->L.world > 1 && (U->wfull_ver < P->wver || U->views_ver < P->wver)) {
+            // several ranks: the unit's new weights from every rank (each stepped its own part), once per step
+            zp_wait_unit_updated(P, u, P->s_gather);
+            if (U->wfull_ver < P->wver)
+                zcoll_all_gather(&P->coll, P->coll.params, U->wfull, P->L.part[u], P->X, P->s_gather,
+                                 "the parameter all-gather");
+            U->wfull_ver = P->wver;
+            zp_views_sync(P, u, P->s_gather);
+            CUDA_CHECK(cudaEventRecord(U->ev_gathered, P->s_gather));
+            CUDA_CHECK(cudaStreamWaitEvent(s, U->ev_gathered, 0));
+            P->st.gathers++;
+            return U->wfull;
+        }
         zp_wait_unit_updated(P, u, s);
         return U->wfull;
     }
@@ -98,12 +117,14 @@ void* zp_fetch(ZeroPart* P, int u, cudaStream_t s) {
         P->st.trace_mismatches += P->S.mismatches - mism;
         for (int i = 0; i < n; i++) {
             const int v = acts[i].unit;
+            // several ranks: every gather is a collective, so the order must not depend on the CPU optimizer's
+            // timing: a prefetch waits for its unit's new weights instead of being left pending
             if (!acts[i].prefetch) issue_gather(P, v, false, false);
-            else if (unit_is_updated(P, v)) issue_gather(P, v, true, false);
+            else if (P->L.world > 1 || unit_is_updated(P, v)) issue_gather(P, v, true, false);
             else P->u[v].gather_pending = true;
         }
-        // pending prefetches whose weights have arrived meanwhile
-        for (int v = 0; v < P->num_units; v++)
+        // pending prefetches whose weights have arrived meanwhile (one rank only: none are pending with several)
+        for (int v = 0; v < P->num_units && P->L.world == 1; v++)
             if (v != u && P->u[v].gather_pending && unit_is_updated(P, v)) issue_gather(P, v, true, false);
     }
     if (U->gather_pending || U->stale || !U->wfull) issue_gather(P, u, false, false);
@@ -140,7 +161,8 @@ bool zp_hold_begin(ZeroPart* P, cudaStream_t s) {
         if (!P->u[u].wfull) need += P->L.numel[u] * P->xs;
     size_t fr = 0, tot = 0;
     CUDA_CHECK(cudaMemGetInfo(&fr, &tot));
-    if (need + ((size_t)1 << 30) > fr) return false;
+    // several ranks: hold only when every rank can (the gathers are collectives)
+    if (!zcoll_agree(&P->coll, need + ((size_t)1 << 30) <= fr, s)) return false;
     for (int u = 0; u < P->num_units; u++) {
         ZpUnit* U = &P->u[u];
         zero_sched_set_available(&P->S, u, true);

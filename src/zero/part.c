@@ -3,6 +3,7 @@
  * before anything is allocated, fp32 views, weights and optimizer state in and out.
  */
 #include "part.h"
+#include "../launch/comm.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -154,9 +155,8 @@ ZeroPart* zp_create(const ZeroOptions* o, int num_units, const size_t* unit_nume
         t5_set_err(err, errlen, "ZeRO stage %d is not 1, 2 or 3", o->stage);
         return NULL;
     }
-    if (o->world != 1) {
-        t5_set_err(err, errlen, "not implemented yet: ZeRO over %d ranks (the collectives of the multi-GPU issue)",
-                   o->world);
+    if (o->world > 1 && (!o->comm || comm_world_size(o->comm) != o->world || comm_rank(o->comm) != o->rank)) {
+        t5_set_err(err, errlen, "internal: ZeRO over %d ranks without the run's communicator", o->world);
         return NULL;
     }
     if (o->offload_param && o->stage != 3) {
@@ -194,6 +194,9 @@ ZeroPart* zp_create(const ZeroOptions* o, int num_units, const size_t* unit_nume
         return NULL;
     }
     ZeroLayout* L = &P->L;
+    zcoll_init(&P->coll, o->world > 1 ? o->comm : NULL);
+    P->pnumel = malloc_check((size_t)num_units * sizeof *P->pnumel);
+    for (int u = 0; u < num_units; u++) P->pnumel[u] = L->part[u] * (size_t)L->world;
     P->name = calloc_check((size_t)num_units, sizeof(char*));
     P->u = calloc_check((size_t)num_units, sizeof(ZpUnit));
     for (int u = 0; u < num_units; u++) {
@@ -317,14 +320,16 @@ ZeroPart* zp_create(const ZeroOptions* o, int num_units, const size_t* unit_nume
                   errlen) ||
         dev_alloc(P, &P->d_stage, bucket * T5_MAX(T5_MAX(P->as, P->cs), (size_t)4), "gradient staging", err,
                   errlen) ||
-        dev_alloc(P, &P->d_bucket, P->C != P->G ? bucket * P->cs : 0, "gradient bucket", err, errlen) ||
+        dev_alloc(P, &P->d_bucket, L->world > 1 ? E.send_elems * P->cs : P->C != P->G ? bucket * P->cs : 0,
+                  "gradient bucket", err, errlen) ||
+        dev_alloc(P, &P->d_recv, E.recv_elems * P->cs, "reduce-scatter piece", err, errlen) ||
         dev_alloc(P, (void**)&P->d_slots, (size_t)P->num_slots * sizeof(double), "norm slots", err, errlen) ||
         dev_alloc(P, (void**)&P->d_flags, (size_t)P->num_slots * sizeof(int), "norm flags", err, errlen) ||
         dev_alloc(P, &P->d_sq_scratch, grad_sumsq_scratch_bytes(), "norm scratch", err, errlen))
         goto fail;
     // carve the per-unit pointers
     {
-        size_t gp = 0, cp = 0, wp = 0, vw = 0;
+        size_t gp = 0, cp = 0, wp = 0, vw = 0, fo = 0;  // fo: a unit's offset in the resident weights / gradients
         for (int u = 0; u < num_units; u++) {
             ZpUnit* U = &P->u[u];
             const size_t p = L->part[u];
@@ -351,11 +356,12 @@ ZeroPart* zp_create(const ZeroOptions* o, int num_units, const size_t* unit_nume
                     wp += p;
                 }
             } else {
-                U->wfull = (char*)P->d_wfull + L->part_offset[u] * P->xs;
+                U->wfull = (char*)P->d_wfull + fo * P->xs;  // world x part: the padded unit (in-place all-gather)
                 if (o->stage == 1) {
-                    U->grad = (char*)P->d_grad + L->part_offset[u] * P->gs;
+                    U->grad = (char*)P->d_grad + fo * P->gs;
                     U->grad_alloc = true;
                 }
+                fo += P->pnumel[u];
             }
             for (int k = 0; k < U->nviews; k++) {
                 U->view_ptr[k] = P->d_views + vw;
@@ -378,10 +384,10 @@ ZeroPart* zp_create(const ZeroOptions* o, int num_units, const size_t* unit_nume
     if (o->stage >= 2) {  // run-time unit buffers by bufcache's rule (unitbuf.c; the estimate replays it)
         size_t* ub = malloc_check((size_t)num_units * sizeof *ub);
         if (o->stage == 3) {
-            for (int u = 0; u < num_units; u++) ub[u] = L->numel[u] * P->xs;
+            for (int u = 0; u < num_units; u++) ub[u] = P->pnumel[u] * P->xs;
             zp_bufs_init(&P->wbufs, num_units, ub, BUFCACHE_QUARANTINE);
         }
-        for (int u = 0; u < num_units; u++) ub[u] = L->numel[u] * P->gs;
+        for (int u = 0; u < num_units; u++) ub[u] = P->pnumel[u] * P->gs;
         zp_bufs_init(&P->gbufs, num_units, ub, BUFCACHE_QUARANTINE);
         free(ub);
     }
@@ -435,7 +441,7 @@ void zp_destroy(ZeroPart* P) {
         free(P->name[u]);
     }
     void* dev[] = {P->d_master, P->d_m, P->d_v, P->d_gacc, P->d_wfull, P->d_wpart, P->d_grad, P->d_views, P->d_stage,
-                   P->d_bucket, P->d_slots, P->d_flags, P->d_sq_scratch};
+                   P->d_bucket, P->d_recv, P->d_slots, P->d_flags, P->d_sq_scratch};
     for (size_t i = 0; i < T5_ARRAY_LEN(dev); i++)
         if (dev[i]) cudaFree(dev[i]);
     // every pending D2H of a ring lands (or is dropped with the buffers right after): retire before freeing
@@ -448,6 +454,7 @@ void zp_destroy(ZeroPart* P) {
     host_buf_free(&P->h_w);
     if (P->o.stage == 3 && P->S.trace) zero_sched_free(&P->S);
     zero_layout_free(&P->L);
+    free(P->pnumel);
     free(P->name);
     free(P->u);
     free(P);
@@ -481,10 +488,39 @@ void* zp_unit_x_dst(ZeroPart* P, int u) {
 // goes through `ring` (the calling thread's)
 void zp_publish_views(ZeroPart* P, int u, cudaStream_t s, ZpRing* ring) {
     ZpUnit* U = &P->u[u];
-    const size_t lo = P->L.lo[u];
+    const size_t lo = P->L.lo[u], hi = P->L.hi[u];
+    // the owned piece of each view (several ranks: the others' pieces arrive by zp_views_sync before the unit is used)
+    for (int k = 0; k < U->nviews; k++) {
+        const size_t a = T5_MAX(U->view_off[k], lo), b = T5_MIN(U->view_off[k] + U->view_numel[k], hi);
+        if (b > a)
+            zp_copy_to_dev(P, ring, U->view_ptr[k] + (a - U->view_off[k]), U->master + (a - lo), (b - a) * 4,
+                           cudaMemcpyDefault, s);
+    }
+}
+
+void zp_views_sync(ZeroPart* P, int u, cudaStream_t s) {
+    ZpUnit* U = &P->u[u];
+    if (P->L.world == 1 || U->views_ver >= P->wver) return;
+    U->views_ver = P->wver;
+    const size_t part = P->L.part[u], numel = P->L.numel[u];
+    int n = 0, cap = U->nviews * P->L.world;
+    if (cap == 0) return;
+    float** ptr = malloc_check((size_t)cap * sizeof *ptr);
+    size_t* cnt = malloc_check((size_t)cap * sizeof *cnt);
+    int* root = malloc_check((size_t)cap * sizeof *root);
     for (int k = 0; k < U->nviews; k++)
-        zp_copy_to_dev(P, ring, U->view_ptr[k], U->master + (U->view_off[k] - lo), U->view_numel[k] * 4,
-                       cudaMemcpyDefault, s);
+        for (int r = 0; r < P->L.world; r++) {
+            const size_t off = U->view_off[k], end = off + U->view_numel[k];
+            const size_t a = T5_MAX(off, (size_t)r * part), b = T5_MIN(end, T5_MIN((size_t)(r + 1) * part, numel));
+            if (b <= a) continue;
+            ptr[n] = U->view_ptr[k] + (a - off);
+            cnt[n] = b - a;
+            root[n++] = r;
+        }
+    zcoll_broadcast_group(&P->coll, P->coll.params, n, ptr, cnt, root, s, "the fp32 views' broadcast");
+    free(ptr);
+    free(cnt);
+    free(root);
 }
 
 // called by the CPU optimizer thread (ring_opt) after its AdamW wrote the unit, and by zp_sync_working on the main
@@ -505,6 +541,7 @@ void zp_publish_unit_host(ZeroPart* P, int u, ZpRing* ring) {
 
 void zp_sync_working(ZeroPart* P, cudaStream_t s) {
     zp_optimizer_wait(P);
+    P->wver++;
     // a gradient D2H still pending in the ring would land in whost (shared buffers) after the rounding below
     zp_ring_drain(P->ring_main);
     for (int u = 0; u < P->num_units; u++) {

@@ -58,6 +58,7 @@
 #include "host_mem.h"
 #include "plan.h"
 #include "bufcache.h"
+#include "coll.h"
 #include "staging.h"
 
 // Run-time unit buffers (unitbuf.c): one per unit in use, from size classes by bufcache's rule
@@ -101,6 +102,8 @@ typedef struct {
     cudaEvent_t ev_gathered;
     cudaEvent_t ev_grad;     // the unit's gradient is complete (compute stream)
     bool has_gaps;           // elements no tensor covers: its fresh gradient buffers are cleared
+    int64_t wfull_ver;       // several ranks, stages 1/2: the weights version (ZeroPart.wver) its wfull was gathered at
+    int64_t views_ver;       // several ranks: the weights version its fp32 views were broadcast at
     cudaEvent_t ev_updated;  // the CPU step's copies of this unit to the GPU are done
     int64_t updated_step;    // the last optimizer step whose CPU result for this unit is written (host side)
     int nsegs;
@@ -127,6 +130,10 @@ typedef struct ZeroPart {
     int num_units;
     char** name;
     DType X, G, C, A;        // working, gradient, communication, accumulation dtypes
+    ZeroColl coll;           // several ranks: the collectives (coll.h)
+    size_t* pnumel;          // (num_units) world x part: a gathered unit / a unit's gradient buffer (= numel at W = 1)
+    int64_t wver;            // weights version: +1 at every optimizer step and zp_sync_working (several ranks)
+    void* d_recv;            // several ranks: a reduce-scatter's received piece (comm dtype)
     size_t xs, gs, cs, as;
     ZpUnit* u;
     // memory
@@ -204,6 +211,8 @@ const float* zp_fp32_tensor(ZeroPart* P, int unit, size_t offset);
 void zp_publish_unit_host(ZeroPart* P, int unit, ZpRing* ring);
 void* zp_unit_x_dst(ZeroPart* P, int unit);        // GPU destination of its 16-bit weights, or NULL (host)
 void zp_publish_views(ZeroPart* P, int unit, cudaStream_t s, ZpRing* ring);  // fp32 views from the master
+// several ranks: the views' pieces other ranks own, broadcast on s (s_gather) once per weights version
+void zp_views_sync(ZeroPart* P, int unit, cudaStream_t s);
 // true when p lies in one of the engine's pageable host buffers
 bool zp_host_pageable(const ZeroPart* P, const void* p);
 // dst (GPU) <- src, and dst (host) <- src (GPU): through `ring` when the host side is pageable, else the plain

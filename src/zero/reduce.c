@@ -43,6 +43,9 @@ void* zp_grad(ZeroPart* P, int u, cudaStream_t s) {
         const size_t bytes = P->L.numel[u] * P->gs;
         U->grad = zp_bufs_take(&P->gbufs, u, s, "the gradient of", P->name[u]);
         if (U->has_gaps) CUDA_CHECK(cudaMemsetAsync(U->grad, 0, bytes, s));
+        // several ranks: the padding up to world x part is summed by the reduce-scatter, so it must be zeros
+        if (P->pnumel[u] > P->L.numel[u])
+            CUDA_CHECK(cudaMemsetAsync((char*)U->grad + bytes, 0, (P->pnumel[u] - P->L.numel[u]) * P->gs, s));
         U->grad_alloc = true;
     }
     return U->grad;
@@ -73,7 +76,17 @@ void zp_grad_ready(ZeroPart* P, int u, cudaStream_t s) {
         // one rank: this rank's slot of the unit starts at element 0, and the reduce-scatter is the identity
         const void* src = (const char*)U->grad + off * P->gs;
         DType sdt = P->G;
-        if (P->C != P->G || predivide != 1.0f) {
+        if (P->L.world > 1) {
+            // the bucket's piece of every rank's slot, rank after rank, in the comm dtype and pre-divided by the
+            // world size (DeepSpeed's order), then one reduce-scatter hands this rank the sum of its piece
+            const size_t W = (size_t)P->L.world, part = P->L.part[u];
+            for (size_t r = 0; r < W; r++)
+                grad_accumulate((char*)P->d_bucket + r * len * P->cs, P->C,
+                                (const char*)U->grad + (r * part + off) * P->gs, P->G, len, false, predivide, gs);
+            zcoll_reduce_scatter(&P->coll, P->d_bucket, P->d_recv, len, P->C, gs, "the gradient reduce-scatter");
+            src = P->d_recv;
+            sdt = P->C;
+        } else if (P->C != P->G || predivide != 1.0f) {
             grad_accumulate(P->d_bucket ? P->d_bucket : P->d_stage, P->C, src, P->G, len, false, predivide, gs);
             src = P->d_bucket ? P->d_bucket : P->d_stage;
             sdt = P->C;
@@ -117,6 +130,10 @@ void zp_grad_norm(ZeroPart* P, float* d_norm2, int* d_overflow, cudaStream_t s) 
     CUDA_CHECK(cudaEventRecord(P->ev_grads_done, P->s_grad));
     CUDA_CHECK(cudaStreamWaitEvent(s, P->ev_grads_done, 0));
     grad_sumsq_combine(P->d_slots, P->d_flags, P->num_slots, d_norm2, d_overflow, s);
+    if (P->L.world > 1) {  // every rank's partition: the sum of the squares, any rank's overflow
+        zcoll_all_reduce(&P->coll, d_norm2, 1, DT_F32, ncclSum, s, "the gradient norm all-reduce");
+        zcoll_all_reduce_i32(&P->coll, d_overflow, 1, ncclMax, s, "the overflow all-reduce");
+    }
     // pageable host gradients: the D2H copies went into ring_main's slots; retire them all now (the host waits for
     // s_grad's copies, which the trainer waits for right after anyway, and moves the last slots out), so that the
     // host gacc / shared whost is complete before the CPU optimizer thread, which reads it once ev_grads_done has

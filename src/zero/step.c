@@ -153,6 +153,7 @@ void zp_optimizer_step(ZeroPart* P, const ZeroStepArgs* a, cudaStream_t s) {
             zp_publish_views(P, u, s, NULL);  // a GPU unit's master is on the device
         }
     }
+    P->wver++;  // several ranks: every unit's gathered copy and views are stale until gathered again
     CUDA_CHECK(cudaEventRecord(P->ev_gpu_step, s));
     CUDA_CHECK(cudaStreamWaitEvent(P->s_gather, P->ev_gpu_step, 0));
     CUDA_CHECK(cudaStreamWaitEvent(P->s_copy, P->ev_gpu_step, 0));

@@ -35,6 +35,8 @@ struct ZeroEngine {
     int grads_ready;
     cudaStream_t cur_stream;  // the stream of the current backward (zero_begin_grads)
     ZeroPart* P;              // stages 1-3 (NULL: stage 0, the fields above)
+    ZeroColl coll;            // several ranks (coll.h); world 1 otherwise
+    float* gathered;          // zero_gather_masters: every unit's fp32 master on this host (flat, unit offsets)
 };
 
 // the unit tables every stage keeps (sizes, flat offsets, names for messages, fetch/grad bookkeeping)
@@ -103,12 +105,21 @@ ZeroEngine* zero_create_ex(int stage, DType dt, DType gdt, int num_units, const 
 
 ZeroEngine* zero_create_opts(const ZeroOptions* o, int num_units, const size_t* unit_numel,
                              const char* const* unit_name, char* err, size_t errlen) {
-    if (o->stage == 0)
-        return zero_create_ex(0, o->working_dtype, o->grad_dtype, num_units, unit_numel, unit_name, err, errlen);
+    if (o->world > 1 && !o->comm) {
+        snprintf(err, errlen, "internal: a ZeRO engine over %d ranks without the run's communicator", o->world);
+        return NULL;
+    }
+    if (o->stage == 0) {
+        ZeroEngine* Z = zero_create_ex(0, o->working_dtype, o->grad_dtype, num_units, unit_numel, unit_name, err,
+                                       errlen);
+        if (Z) zcoll_init(&Z->coll, o->world > 1 ? o->comm : NULL);
+        return Z;
+    }
     ZeroPart* P = zp_create(o, num_units, unit_numel, unit_name, err, errlen);
     if (!P) return NULL;
     ZeroEngine* Z = engine_new(o->stage, o->working_dtype, o->grad_dtype, num_units, unit_numel, unit_name);
     Z->P = P;
+    Z->coll = P->coll;
     return Z;
 }
 
@@ -118,6 +129,7 @@ bool zero_owns_optimizer(const ZeroEngine* Z) { return Z->P != NULL; }
 void zero_destroy(ZeroEngine* Z) {
     if (!Z) return;
     zp_destroy(Z->P);
+    free(Z->gathered);
     if (Z->working && Z->working != Z->master) cudaFree(Z->working);
     cudaFree(Z->master);
     cudaFree(Z->grad);
@@ -415,6 +427,11 @@ void zero_master_write(ZeroEngine* Z, int unit, size_t offset, const float* host
 }
 
 void zero_master_read(ZeroEngine* Z, int unit, size_t offset, float* host, size_t n) {
+    if (Z->gathered) {  // zero_gather_masters: any range of any unit
+        if (offset + n > Z->numel[unit]) t5_die(T5_EXIT_FAILURE, "internal: master read beyond the unit");
+        host_copy_f32(host, Z->gathered + Z->offset[unit] + offset, n);
+        return;
+    }
     size_t lo, hi;
     zero_unit_owned(Z, unit, &lo, &hi);
     if (offset < lo || offset + n > hi) t5_die(T5_EXIT_FAILURE, "internal: master read outside the owned range");
@@ -426,4 +443,59 @@ void zero_master_read(ZeroEngine* Z, int unit, size_t offset, float* host, size_
         return;
     }
     CUDA_CHECK(cudaMemcpy(host, Z->master + Z->offset[unit] + offset, n * sizeof(float), cudaMemcpyDeviceToHost));
+}
+
+// ---- several ranks
+
+int zero_world(const ZeroEngine* Z) { return Z->coll.world; }
+int zero_rank(const ZeroEngine* Z) { return Z->coll.rank; }
+
+void zero_dp_allreduce_mean(ZeroEngine* Z, void* buf, DType dt, size_t n, cudaStream_t s) {
+    if (Z->coll.world == 1) return;
+    if (Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_dp_allreduce_mean at ZeRO stage %d (the engine reduces)", Z->stage);
+    // DeepSpeed's order: pre-divided by the world size, then summed
+    scale_inplace(buf, dt, n, 1.0f / (float)Z->coll.world, s);
+    zcoll_all_reduce(&Z->coll, buf, n, dt, ncclSum, s, "the gradient all-reduce");
+}
+
+void zero_all_reduce_sum_f32(ZeroEngine* Z, float* d, size_t n, cudaStream_t s) {
+    if (Z->coll.world == 1) return;
+    zcoll_all_reduce(&Z->coll, d, n, DT_F32, ncclSum, s, "an all-reduce of the step's statistics");
+}
+
+void zero_all_reduce_max_i32(ZeroEngine* Z, int* d, size_t n, cudaStream_t s) {
+    if (Z->coll.world == 1) return;
+    zcoll_all_reduce_i32(&Z->coll, d, n, ncclMax, s, "an all-reduce of the step's flags");
+}
+
+bool zero_agree(ZeroEngine* Z, bool mine, cudaStream_t s) { return zcoll_agree(&Z->coll, mine, s); }
+void zero_barrier(ZeroEngine* Z, cudaStream_t s) { zcoll_barrier(&Z->coll, s); }
+
+void zero_gather_masters(ZeroEngine* Z, bool keep, cudaStream_t s) {
+    if (Z->coll.world == 1 || !Z->P) return;  // one rank, or stage 0: every rank holds every master
+    ZeroPart* P = Z->P;
+    zp_optimizer_wait(P);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    size_t maxp = 8;
+    for (int u = 0; u < Z->num_units; u++) maxp = T5_MAX(maxp, P->pnumel[u]);
+    float* d = NULL;
+    CUDA_CHECK(cudaMallocAsync((void**)&d, maxp * sizeof(float), s));
+    free(Z->gathered);
+    Z->gathered = keep ? malloc_check(T5_MAX(Z->flat_numel, (size_t)1) * sizeof(float)) : NULL;
+    for (int u = 0; u < Z->num_units; u++) {
+        const size_t part = P->L.part[u];
+        CUDA_CHECK(cudaMemcpyAsync(d + (size_t)P->coll.rank * part, P->u[u].master, part * sizeof(float),
+                                   cudaMemcpyDefault, s));
+        zcoll_all_gather(&P->coll, P->coll.main, d, part, DT_F32, s, "the fp32 master gather for saving");
+        if (keep) CUDA_CHECK(cudaMemcpyAsync(Z->gathered + Z->offset[u], d, Z->numel[u] * sizeof(float),
+                                             cudaMemcpyDeviceToHost, s));
+        CUDA_CHECK(cudaStreamSynchronize(s));
+    }
+    CUDA_CHECK(cudaFreeAsync(d, s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+void zero_gather_masters_free(ZeroEngine* Z) {
+    free(Z->gathered);
+    Z->gathered = NULL;
 }

@@ -1,0 +1,75 @@
+/*
+ * coll.c: the ZeRO engine's collectives (coll.h).
+ */
+#include "coll.h"
+
+#include <string.h>
+
+#include "../base/check.h"
+#include "../base/common.h"
+#include "../launch/comm.h"
+
+void zcoll_init(ZeroColl* c, struct LaunchComm* lc) {
+    memset(c, 0, sizeof *c);
+    c->world = 1;
+    if (!lc || comm_world_size(lc) == 1) return;
+    c->lc = lc;
+    c->world = comm_world_size(lc);
+    c->rank = comm_rank(lc);
+    c->main = comm_nccl(lc);
+    c->params = comm_nccl_second(lc);
+}
+
+ncclDataType_t zcoll_dtype(DType t) {
+    return t == DT_F32 ? ncclFloat32 : t == DT_F16 ? ncclFloat16 : ncclBfloat16;
+}
+
+void zcoll_all_gather(const ZeroColl* c, ncclComm_t comm, void* buf, size_t per_rank, DType t, cudaStream_t s,
+                      const char* name) {
+    const void* send = (const char*)buf + (size_t)c->rank * per_rank * dtype_size(t);
+    comm_check(c->lc, ncclAllGather(send, buf, per_rank, zcoll_dtype(t), comm, s), name);
+    comm_collective_enqueued(c->lc, name, s);
+}
+
+void zcoll_reduce_scatter(const ZeroColl* c, const void* send, void* recv, size_t recv_count, DType t, cudaStream_t s,
+                          const char* name) {
+    comm_check(c->lc, ncclReduceScatter(send, recv, recv_count, zcoll_dtype(t), ncclSum, c->main, s), name);
+    comm_collective_enqueued(c->lc, name, s);
+}
+
+void zcoll_all_reduce(const ZeroColl* c, void* buf, size_t n, DType t, ncclRedOp_t op, cudaStream_t s,
+                      const char* name) {
+    comm_check(c->lc, ncclAllReduce(buf, buf, n, zcoll_dtype(t), op, c->main, s), name);
+    comm_collective_enqueued(c->lc, name, s);
+}
+
+void zcoll_all_reduce_i32(const ZeroColl* c, int* buf, size_t n, ncclRedOp_t op, cudaStream_t s, const char* name) {
+    comm_check(c->lc, ncclAllReduce(buf, buf, n, ncclInt32, op, c->main, s), name);
+    comm_collective_enqueued(c->lc, name, s);
+}
+
+bool zcoll_agree(const ZeroColl* c, bool mine, cudaStream_t s) {
+    if (c->world == 1) return mine;
+    int* d = NULL;
+    CUDA_CHECK(cudaMallocAsync((void**)&d, sizeof(int), s));
+    const int v = mine ? 1 : 0;
+    CUDA_CHECK(cudaMemcpyAsync(d, &v, sizeof v, cudaMemcpyHostToDevice, s));
+    zcoll_all_reduce_i32(c, d, 1, ncclMin, s, "agreement all-reduce (min)");
+    int all = 0;
+    CUDA_CHECK(cudaMemcpyAsync(&all, d, sizeof all, cudaMemcpyDeviceToHost, s));
+    CUDA_CHECK(cudaFreeAsync(d, s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    return all != 0;
+}
+
+void zcoll_barrier(const ZeroColl* c, cudaStream_t s) { (void)zcoll_agree(c, true, s); }
+
+void zcoll_broadcast_group(const ZeroColl* c, ncclComm_t comm, int n, float* const* ptr, const size_t* count,
+                           const int* root, cudaStream_t s, const char* name) {
+    if (n == 0) return;
+    comm_check(c->lc, ncclGroupStart(), name);
+    for (int i = 0; i < n; i++)
+        comm_check(c->lc, ncclBroadcast(ptr[i], ptr[i], count[i], ncclFloat32, root[i], comm, s), name);
+    comm_check(c->lc, ncclGroupEnd(), name);
+    comm_collective_enqueued(c->lc, name, s);
+}

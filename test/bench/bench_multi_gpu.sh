@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# bench_multi_gpu.sh: data-parallel scaling on the GPUs of one host (issue 16's scaling benchmark).
+#
+#   T5TRAIN_BIN=path/to/t5train T5TRAIN_DATA=dir [GPUS=2] [CASES="s0 s1 s2 s3 s3off"] bash test/bench/bench_multi_gpu.sh [OUT]
+#
+# t5-3b (random init) bf16, micro-batch 8 per GPU of fixed 128+128 tokens (--pad_to_max_length), ZeRO stage 0, 1,
+# 2, 3 without offload and stage 3 with the optimizer offloaded (configs as inline JSON below), on 1 GPU and on
+# GPUS GPUs (`t5train --num_gpus N`). Each run: BENCH_STEPS updates (default 10); the step time is the median of
+# the trainer_log.jsonl step_ms of the steps after the first two. Prints per case the samples/s on 1 and N GPUs,
+# the ratio, and the floor of the N-GPU step: max(compute, communication) with
+#   compute        = the 1-GPU step time of the same case (forward + backward + optimizer on one GPU: an upper
+#                    bound of the per-rank compute, whose optimizer share shrinks with N at stages 1-3),
+#   communication  = the collectives' bytes per step at the bus bandwidth `t5train launch-check --bandwidth_mib`
+#                    measured first on the same GPUs (nccl-tests' busbw): stage 0 all-reduces the 16-bit
+#                    gradients (2 x (N-1)/N x 2P bytes), stages 1/2 reduce-scatter them and all-gather the
+#                    weights ((N-1)/N x 2P each), stage 3 gathers the weights twice (forward, backward) and
+#                    reduce-scatters the gradients (3 x (N-1)/N x 2P), P = 2.85e9 parameters.
+# The floor assumes no overlap is lost; a step within 1.15x of it is the target.
+set -u
+BIN=${T5TRAIN_BIN:-./t5train}
+DATA=${T5TRAIN_DATA:?set T5TRAIN_DATA to a folder holding t5-spiece/ and wmt16-ro-en/}
+OUT=${1:-/tmp/bench_multi_gpu}
+GPUS=${GPUS:-2}
+STEPS=${BENCH_STEPS:-10}
+CASES=${CASES:-s0 s1 s2 s3 s3off}
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+"$BIN" --num_gpus "$GPUS" launch-check --bandwidth_mib 1024 2>&1 | tee "$OUT/bandwidth.txt"
+common=(--model_name_or_path t5-3b --init random --tokenizer_name "$DATA/t5-spiece/spiece.model"
+        --train_file "$DATA/wmt16-ro-en/validation.en" --source_lang en --target_lang ro --do_train --bf16
+        --max_source_length 128 --max_target_length 128 --pad_to_max_length --max_steps "$STEPS" --logging_steps 1
+        --save_strategy no --learning_rate 5e-5 --overwrite_output_dir --per_device_train_batch_size 8)
+ds_of() {
+  case "$1" in
+    s0) echo '{"bf16": {"enabled": "auto"}, "zero_optimization": {"stage": 0}}' ;;
+    s1) echo '{"bf16": {"enabled": "auto"}, "zero_optimization": {"stage": 1}}' ;;
+    s2) echo '{"bf16": {"enabled": "auto"}, "zero_optimization": {"stage": 2}}' ;;
+    s3) echo '{"bf16": {"enabled": "auto"}, "zero_optimization": {"stage": 3}}' ;;
+    s3off) echo '{"bf16": {"enabled": "auto"}, "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}}' ;;
+  esac
+}
+for c in $CASES; do
+  for n in 1 "$GPUS"; do
+    if [ "$n" = 1 ]; then launch=("$BIN"); else launch=("$BIN" --num_gpus "$n"); fi
+    CUDA_VISIBLE_DEVICES=$(seq -s, 0 $((n - 1))) "${launch[@]}" --deepspeed "$(ds_of "$c")" "${common[@]}" \
+      --output_dir "$OUT/${c}_${n}gpu" > "$OUT/${c}_${n}gpu.log" 2>&1
+    echo "$c on $n GPU(s): exit $?"
+  done
+done
+python3 - "$OUT" "$GPUS" "$CASES" <<'PY'
+import json, re, statistics, sys
+out, n, cases = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
+bw = {}
+for line in open(out + "/bandwidth.txt"):
+    m = re.search(r"rank 0: (\S+) of .* busbw ([0-9.]+) GB/s", line)
+    if m: bw[m.group(1)] = float(m.group(2)) * 1e9
+P, B = 2.85e9, 8
+def step_s(d):
+    try:
+        ms = [json.loads(l)["step_ms"] for l in open(f"{out}/{d}/trainer_log.jsonl") if '"max_steps"' in l]
+    except OSError:
+        return None
+    return statistics.median(ms[2:]) / 1000 if len(ms) > 3 else None
+f = (n - 1) / n
+for c in cases:
+    t1, tn = step_s(f"{c}_1gpu"), step_s(f"{c}_{n}gpu")
+    res = {"case": c, "gpus": n}
+    if t1 and tn:
+        if c == "s0": comm = 2 * f * 2 * P / bw.get("all-reduce", 1) * 1.0
+        elif c in ("s1", "s2"): comm = f * 2 * P / bw.get("reduce-scatter", 1) + f * 2 * P / bw.get("all-gather", 1)
+        else: comm = f * 2 * P / bw.get("reduce-scatter", 1) + 2 * f * 2 * P / bw.get("all-gather", 1)
+        floor = max(t1, comm)
+        res.update({"s_per_step_1gpu": round(t1, 4), f"s_per_step_{n}gpu": round(tn, 4),
+                    "samples_per_s_1gpu": round(B / t1, 2), f"samples_per_s_{n}gpu": round(n * B / tn, 2),
+                    "scaling": round(n * t1 / tn, 3), "comm_s_at_busbw": round(comm, 4),
+                    "floor_s": round(floor, 4), "step_over_floor": round(tn / floor, 3)})
+    else:
+        res["error"] = "a run did not finish: see the logs"
+    print(json.dumps(res))
+PY
