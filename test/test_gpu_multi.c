@@ -147,12 +147,68 @@ static void test_slurm_style_env(void** state) {
         if (a[i] != b[i]) fail_msg("step %d: loss %.9g (--num_gpus 2) vs %.9g (Slurm variables)", i + 1, a[i], b[i]);
 }
 
+// two GPUs at stage 3: stop after step 10 (a checkpoint: gathered model.safetensors, one optimizer state per rank),
+// resume "last" on two GPUs: steps 11..20 give the uninterrupted run's losses bit for bit; evaluation with
+// generation on both ranks (rank 0 writes eval_results.json)
+static void test_resume_and_eval(void** state) {
+    (void)state;
+    REQUIRE_TWO_GPUS();
+    char outa[512], outb[512], args[4096], cmd[9000];
+    const char* extra = "--deepspeed '" S3 "}}' --save_strategy steps --save_steps 10 --do_eval --validation_file %s/wmt16-ro-en/validation.en "
+                        "--max_eval_samples 16 --evaluation_strategy steps --eval_steps 10 --predict_with_generate "
+                        "--generation_max_length 16 --max_steps 20";
+    char ex[1024];
+    snprintf(ex, sizeof ex, extra, t5test_data_dir());
+    snprintf(outa, sizeof outa, "%s/multi_resume_a", t5test_tmpdir());
+    snprintf(outb, sizeof outb, "%s/multi_resume_b", t5test_tmpdir());
+    const char* bin = t5test_bin();
+    run_args(args, sizeof args, "env", outa, 2, ex);
+    snprintf(cmd, sizeof cmd, "%s --num_gpus 2%s", bin, strstr(args, bin) + strlen(bin));
+    int rc = t5test_run(g_text, sizeof g_text, "%s", cmd);
+    if (rc) fail_msg("uninterrupted: exit %d:\n%s", rc, g_text);
+    run_args(args, sizeof args, "env", outb, 2, ex);
+    snprintf(cmd, sizeof cmd, "T5TRAIN_STOP_AFTER_STEPS=10 %s --num_gpus 2%s", bin, strstr(args, bin) + strlen(bin));
+    rc = t5test_run(g_text, sizeof g_text, "%s", cmd);
+    if (rc) fail_msg("stopped run: exit %d:\n%s", rc, g_text);
+    char* ck = t5_path_join(outb, "checkpoint-10");
+    const char* files[] = {"model.safetensors", "t5train_state_r00000.bin", "t5train_state_r00001.bin", "t5train_done"};
+    for (size_t i = 0; i < T5_ARRAY_LEN(files); i++) {
+        char* p = t5_path_join(ck, files[i]);
+        if (!t5_is_file(p)) fail_msg("missing %s", p);
+        free(p);
+    }
+    free(ck);
+    snprintf(cmd, sizeof cmd, "%s --num_gpus 2%s --resume_from_checkpoint last", bin, strstr(args, bin) + strlen(bin));
+    rc = t5test_run(g_text, sizeof g_text, "%s", cmd);
+    if (rc) fail_msg("resumed run: exit %d:\n%s", rc, g_text);
+    double a[64], b[64];
+    int na = jsonl_doubles(outa, "loss", a, 64), nb = jsonl_doubles(outb, "loss", b, 64);
+    assert_int_equal(na, 20);
+    assert_int_equal(nb, 20);
+    for (int i = 10; i < 20; i++)
+        if (a[i] != b[i]) fail_msg("step %d: loss %.9g uninterrupted vs %.9g resumed", i + 1, a[i], b[i]);
+    const char* outs[] = {"model.safetensors", "eval_results.json", "all_results.json", "trainer_state.json"};
+    for (size_t i = 0; i < T5_ARRAY_LEN(outs); i++) {
+        char* p = t5_path_join(outa, outs[i]);
+        if (!t5_is_file(p)) fail_msg("missing %s", p);
+        free(p);
+    }
+    char* ev = t5_path_join(outa, "eval_results.json");
+    char* txt = t5_read_file(ev, NULL);
+    assert_non_null(txt);
+    assert_contains(txt, "\"eval_bleu\"");
+    print_message("resume on 2 GPUs: steps 11-20 bit-identical; %s\n", txt);
+    free(txt);
+    free(ev);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stage0_fp32),         cmocka_unit_test(test_stage1_fp32),
         cmocka_unit_test(test_stage2_fp32),         cmocka_unit_test(test_stage3_fp32),
         cmocka_unit_test(test_stage3_offload_fp32), cmocka_unit_test(test_stage2_bf16),
         cmocka_unit_test(test_stage3_offload_fp16), cmocka_unit_test(test_slurm_style_env),
+        cmocka_unit_test(test_resume_and_eval),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,6 +7,7 @@
  * (setup, eval, step, loop, end). Signals: src/base/signals.h.
  */
 #include "trainer.h"
+#include "../launch/comm.h"
 
 #include <cuda_runtime.h>
 #include <jansson.h>
@@ -241,7 +242,9 @@ typedef struct {
     // several ranks (a->zero.world > 1): rank 0 logs and writes the run's files (HF's main process); every rank
     // writes its own optimizer state; the logged loss is the mean over the ranks
     int rank, world;
-    bool main;                   // writes the shared files: rank 0
+    bool main;                   // rank 0: logs and reports
+    bool writer;                 // writes the run's shared files: rank 0, or with save_on_each_node the local rank 0
+                                 // of every node (HF's should_save; nodes without a shared file system)
     size_t state_n;              // Adam's m (and v) floats this rank holds: its partition (= t->n at one rank)
     float* d_losses;             // (gas) several ranks: the micro-batch losses, all-reduced
 } Trainer;
@@ -608,7 +611,7 @@ static json_t* run_eval_split(Trainer* t, Dataset* ds, DataLoader* dl, const cha
         char ks[64];  // <prefix>_samples: run_translation adds it to the results files only, never to the logged dict
         snprintf(ks, sizeof ks, "%s_samples", prefix);
         json_object_del(m, ks);
-        if (keep && t->main && evaluate_write_predictions(a->output_dir, &r, err, sizeof err))
+        if (keep && t->writer && evaluate_write_predictions(a->output_dir, &r, err, sizeof err))
             t5_die(T5_EXIT_FAILURE, "%s", err);
         snprintf(kb, sizeof kb, "%s_bleu", prefix);
         snprintf(kg, sizeof kg, "%s_gen_len", prefix);
@@ -693,8 +696,8 @@ static long agree_nonce(Trainer* t) {
 // every rank first joins the gather of the fp32 masters.
 static void save_weights(Trainer* t, const char* dir, const char* what) {
     static char err[TRAINER_ERR_LEN];
-    zero_gather_masters(t->Z, t->main, t->s);
-    if (t->main && t5_weights_save(t->Z, &t->T, dir, DT_F32, SAFETENSORS_DEFAULT_SHARD_BYTES, t->s, err, sizeof err))
+    zero_gather_masters(t->Z, t->writer, t->s);
+    if (t->writer && t5_weights_save(t->Z, &t->T, dir, DT_F32, SAFETENSORS_DEFAULT_SHARD_BYTES, t->s, err, sizeof err))
         t5_die(T5_EXIT_FAILURE, "saving %s: %s", what, err);
     zero_gather_masters_free(t->Z);
 }
@@ -711,7 +714,7 @@ static void save_checkpoint(Trainer* t) {
     char what[64];
     snprintf(what, sizeof what, "checkpoint-%lld", (long long)step);
     save_weights(t, w.tmp_dir, what);
-    if (t->main) {
+    if (t->writer) {
         copy_tokenizer_files(a, w.tmp_dir);
         char* p = t5_path_join(w.tmp_dir, "trainer_state.json");
         t->hf.global_step = step;
@@ -752,13 +755,13 @@ static void save_checkpoint(Trainer* t) {
     // several ranks: every rank's files are written before rank 0 completes the checkpoint, and it is in place
     // before any rank goes on (a resume never sees half of it)
     zero_barrier(t->Z, t->s);
-    if (t->main && checkpoint_commit(&w, err, sizeof err)) t5_die(T5_EXIT_FAILURE, "%s", err);
+    if (t->writer && checkpoint_commit(&w, err, sizeof err)) t5_die(T5_EXIT_FAILURE, "%s", err);
     zero_barrier(t->Z, t->s);
     char line[4200];
     snprintf(line, sizeof line, "Saving model checkpoint to %s (%.1f s)", w.final_dir, trainer_log_now() - t0);
     trainer_log_line(&t->log, line);
     t->last_saved_step = step;
-    if (a->save_total_limit > 0 && t->main &&
+    if (a->save_total_limit > 0 && t->writer &&
         checkpoint_rotate(a->output_dir, (int)a->save_total_limit, step, t->best.has_best ? t->best.best_step : -1,
                           stdout, err, sizeof err) < 0)
         t5_warn("%s", err);
@@ -1062,7 +1065,7 @@ static void write_final(Trainer* t, json_t* train_metrics, json_t* eval_metrics,
     const TrainerArgs* a = t->a;
     static char err[TRAINER_ERR_LEN];
     if (train_metrics) save_weights(t, a->output_dir, "the final model");
-    if (!t->main) return;  // several ranks: rank 0 writes the run's files
+    if (!t->writer) return;  // several ranks: rank 0 (save_on_each_node: each node's local rank 0) writes the files
     if (train_metrics) {
         copy_tokenizer_files(a, a->output_dir);
         char line[4200];
@@ -1095,6 +1098,7 @@ int trainer_run(const TrainerArgs* a) {
     t->world = T5_MAX(a->zero.world, 1);
     t->rank = a->zero.rank;
     t->main = t->rank == 0;
+    t->writer = a->save_on_each_node && a->zero.comm ? comm_local_rank(a->zero.comm) == 0 : t->main;
     static char err[TRAINER_ERR_LEN];
     trainer_log_init(&t->log, stdout, a->output_dir, t->rank);
     trainer_state_init(&t->hf);
@@ -1146,7 +1150,7 @@ int trainer_run(const TrainerArgs* a) {
         t->st.flat_numel = (int64_t)t->n;
         t->st.dtype = (int32_t)a->dtype;
         t->rng.seed = a->seed;
-        if (t->main) checkpoint_remove_stale(a->output_dir, stderr);
+        if (t->writer) checkpoint_remove_stale(a->output_dir, stderr);
         zero_barrier(t->Z, t->s);  // several ranks: nothing is read before rank 0 settled the leftovers
         if (a->resume_from_checkpoint[0]) {
             char* dir = checkpoint_resolve_resume(a->resume_from_checkpoint, a->output_dir, stderr, err, sizeof err);
@@ -1338,7 +1342,7 @@ int trainer_run(const TrainerArgs* a) {
             zero_sync_working(t->Z, t->s);
         }
         // HF train(): with save_total_limit 1 and a best checkpoint, every other checkpoint goes at the end
-        if (a->save_total_limit == 1 && t->best.has_best && t->main &&
+        if (a->save_total_limit == 1 && t->best.has_best && t->writer &&
             checkpoint_keep_only(a->output_dir, t->best.best_step, stdout, err, sizeof err) < 0)
             t5_warn("%s", err);
         train_metrics = json_object();

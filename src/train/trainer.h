@@ -119,6 +119,7 @@ typedef struct {
     // the estimate for this job and a plan predicted to fit to the message (set by src/cli, which may call the
     // planner; args is this TrainerArgs); NULL: the message alone
     void (*oom_advice)(const void* args, char* buf, size_t len);
+    bool save_on_each_node;  // several nodes without a shared file system: each node's local rank 0 writes too
 } TrainerArgs;
 
 // Defaults matching HF TrainingArguments (lr 5e-5, linear, clip 1.0, logging/save every 500, seed 42, ...).
