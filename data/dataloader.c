@@ -279,6 +279,26 @@ void dataloader_state_save(const DataLoader* dl, DataLoaderState* st) {
     st->flags = loader_flags(dl);
 }
 
+int dataloader_state_rescale(DataLoaderState* st, int rank, int world, int batch, char* err, size_t errlen) {
+    if (st->world_size < 1 || st->batch_size < 1 || world < 1 || batch < 1 || rank < 0 || rank >= world)
+        return t5_set_err(err, errlen, "data loader state: bad rank/world/batch");
+    const int64_t g_old = (int64_t)st->world_size * st->batch_size, g_new = (int64_t)world * batch;
+    const int64_t rows = st->batch_in_epoch * g_old;  // the epoch's order consumed: positions [0, rows)
+    if ((st->flags & 4) && g_old != g_new)
+        return t5_set_err(err, errlen, "group_by_length orders each epoch by megabatches of %lld rows (%d ranks x %d); "
+                          "this run's are %lld (%d x %d): resume with the same global batch",
+                          (long long)g_old, st->world_size, st->batch_size, (long long)g_new, world, batch);
+    if (rows % g_new != 0)
+        return t5_set_err(err, errlen, "the saved position (%lld rows into epoch %lld, %d ranks x %d) is not a whole "
+                          "number of global batches of %d ranks x %d",
+                          (long long)rows, (long long)st->epoch, st->world_size, st->batch_size, world, batch);
+    st->batch_in_epoch = rows / g_new;
+    st->rank = rank;
+    st->world_size = world;
+    st->batch_size = batch;
+    return 0;
+}
+
 int dataloader_state_restore(DataLoader* dl, const DataLoaderState* st, char* err, size_t errlen) {
     if (st->magic != DATALOADER_STATE_MAGIC || st->version != 1) {
         t5_set_err(err, errlen, "data loader state: bad magic/version (not a t5train data position)");

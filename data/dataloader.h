@@ -74,6 +74,11 @@ int64_t dataloader_epoch(const DataLoader* dl);
 const int64_t* dataloader_rank_indices(const DataLoader* dl, int64_t* n);
 
 void dataloader_state_save(const DataLoader* dl, DataLoaderState* st);
+// A position saved with another number of ranks or batch size, as this rank's (resume on another number of GPUs):
+// micro-batch m of W ranks x B is positions [mWB, (m+1)WB) of the epoch's order, so the position carries over when it
+// is a whole number of this run's global batches (and, with group_by_length, the global batch is unchanged: its
+// megabatches are sized by it). Returns 0, or -1 with a sentence.
+int dataloader_state_rescale(DataLoaderState* st, int rank, int world, int batch, char* err, size_t errlen);
 // Returns 0, or -1 with err set when the state does not belong to this data/rank/world/batch size.
 int dataloader_state_restore(DataLoader* dl, const DataLoaderState* st, char* err, size_t errlen);
 

@@ -139,9 +139,92 @@ static void test_same_samples_per_update(void** state) {
     free(model);
 }
 
+// the next micro-batch's rows (sorted) of the W ranks of micro-batch B after `skip` micro-batches each, or, with
+// `from`, of a loader restored from that state rescaled to (rank, W, B)
+static int next_rows(const Dataset* ds, DataOptions o, int W, int B, int skip, const DataLoaderState* from,
+                     int64_t* rows, DataLoaderState* st_out) {
+    int n = 0;
+    for (int r = 0; r < W; r++) {
+        o.rank = r, o.world_size = W, o.train_batch_size = B;
+        char err[512];
+        DataLoader* dl = dataloader_open(ds, &o, true, err, sizeof err);
+        if (!dl) fail_msg("%s", err);
+        Batch b;
+        memset(&b, 0, sizeof b);
+        if (from) {
+            DataLoaderState st = *from;
+            if (dataloader_state_rescale(&st, r, W, B, err, sizeof err)) fail_msg("%s", err);
+            if (dataloader_state_restore(dl, &st, err, sizeof err)) fail_msg("%s", err);
+        } else {
+            dataloader_set_epoch(dl, 1);
+            for (int k = 0; k < skip; k++) assert_true(dataloader_next_batch(dl, &b));
+            if (r == 0 && st_out) dataloader_state_save(dl, st_out);
+        }
+        assert_true(dataloader_next_batch(dl, &b));
+        for (int i = 0; i < b.B; i++) rows[n++] = b.example_index[i];
+        batch_free(&b);
+        dataloader_close(dl);
+    }
+    qsort(rows, (size_t)n, sizeof(int64_t), cmp64);
+    return n;
+}
+
+// resume on another number of ranks: 2 x 2 after 3 micro-batches goes on as 1 x 4 and 4 x 1 would (same rows next),
+// 1 x 4 after 3 goes on as 2 x 2; a position that is not a whole global batch, or group_by_length with another global
+// batch, is refused
+static void test_position_across_worlds(void** state) {
+    (void)state;
+    T5_REQUIRE_DATA();
+    char* model = t5_path_join(t5test_data_dir(), "t5-spiece/spiece.model");
+    char* pre = t5_path_join(t5test_tmpdir(), "dpr96");
+    const char* langs[2] = {"en", "ro"};
+    for (int k = 0; k < 2; k++) {
+        char* src = t5_path_join(t5test_data_dir(), k ? "wmt16-ro-en/validation.ro" : "wmt16-ro-en/validation.en");
+        char out[1024];
+        assert_int_equal(t5test_run(out, sizeof out, "head -n 96 %s > %s.%s", src, pre, langs[k]), 0);
+        free(src);
+    }
+    DataOptions o;
+    data_options_default(&o);
+    o.split_file[DATA_SPLIT_TRAIN] = pre;
+    o.tokenizer_path = model;
+    o.no_cache = true;
+    o.quiet = true;
+    o.num_threads = 2;
+    o.shuffle = true;
+    char err[512];
+    Dataset* ds = dataset_open(&o, DATA_SPLIT_TRAIN, NULL, err, sizeof err);
+    if (!ds) fail_msg("%s", err);
+    const int cases[3][4] = {{2, 2, 1, 4}, {2, 2, 4, 1}, {1, 4, 2, 2}};  // saved W x B -> resumed W x B
+    for (int c = 0; c < 3; c++) {
+        int64_t want[16], got[16];
+        DataLoaderState st;
+        // the uninterrupted run on the new shape: 3 global batches of 4 rows consumed, the 4th next
+        int nw = next_rows(ds, o, cases[c][2], cases[c][3], 3, NULL, want, NULL);
+        (void)next_rows(ds, o, cases[c][0], cases[c][1], 3, NULL, got, &st);
+        int ng = next_rows(ds, o, cases[c][2], cases[c][3], 0, &st, got, NULL);
+        assert_int_equal(ng, nw);
+        assert_memory_equal(got, want, (size_t)nw * sizeof(int64_t));
+    }
+    DataLoaderState st;
+    int64_t rows[16];
+    (void)next_rows(ds, o, 2, 2, 3, NULL, rows, &st);  // 12 rows in
+    DataLoaderState x = st;
+    assert_int_equal(dataloader_state_rescale(&x, 0, 1, 8, err, sizeof err), -1);
+    assert_non_null(strstr(err, "not a whole number of global batches"));
+    x = st;
+    x.flags |= 4;
+    assert_int_equal(dataloader_state_rescale(&x, 0, 1, 2, err, sizeof err), -1);
+    assert_non_null(strstr(err, "group_by_length"));
+    dataset_close(ds);
+    free(pre);
+    free(model);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_samples_per_update),
+        cmocka_unit_test(test_position_across_worlds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -202,13 +202,61 @@ static void test_resume_and_eval(void** state) {
     free(ev);
 }
 
+// the command of a run on `gpus` GPUs (1: GPU 0 only) with micro-batch 4 / gpus
+static void cmd_on(char* cmd, size_t cap, int gpus, const char* out, const char* extra, const char* env) {
+    char args[4096];
+    run_args(args, sizeof args, "env", out, 4 / gpus, extra);
+    const char* bin = t5test_bin();
+    const char* rest = strstr(args, bin) + strlen(bin);
+    if (gpus == 1) snprintf(cmd, cap, "%s CUDA_VISIBLE_DEVICES=0 %s%s", env, bin, rest);
+    else snprintf(cmd, cap, "%s %s --num_gpus %d%s", env, bin, gpus, rest);
+}
+
+// resume on another number of GPUs: stopped after step 10 on `first` GPUs, resumed on `second` (the optimizer state
+// re-cut, the data position carried over): steps 11-20 within 1e-6 of the uninterrupted run on `first` GPUs (fp32:
+// the same updates, other GEMM shapes)
+static void resume_across(const char* tag, const char* ds, int first, int second) {
+    char a[512], b[512], cmd[9000], extra[1024];
+    snprintf(a, sizeof a, "%s/multi_%s_a", t5test_tmpdir(), tag);
+    snprintf(b, sizeof b, "%s/multi_%s_b", t5test_tmpdir(), tag);
+    snprintf(extra, sizeof extra, "--deepspeed '%s' --max_steps 20 --save_strategy steps --save_steps 10", ds);
+    cmd_on(cmd, sizeof cmd, first, a, extra, "");
+    int rc = t5test_run(g_text, sizeof g_text, "%s", cmd);
+    if (rc) fail_msg("%s uninterrupted: exit %d:\n%s", tag, rc, g_text);
+    cmd_on(cmd, sizeof cmd, first, b, extra, "T5TRAIN_STOP_AFTER_STEPS=10");
+    rc = t5test_run(g_text, sizeof g_text, "%s", cmd);
+    if (rc) fail_msg("%s stopped: exit %d:\n%s", tag, rc, g_text);
+    cmd_on(cmd, sizeof cmd, second, b, extra, "");
+    strcat(cmd, " --resume_from_checkpoint last");
+    rc = t5test_run(g_text, sizeof g_text, "%s", cmd);
+    if (rc) fail_msg("%s resumed on %d GPUs: exit %d:\n%s", tag, second, rc, g_text);
+    assert_contains(g_text, "optimizer state re-cut");
+    double x[64], y[64];
+    int nx = jsonl_doubles(a, "loss", x, 64), ny = jsonl_doubles(b, "loss", y, 64);
+    assert_int_equal(nx, 20);
+    assert_int_equal(ny, 20);
+    double worst = 0;
+    for (int i = 10; i < 20; i++) worst = fmax(worst, fabs(x[i] - y[i]) / fabs(x[i]));
+    print_message("%s: %d GPU(s) -> %d GPU(s) at step 10: steps 11-20 worst loss rel diff %.3g (gate 1e-6)\n", tag, first,
+                  second, worst);
+    if (!(worst <= 1e-6)) fail_msg("%s: resumed trajectory differs by %.3g", tag, worst);
+}
+
+static void test_resume_other_world(void** state) {
+    (void)state;
+    REQUIRE_TWO_GPUS();
+    resume_across("w2to1_s3", S3 "}}", 2, 1);
+    resume_across("w1to2_s2", "{\"zero_optimization\": {\"stage\": 2}}", 1, 2);
+    resume_across("w2to1_s0", "{\"zero_optimization\": {\"stage\": 0}}", 2, 1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stage0_fp32),         cmocka_unit_test(test_stage1_fp32),
         cmocka_unit_test(test_stage2_fp32),         cmocka_unit_test(test_stage3_fp32),
         cmocka_unit_test(test_stage3_offload_fp32), cmocka_unit_test(test_stage2_bf16),
         cmocka_unit_test(test_stage3_offload_fp16), cmocka_unit_test(test_slurm_style_env),
-        cmocka_unit_test(test_resume_and_eval),
+        cmocka_unit_test(test_resume_and_eval),       cmocka_unit_test(test_resume_other_world),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -603,6 +603,11 @@ static int read_marker(const char* dir, int64_t* step, int* world, char* err, si
     return 0;
 }
 
+int checkpoint_world_size(const char* dir, int* world, char* err, size_t errcap) {
+    int64_t step;
+    return read_marker(dir, &step, world, err, errcap);
+}
+
 int checkpoint_validate(const char* dir, bool verify_checksums, int64_t* step_out, char* err, size_t errcap) {
     char name[256];
     base_name(dir, name, sizeof name);

@@ -68,6 +68,8 @@ static inline uint32_t checkpoint_crc32c_sw(uint32_t crc, const void* data, size
 char* checkpoint_dir_path(const char* output_dir, int64_t step);
 // "t5train_state.bin" for world_size 1, "t5train_state_r%05d.bin" otherwise
 void checkpoint_state_filename(char* buf, size_t cap, int rank, int world_size);
+// The number of ranks that saved a complete checkpoint directory (its completion marker).
+int checkpoint_world_size(const char* dir, int* world, char* err, size_t errcap);
 // Parses "checkpoint-<digits>" exactly (HF's ^checkpoint\-(\d+)$); returns the step or -1.
 int64_t checkpoint_parse_name(const char* name);
 

@@ -8,6 +8,7 @@
  */
 #include "trainer.h"
 #include "../launch/comm.h"
+#include "recut.h"
 
 #include <cuda_runtime.h>
 #include <jansson.h>
@@ -773,18 +774,94 @@ static void state_read_check(CheckpointState* cs, const char* tag, void* dst, si
     if (checkpoint_state_read(cs, tag, dst, n, err, sizeof err)) t5_die(T5_EXIT_FAILURE, "resume: %s", err);
 }
 
+typedef struct {
+    Trainer* t;
+    const ZeroLayout* Lold;
+    const ZeroLayout* Lnew;
+    size_t got;
+} RecutCtx;
+
+static void recut_put(void* ctx, int which, size_t off, const float* src, size_t n) {
+    RecutCtx* r = ctx;
+    opt_state_range(r->t, which, off, n, (float*)src, false);
+    r->got += n;
+}
+
+static int recut_consume(void* ctx, const void* data, size_t off, size_t n) {
+    RecutCtx* r = ctx;
+    if (off % sizeof(float) || n % sizeof(float)) return -1;
+    recut_chunk(r->Lold, r->Lnew, off / sizeof(float), data, n / sizeof(float), recut_put, r);
+    return 0;
+}
+
+// Resume on another number of ranks: this rank's AdamW m and v from the old ranks' blobs that hold a piece of its
+// partition. The old layout: whole tensors when rank 0's blob holds the whole model (stage 0, or one rank), else
+// old_world partitions; the new one: this rank's partition (stages 1-3) or the whole model (stage 0).
+static void load_opt_recut(Trainer* t, const char* dir, CheckpointState* cs0, int old_world, size_t blob_floats) {
+    static char err[TRAINER_ERR_LEN];
+    const CheckpointBlobInfo* bi = checkpoint_state_find(cs0, CKPT_TAG_ADAFACTOR_LAYOUT) ? NULL
+                                                                                        : checkpoint_state_find(cs0, CKPT_TAG_OPTIMIZER);
+    if (t->a->optimizer == TRAINER_OPTIM_ADAFACTOR) {
+        // Adafactor runs with whole tensors only on several ranks (stage 0): the blob is the same at any N
+        if (checkpoint_state_read_stream(cs0, CKPT_TAG_ADAFACTOR, blob_floats * sizeof(float), (size_t)1 << 26,
+                                         opt_state_consume, t, err, sizeof err))
+            t5_die(T5_EXIT_FAILURE, "resume: %s (Adafactor state saved by %d ranks)", err, old_world);
+        return;
+    }
+    if (!bi) t5_die(T5_EXIT_FAILURE, "resume: %s has no optimizer state", cs0->path);
+    const size_t old_floats = (size_t)bi->nbytes / sizeof(float);
+    const bool old_whole = old_floats == 2 * t->n;
+    const int ow = old_whole ? 1 : old_world;
+    const int nw = t->engine_opt ? t->world : 1, nr = t->engine_opt ? t->rank : 0;
+    size_t* numel = malloc_check((size_t)t->T.num_units * sizeof *numel);
+    for (int u = 0; u < t->T.num_units; u++) numel[u] = t->T.units[u].numel;
+    ZeroLayout Ln, Lo;
+    if (zero_layout_build(&Ln, nw, nr, t->T.num_units, numel, 1000000000, 0.0, err, sizeof err))
+        t5_die(T5_EXIT_FAILURE, "resume: %s", err);
+    if (Ln.part_total != t->state_n)
+        t5_die(T5_EXIT_FAILURE, "internal: re-cut layout of %zu floats, this rank's optimizer state %zu", Ln.part_total,
+               t->state_n);
+    size_t owned = 0;
+    for (int u = 0; u < t->T.num_units; u++) owned += Ln.hi[u] - Ln.lo[u];
+    RecutCtx rc = {.t = t, .Lnew = &Ln};
+    for (int r = 0; r < ow; r++) {
+        if (zero_layout_build(&Lo, ow, r, t->T.num_units, numel, 1000000000, 0.0, err, sizeof err))
+            t5_die(T5_EXIT_FAILURE, "resume: %s", err);
+        if (recut_rank_needed(&Lo, r, &Ln)) {
+            char fn[64];
+            checkpoint_state_filename(fn, sizeof fn, r, old_world);
+            char* p = t5_path_join(dir, fn);
+            CheckpointState cs;
+            if (checkpoint_state_open(&cs, p, err, sizeof err)) t5_die(T5_EXIT_FAILURE, "resume: %s", err);
+            rc.Lold = &Lo;
+            if (checkpoint_state_read_stream(&cs, CKPT_TAG_OPTIMIZER, 2 * Lo.part_total * sizeof(float), (size_t)1 << 26,
+                                             recut_consume, &rc, err, sizeof err))
+                t5_die(T5_EXIT_FAILURE, "resume: %s (optimizer state of rank %d of %d)", err, r, old_world);
+            checkpoint_state_close(&cs);
+            free(p);
+        }
+        zero_layout_free(&Lo);
+    }
+    zero_layout_free(&Ln);
+    free(numel);
+    if (rc.got != 2 * owned)
+        t5_die(T5_EXIT_FAILURE, "resume: %s: the optimizer state re-cut from %d ranks gave %zu of %zu floats", dir,
+               old_world, rc.got, 2 * owned);
+    printf("Resuming on %d rank%s from a checkpoint of %d: optimizer state re-cut (%zu floats on this rank)\n", t->world,
+           t->world > 1 ? "s" : "", old_world, rc.got);
+}
+
 static void load_checkpoint(Trainer* t, const char* dir) {
     static char err[TRAINER_ERR_LEN];
     if (t5_weights_load(t->Z, &t->T, dir, t->s, err, sizeof err)) t5_die(T5_EXIT_FAILURE, "resume: %s", err);
     zero_sync_working(t->Z, t->s);
+    // saved by another number of ranks: this rank takes old rank 0's counters, scaler, schedule, data position and
+    // RNG, and its optimizer partition re-cut from the old ranks' files (recut.h)
+    int old_world = t->world;
+    if (checkpoint_world_size(dir, &old_world, err, sizeof err)) t5_die(T5_EXIT_FAILURE, "resume: %s: %s", dir, err);
     char fn[64];
-    checkpoint_state_filename(fn, sizeof fn, t->rank, t->world);
+    checkpoint_state_filename(fn, sizeof fn, old_world == t->world ? t->rank : 0, old_world);
     char* p = t5_path_join(dir, fn);
-    if (!t5_is_file(p))
-        t5_die(T5_EXIT_USAGE,
-               "resume: %s has no %s for rank %d of %d (saved by another number of ranks? resuming on a different "
-               "number of GPUs is not implemented yet: resume with the GPU count it was saved with)",
-               dir, fn, t->rank, t->world);
     CheckpointState cs;
     if (checkpoint_state_open(&cs, p, err, sizeof err)) t5_die(T5_EXIT_FAILURE, "resume: %s", err);
     TrainerCounters c;
@@ -817,7 +894,9 @@ static void load_checkpoint(Trainer* t, const char* dir) {
         blob_floats = t->ada_floats;
     }
     // the optimizer's blob streamed into the engine / the GPU state (no full host copy)
-    if (checkpoint_state_read_stream(&cs, opt == TRAINER_OPTIM_ADAFACTOR ? CKPT_TAG_ADAFACTOR : CKPT_TAG_OPTIMIZER,
+    if (old_world != t->world) {
+        load_opt_recut(t, dir, &cs, old_world, blob_floats);
+    } else if (checkpoint_state_read_stream(&cs, opt == TRAINER_OPTIM_ADAFACTOR ? CKPT_TAG_ADAFACTOR : CKPT_TAG_OPTIMIZER,
                                      blob_floats * sizeof(float), (size_t)1 << 26, opt_state_consume, t, err,
                                      sizeof err))
         t5_die(T5_EXIT_FAILURE, "resume: %s", err);
@@ -827,6 +906,9 @@ static void load_checkpoint(Trainer* t, const char* dir) {
     state_read_check(&cs, CKPT_TAG_DATA, &t->data_state, sizeof t->data_state);
     state_read_check(&cs, CKPT_TAG_RNG, &t->rng, sizeof t->rng);
     checkpoint_state_close(&cs);
+    if ((t->data_state.world_size != t->world || t->data_state.batch_size != t->a->data.train_batch_size) &&
+        dataloader_state_rescale(&t->data_state, t->rank, t->world, t->a->data.train_batch_size, err, sizeof err))
+        t5_die(T5_EXIT_USAGE, "resume: %s saved by %d ranks x %d: %s", dir, old_world, t->data_state.batch_size, err);
     if (dataloader_state_restore(t->train_dl, &t->data_state, err, sizeof err))
         t5_die(T5_EXIT_FAILURE, "resume: %s", err);
     t->st = c;
