@@ -10,9 +10,9 @@ echo "# Memory plans for every T5 size on 1, 2 and 8 GPUs (generated)"
 echo
 echo "Made by \`scripts/estimate_tables.sh\` (commit $(git rev-parse --short HEAD)): \`t5train estimate --deepspeed"
 echo "configs/ds_config_zero3.json --model M --fp16 --batch 8 --source_len 128 --target_len 128 --num_gpus N"
-echo "--gpu_mem 79.6 --host_mem 125\`. GiB per GPU (rank) and per node. Several ranks are arithmetic: the engine"
-echo "partitions for N ranks, but its collectives have not run on several GPUs (docs/zero.md). How each column is"
-echo "counted: docs/estimate.md."
+echo "--gpu_mem 79.6 --host_mem 125\`. GiB per GPU (rank) and per node. Several ranks: the engine's N-rank partitions and"
+echo "buffers, NCCL's measured allowance, and step times from the NCCL bandwidth measured on two H100s of one host"
+echo "(docs/multi_gpu.md; 8 GPUs assume the same per-link rate, not measured). How each column is counted: docs/estimate.md."
 for m in t5-small t5-base t5-large t5-3b t5-11b; do
     echo
     echo "## $m"

@@ -153,7 +153,13 @@ static void test_engine_sizes(void** state) {
     PlanRow r8;
     assert_int_equal(planner_row(&in8, 3, false, false, 1.0, &r8, err, sizeof err), 0);
     assert_int_equal(planner_row(&in, 3, false, false, 1.0, &r, err, sizeof err), 0);
-    assert_true(r8.g_optim * 7 < r.g_optim && r8.step_s < 0);
+    assert_true(r8.g_optim * 7 < r.g_optim);
+    // one node: a step time from the measured NVLink rates, never below the one-rank compute; several nodes: none
+    assert_true(r8.step_s >= planner_compute_s(&in) * 0.999);
+    PlanInput in2n = in8;
+    in2n.num_nodes = 2;
+    assert_int_equal(planner_row(&in2n, 3, false, false, 1.0, &r8, err, sizeof err), 0);
+    assert_true(r8.step_s < 0);
     // zero_estimate refuses what the engine refuses
     ZeroOptions o;
     zero_options_default(&o);

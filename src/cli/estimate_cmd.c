@@ -22,7 +22,7 @@ static void estimate_usage(FILE* f) {
             "the GPU memory per rank and host memory per node the engine allocates, whether it fits this machine,\n"
             "a predicted step time, and DeepSpeed's own estimator numbers for the same model.\n"
             "  --model NAME|DIR             a preset (t5-small ... t5-11b, google/t5-v1_1-*) or a directory with config.json\n"
-            "  --num_gpus N                 GPUs per node (default 1; more than 1 is arithmetic only)\n"
+            "  --num_gpus N                 GPUs per node (default 1)\n"
             "  --num_nodes N                nodes (default 1)\n"
             "  --batch N                    micro-batch per GPU (default: per_device_train_batch_size, 8)\n"
             "  --source_len N, --target_len N  tokens the activations are sized for (default: max_source_length,\n"

@@ -15,7 +15,14 @@
  *             micro-batch; from the second micro-batch the accumulated slot also comes in).
  *   step      = max(CPU AdamW, PCIe) + micro-batches x compute, x 1.25 when the CPU steps (the measured
  *             step / floor ratio of the homework configuration at batch 1 and 8).
- * Several ranks need an NCCL rate that has not been measured: their step time is left out (step_s < 0).
+ * Several ranks of one node: NCCL bus bandwidth measured between the two H100s of one host (NVLink, `t5train
+ * --num_gpus 2 launch-check --bandwidth_mib 1024`, docs/multi_gpu.md, 2026-11-25): all-reduce 331.9 GB/s, all-gather
+ * 273.3 GB/s, reduce-scatter 278.8 GB/s. The collectives' time per update at those rates (nccl-tests' busbw:
+ * x 2(N-1)/N of the bytes for an all-reduce, x (N-1)/N for the others): stage 0 all-reduces the 16-bit gradient,
+ * stages 1/2 reduce-scatter it and all-gather the weights, stage 3 gathers the weights twice (forward, backward) and
+ * reduce-scatters the gradient. The step is the one-rank formula with its compute replaced by max(compute, the
+ * collectives) (they overlap the backward), and the CPU AdamW over this rank's partition. Several nodes: no rate
+ * between hosts has been measured, so no step time (step_s < 0).
  */
 #include "planner.h"
 
@@ -34,6 +41,10 @@
 #define MEASURED_S0_B1 0.059
 #define MEASURED_S0_B8 0.081
 #define CUBLASLT_WORKSPACE ((size_t)32 << 20)
+#define MEASURED_NVLINK_ALLREDUCE_BUSBW 331.9e9
+#define PLANNER_NCCL_BYTES ((size_t)(1.55 * 1024 * 1024 * 1024))
+#define MEASURED_NVLINK_ALLGATHER_BUSBW 273.3e9
+#define MEASURED_NVLINK_REDUCESCATTER_BUSBW 278.8e9
 
 static double gib(double b) { return b / (1024.0 * 1024.0 * 1024.0); }
 
@@ -105,7 +116,9 @@ int planner_row(const PlanInput* in, int stage, bool off_opt, bool off_param, do
                              .dropout_rate = in->model.dropout_rate};
         size_t ptr = 0;
         r->g_act = t5_model_activation_bytes_for(&T, &mo, true, t5_model_qkv_contiguous(&T), &ptr);
-        r->g_work = CUBLASLT_WORKSPACE + ptr + PLANNER_CONTEXT_BYTES;
+        // several ranks: NCCL's own buffers (two communicators); measured: t5-3b stage 0 bf16 8 x (128+128) peaked
+        // 1.55 GiB higher on each of two H100s than on one (docs/multi_gpu.md, 2026-11-25; stage 0 reduces in place)
+        r->g_work = CUBLASLT_WORKSPACE + ptr + PLANNER_CONTEXT_BYTES + (o.world > 1 ? PLANNER_NCCL_BYTES : 0);
         r->g_params = e.gpu_weights + e.gpu_views + e.gpu_gathered_peak;
         r->g_grads = e.gpu_grads + e.gpu_gacc + e.gpu_grad_peak;
         r->g_optim = e.gpu_master + e.gpu_m + e.gpu_v + e.gpu_ada_scratch;  // Adafactor: its state in gpu_m
@@ -124,8 +137,19 @@ int planner_row(const PlanInput* in, int stage, bool off_opt, bool off_param, do
         r->d2h_bytes = gas * cpu * as;
         // offloaded gradients do not pile up behind PCIe: the engine's gradient buffers are a fixed set
         // (src/zero/bufcache.h) the backward waits for, counted in gpu_grad_peak
-        if (o.world == 1) {
-            const double compute = planner_compute_s(in) * gas;
+        if (in->num_nodes == 1) {
+            double compute = planner_compute_s(in) * gas;
+            if (o.world > 1) {  // the collectives of one update at the measured NVLink rates (top of the file)
+                double P = 0;
+                for (int u = 0; u < nu; u++) P += (double)numel[u];
+                const double f = (double)(o.world - 1) / (double)o.world, b = P * xs;
+                const double comm = stage == 0   ? 2.0 * f * b / MEASURED_NVLINK_ALLREDUCE_BUSBW
+                                    : stage < 3 ? f * b / MEASURED_NVLINK_REDUCESCATTER_BUSBW +
+                                                      f * b / MEASURED_NVLINK_ALLGATHER_BUSBW
+                                                : f * b / MEASURED_NVLINK_REDUCESCATTER_BUSBW +
+                                                      2.0 * f * b / MEASURED_NVLINK_ALLGATHER_BUSBW;
+                compute = fmax(compute, comm);
+            }
             const double adam = MEASURED_ADAM_S_PER_1E9 * cpu / 1e9;
             const double pcie = fmax(r->h2d_bytes, r->d2h_bytes) / MEASURED_PCIE_BYTES_PER_S;
             r->step_s = cpu > 0 ? MEASURED_STEP_OVER_FLOOR * (fmax(adam, pcie) + compute) : compute;
@@ -287,9 +311,12 @@ void planner_print(FILE* f, const PlanInput* in, const PlanRow* rows, int n, boo
                 gib((double)r->h_pageable), st, r->fits ? "yes" : "no", r->fits || !r->why[0] ? "" : ": ",
                 r->fits ? "" : r->why);
     }
-    if (world > 1)
-        fprintf(f, "\nnote: %d ranks is arithmetic only: the engine runs one rank today (the multi-GPU issue), and no "
-                   "NCCL rate has been measured, so no step time is predicted\n", world);
+    if (world > 1 && in->num_nodes == 1)
+        fprintf(f, "\nnote: %d ranks: the collectives' time from the NCCL bandwidth measured between two H100s of one "
+                   "host (NVLink; docs/multi_gpu.md), overlapping the compute\n", world);
+    if (in->num_nodes > 1)
+        fprintf(f, "\nnote: %d nodes: no bandwidth between hosts has been measured, so no step time is predicted\n",
+                in->num_nodes);
     DsEstimateRow ds[8];
     const size_t P = planner_ds_total_params(&in->model), LL = planner_ds_largest_layer(&in->model);
     fprintf(f, "\nDeepSpeed's estimator for the same model (estimate_zero3/zero2_model_states_mem_needs_all_cold, "

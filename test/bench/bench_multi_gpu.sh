@@ -40,8 +40,10 @@ ds_of() {
     s3off) echo '{"bf16": {"enabled": "auto"}, "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}}' ;;
   esac
 }
+# SKIP_ONE=1: the N-GPU runs only (their memory against `t5train estimate --num_gpus N`)
+ns="1 $GPUS"; [ "${SKIP_ONE:-0}" = 1 ] && ns=$GPUS
 for c in $CASES; do
-  for n in 1 "$GPUS"; do
+  for n in $ns; do
     if [ "$n" = 1 ]; then launch=("$BIN"); else launch=("$BIN" --num_gpus "$n"); fi
     CUDA_VISIBLE_DEVICES=$(seq -s, 0 $((n - 1))) "${launch[@]}" --deepspeed "$(ds_of "$c")" "${common[@]}" \
       --output_dir "$OUT/${c}_${n}gpu" > "$OUT/${c}_${n}gpu.log" 2>&1
