@@ -97,6 +97,27 @@ static void compare(const Dataset* ds, DataOptions o, int W, int B, int64_t epoc
     free_epoch(&all);
 }
 
+// the first n pairs of the WMT16 validation set as a training split (prefix `pre`), opened with the T5 tokenizer
+static Dataset* open_first_pairs(int n, const char* pre, const char* model, DataOptions* o) {
+    const char* langs[2] = {"en", "ro"};
+    for (int k = 0; k < 2; k++) {
+        char* src = t5_path_join(t5test_data_dir(), k ? "wmt16-ro-en/validation.ro" : "wmt16-ro-en/validation.en");
+        char out[1024];
+        assert_int_equal(t5test_run(out, sizeof out, "head -n %d %s > %s.%s", n, src, pre, langs[k]), 0);
+        free(src);
+    }
+    data_options_default(o);
+    o->split_file[DATA_SPLIT_TRAIN] = pre;
+    o->tokenizer_path = model;
+    o->no_cache = true;
+    o->quiet = true;
+    o->num_threads = 2;
+    char err[512];
+    Dataset* ds = dataset_open(o, DATA_SPLIT_TRAIN, NULL, err, sizeof err);
+    if (!ds) fail_msg("%s", err);
+    return ds;
+}
+
 static void test_same_samples_per_update(void** state) {
     (void)state;
     T5_REQUIRE_DATA();
@@ -106,23 +127,8 @@ static void test_same_samples_per_update(void** state) {
         char name[32];
         snprintf(name, sizeof name, "dp%d", sizes[s]);
         char* pre = t5_path_join(t5test_tmpdir(), name);
-        const char* langs[2] = {"en", "ro"};
-        for (int k = 0; k < 2; k++) {
-            char* src = t5_path_join(t5test_data_dir(), k ? "wmt16-ro-en/validation.ro" : "wmt16-ro-en/validation.en");
-            char out[1024];
-            assert_int_equal(t5test_run(out, sizeof out, "head -n %d %s > %s.%s", sizes[s], src, pre, langs[k]), 0);
-            free(src);
-        }
         DataOptions o;
-        data_options_default(&o);
-        o.split_file[DATA_SPLIT_TRAIN] = pre;
-        o.tokenizer_path = model;
-        o.no_cache = true;
-        o.quiet = true;
-        o.num_threads = 2;
-        char err[512];
-        Dataset* ds = dataset_open(&o, DATA_SPLIT_TRAIN, NULL, err, sizeof err);
-        if (!ds) fail_msg("%s", err);
+        Dataset* ds = open_first_pairs(sizes[s], pre, model, &o);
         assert_int_equal(dataset_size(ds), sizes[s]);
         for (int variant = 0; variant < 4; variant++) {
             o.shuffle = variant != 1;
@@ -177,24 +183,10 @@ static void test_position_across_worlds(void** state) {
     T5_REQUIRE_DATA();
     char* model = t5_path_join(t5test_data_dir(), "t5-spiece/spiece.model");
     char* pre = t5_path_join(t5test_tmpdir(), "dpr96");
-    const char* langs[2] = {"en", "ro"};
-    for (int k = 0; k < 2; k++) {
-        char* src = t5_path_join(t5test_data_dir(), k ? "wmt16-ro-en/validation.ro" : "wmt16-ro-en/validation.en");
-        char out[1024];
-        assert_int_equal(t5test_run(out, sizeof out, "head -n 96 %s > %s.%s", src, pre, langs[k]), 0);
-        free(src);
-    }
     DataOptions o;
-    data_options_default(&o);
-    o.split_file[DATA_SPLIT_TRAIN] = pre;
-    o.tokenizer_path = model;
-    o.no_cache = true;
-    o.quiet = true;
-    o.num_threads = 2;
+    Dataset* ds = open_first_pairs(96, pre, model, &o);
     o.shuffle = true;
     char err[512];
-    Dataset* ds = dataset_open(&o, DATA_SPLIT_TRAIN, NULL, err, sizeof err);
-    if (!ds) fail_msg("%s", err);
     const int cases[3][4] = {{2, 2, 1, 4}, {2, 2, 4, 1}, {1, 4, 2, 2}};  // saved W x B -> resumed W x B
     for (int c = 0; c < 3; c++) {
         int64_t want[16], got[16];
