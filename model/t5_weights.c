@@ -99,9 +99,14 @@ int t5_weights_load(ZeroEngine* Z, const ParamTable* t, const char* path, cudaSt
                 rc = -1;
                 break;
             }
-            float* sh = malloc_check(info->numel * sizeof(float));
-            t5_weights_get_master(Z, t, 0, sh);
-            if (memcmp(sh, tmp, info->numel * sizeof(float)) != 0)
+            // compared on this rank's owned part of shared.weight (several ranks: each checks its own piece)
+            const ParamDesc* p0 = &t->params[0];
+            size_t lo, hi;
+            zero_unit_owned(Z, p0->unit, &lo, &hi);
+            const size_t a = T5_MAX(lo, p0->offset), b = T5_MIN(hi, p0->offset + p0->numel);
+            float* sh = malloc_check(T5_MAX(b > a ? b - a : 0, (size_t)1) * sizeof(float));
+            if (b > a) zero_master_read(Z, p0->unit, a, sh, b - a);
+            if (b > a && memcmp(sh, tmp + (a - p0->offset), (b - a) * sizeof(float)) != 0)
                 t5_warn("checkpoint %s: '%s' differs from shared.weight; ignored (the model ties it to shared.weight, "
                         "as transformers does)",
                         path, name);

@@ -128,6 +128,13 @@ int planner_row(const PlanInput* in, int stage, bool off_opt, bool off_param, do
         r->h_pinned = e.host_pinned * per_node;
         r->h_pageable = e.host_pageable * per_node;
         r->h_total = e.host_total * per_node;
+        if (o.world > 1 && stage > 0) {
+            // saving: the writer gathers the whole fp32 model into host memory (zero_gather_masters)
+            size_t P = 0;
+            for (int u = 0; u < nu; u++) P += numel[u];
+            r->h_pageable += P * 4;
+            r->h_total += P * 4;
+        }
         r->cpu_numel = e.cpu_numel;
         // PCIe traffic per optimizer step
         const double xs = (double)dtype_size(in->dtype), as = (double)dtype_size(in->grad_dtype);

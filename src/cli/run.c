@@ -738,7 +738,12 @@ int run_main(int argc, char** argv) {
         LaunchEnv env;
         if (launch_env_parse(&env, NULL, err, sizeof err)) t5_die(T5_EXIT_USAGE, "%s", err);
         static char cerr[640];
-        comm = comm_init(&env, config_hash(c), cerr, sizeof cerr);
+        // the hash covers the resolved config and the ZeRO plan (the automatic plan is picked on each rank from its
+        // own readings: ranks that picked differently are refused at the rendezvous, not left to hang)
+        const ZeroOptions* z = &targs.zero;
+        const double plan[6] = {z->stage, z->offload_optimizer, z->offload_param, z->ratio,
+                                (double)targs.data.train_batch_size, targs.gradient_checkpointing};
+        comm = comm_init(&env, config_hash(c) ^ launch_hash64(plan, sizeof plan, 0), cerr, sizeof cerr);
         if (!comm) t5_die(T5_EXIT_FAILURE, "%s", cerr);
         targs.zero.comm = comm;
         if (t5_rank != 0) {  // HF's main process logs: the other ranks' stdout goes nowhere (errors: stderr)

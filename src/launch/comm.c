@@ -205,6 +205,7 @@ fail:
 int comm_rank(const LaunchComm* c) { return c->rank; }
 int comm_world_size(const LaunchComm* c) { return c->world; }
 int comm_local_rank(const LaunchComm* c) { return c->local_rank; }
+int comm_local_world_size(const LaunchComm* c) { return c->world == 1 ? 1 : c->boot.local_world_size; }
 ncclComm_t comm_nccl(const LaunchComm* c) { return c->nccl; }
 
 ncclComm_t comm_nccl_second(LaunchComm* c) {

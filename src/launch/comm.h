@@ -35,6 +35,7 @@ LaunchComm* comm_init(const LaunchEnv* env, uint64_t config_hash, char* err, siz
 int comm_rank(const LaunchComm* c);
 int comm_world_size(const LaunchComm* c);
 int comm_local_rank(const LaunchComm* c);
+int comm_local_world_size(const LaunchComm* c);  // ranks on this host
 ncclComm_t comm_nccl(const LaunchComm* c);  // NULL for one rank
 // A second communicator over the same ranks (ncclCommSplit, made on the first call: every rank calls it at the
 // same point), for collectives on another stream than comm_nccl's: each communicator's collectives are issued

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
 #include <unistd.h>
 
 #include "../../cuda/adafactor.cuh"
@@ -894,7 +895,8 @@ static void load_checkpoint(Trainer* t, const char* dir) {
         blob_floats = t->ada_floats;
     }
     // the optimizer's blob streamed into the engine / the GPU state (no full host copy)
-    if (old_world != t->world) {
+    const CheckpointBlobInfo* obi = checkpoint_state_find(&cs, CKPT_TAG_OPTIMIZER);
+    if (old_world != t->world || (opt != TRAINER_OPTIM_ADAFACTOR && obi && (size_t)obi->nbytes != blob_floats * sizeof(float))) {
         load_opt_recut(t, dir, &cs, old_world, blob_floats);
     } else if (checkpoint_state_read_stream(&cs, opt == TRAINER_OPTIM_ADAFACTOR ? CKPT_TAG_ADAFACTOR : CKPT_TAG_OPTIMIZER,
                                      blob_floats * sizeof(float), (size_t)1 << 26, opt_state_consume, t, err,
@@ -906,6 +908,14 @@ static void load_checkpoint(Trainer* t, const char* dir) {
     state_read_check(&cs, CKPT_TAG_DATA, &t->data_state, sizeof t->data_state);
     state_read_check(&cs, CKPT_TAG_RNG, &t->rng, sizeof t->rng);
     checkpoint_state_close(&cs);
+    if (t->data_state.world_size != t->world &&
+        (int64_t)t->data_state.world_size * t->data_state.batch_size != (int64_t)t->world * t->a->data.train_batch_size)
+        t5_die(T5_EXIT_USAGE,
+               "resume: %s was saved by %d ranks x micro-batch %d; this run is %d x %d: resuming on another number of GPUs "
+               "keeps the global batch (set --per_device_train_batch_size %s, and the same gradient_accumulation_steps)",
+               dir, t->data_state.world_size, t->data_state.batch_size, t->world, t->a->data.train_batch_size,
+               (t->data_state.world_size * t->data_state.batch_size) % t->world == 0 ? "to the saved global batch / GPUs"
+                                                                                   : "so that the global batch is the same");
     if ((t->data_state.world_size != t->world || t->data_state.batch_size != t->a->data.train_batch_size) &&
         dataloader_state_rescale(&t->data_state, t->rank, t->world, t->a->data.train_batch_size, err, sizeof err))
         t5_die(T5_EXIT_USAGE, "resume: %s saved by %d ranks x %d: %s", dir, old_world, t->data_state.batch_size, err);
@@ -948,10 +958,36 @@ static void report_start(Trainer* t) {
 
 // After an evaluation: HF's EarlyStoppingCallback.on_evaluate, then _determine_best_metric (best_model.c); the
 // checkpoint saved right after carries the best in its trainer_state.json.
+// Several ranks: rank 0's value of a host decision on every rank (a collective; one rank: v itself)
+static int from_rank0(Trainer* t, int v) {
+    if (t->world == 1) return v;
+    int* d = NULL;
+    const int mine = t->rank == 0 ? v : INT_MIN;
+    CUDA_CHECK(cudaMallocAsync((void**)&d, sizeof(int), t->s));
+    CUDA_CHECK(cudaMemcpyAsync(d, &mine, sizeof mine, cudaMemcpyHostToDevice, t->s));
+    zero_all_reduce_max_i32(t->Z, d, 1, t->s);
+    int out = 0;
+    CUDA_CHECK(cudaMemcpyAsync(&out, d, sizeof out, cudaMemcpyDeviceToHost, t->s));
+    CUDA_CHECK(cudaFreeAsync(d, t->s));
+    CUDA_CHECK(cudaStreamSynchronize(t->s));
+    return out;
+}
+
 static void note_best(Trainer* t, const json_t* m, int64_t step, bool* early_stop) {
     static char err[1024];
-    const int r = best_model_observe(&t->best, m, step, early_stop, err, sizeof err);
+    int r = best_model_observe(&t->best, m, step, early_stop, err, sizeof err);
     if (r < 0) t5_die(T5_EXIT_USAGE, "%s", err);
+    // several ranks: every rank evaluated the same split with the same weights; rank 0's verdicts are taken
+    // everywhere all the same, so that no rank leaves the loop or keeps another best alone
+    if (t->world > 1) {
+        const int both = from_rank0(t, (r == 1 ? 1 : 0) | (*early_stop ? 2 : 0));
+        if ((both & 1) != (r == 1) && (both & 1)) {  // rank 0 saw a new best here: this step is the best
+            t->best.has_best = true;
+            t->best.best_step = step;
+        }
+        r = both & 1;
+        *early_stop = (both & 2) != 0;
+    }
     if (r == 1) {
         t->hf.has_best = true;
         t->hf.best_metric = t->best.best_metric;
@@ -1238,6 +1274,11 @@ int trainer_run(const TrainerArgs* a) {
             char* dir = checkpoint_resolve_resume(a->resume_from_checkpoint, a->output_dir, stderr, err, sizeof err);
             if (!dir) t5_die(T5_EXIT_FAILURE, "%s", err);
             printf("Resuming from %s\n", dir);
+            // several ranks (save_on_each_node: each node resolves "last" in its own folder): the same step everywhere
+            const int64_t rs = checkpoint_parse_name(strrchr(dir, '/') ? strrchr(dir, '/') + 1 : dir);
+            if (t->world > 1 && from_rank0(t, (int)rs) != (int)rs)
+                t5_die(T5_EXIT_FAILURE, "resume: rank %d resolved %s, rank 0 another checkpoint (each node must hold the "
+                                        "same checkpoints)", t->rank, dir);
             load_checkpoint(t, dir);
             free(dir);
         }

@@ -254,6 +254,8 @@ ZeroPart* zp_create(const ZeroOptions* o, int num_units, const size_t* unit_nume
     size_t h_state = E.host_master, h_gacc = E.host_gacc, h_w = E.host_w;
     size_t host_total = E.host_total;
     size_t avail = host_mem_available();
+    // several ranks on this host: each plans with its share (they allocate at the same time)
+    if (o->world > 1 && o->comm) avail /= (size_t)T5_MAX(comm_local_world_size(o->comm), 1);
     const size_t margin = (size_t)2 << 30;  // the process itself, the data, the CUDA runtime
     if (host_total + margin > avail) {
         t5_set_err(err, errlen,
@@ -370,6 +372,7 @@ ZeroPart* zp_create(const ZeroOptions* o, int num_units, const size_t* unit_nume
             CUDA_CHECK(cudaEventCreateWithFlags(&U->ev_gathered, cudaEventDisableTiming));
             CUDA_CHECK(cudaEventCreateWithFlags(&U->ev_updated, cudaEventDisableTiming));
             CUDA_CHECK(cudaEventCreateWithFlags(&U->ev_grad, cudaEventDisableTiming));
+            CUDA_CHECK(cudaEventCreateWithFlags(&U->ev_grad_read, cudaEventDisableTiming));
         }
     }
     CUDA_CHECK(cudaStreamCreateWithFlags(&P->s_gather, cudaStreamNonBlocking));
@@ -433,6 +436,7 @@ void zp_destroy(ZeroPart* P) {
         if (U->ev_gathered) cudaEventDestroy(U->ev_gathered);
         if (U->ev_updated) cudaEventDestroy(U->ev_updated);
         if (U->ev_grad) cudaEventDestroy(U->ev_grad);
+        if (U->ev_grad_read) cudaEventDestroy(U->ev_grad_read);
         if (P->o.stage == 3 && U->wfull && U->wfull_pool) cudaFree(U->wfull);  // else wbufs' (below)
         free(U->segs);
         free(U->view_off);

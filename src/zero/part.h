@@ -101,6 +101,8 @@ typedef struct {
     bool wfull_pool;         // stage 3: wfull came from the stream-ordered pool (hold mode), not from wbufs
     cudaEvent_t ev_gathered;
     cudaEvent_t ev_grad;     // the unit's gradient is complete (compute stream)
+    cudaEvent_t ev_grad_read;  // stage 1: the reduction stream has read the resident gradient (zp_grad_ready)
+    bool grad_read_wait;     // stage 1: the next backward waits for ev_grad_read before writing the gradient again
     bool has_gaps;           // elements no tensor covers: its fresh gradient buffers are cleared
     int64_t wfull_ver;       // several ranks, stages 1/2: the weights version (ZeroPart.wver) its wfull was gathered at
     int64_t views_ver;       // several ranks: the weights version its fp32 views were broadcast at

@@ -38,6 +38,12 @@ static void grad_order_check(ZeroPart* P, int event) {
 void* zp_grad(ZeroPart* P, int u, cudaStream_t s) {
     ZpUnit* U = &P->u[u];
     if (U->grad_ready) zp_contract_failed(P, u, "zero_grad", "gradient asked for after grad_ready in the same step");
+    if (U->grad_read_wait) {
+        // stage 1: the resident gradient is written again only after the reduction stream read the last one
+        // (with overlap_comm it may still be packing it, behind the other ranks' collectives)
+        CUDA_CHECK(cudaStreamWaitEvent(s, U->ev_grad_read, 0));
+        U->grad_read_wait = false;
+    }
     if (!U->grad_alloc) {
         if (P->o.stage >= 2) grad_order_check(P, u + 1);
         const size_t bytes = P->L.numel[u] * P->gs;
@@ -114,6 +120,10 @@ void zp_grad_ready(ZeroPart* P, int u, cudaStream_t s) {
             zp_copy_to_host(P, P->ring_main, dst, st, len * P->as, cudaMemcpyDeviceToHost, gs);
             P->st.d2h_bytes += (double)(len * P->as);
         }
+    }
+    if (P->o.stage == 1 && gs != s) {
+        CUDA_CHECK(cudaEventRecord(U->ev_grad_read, gs));
+        U->grad_read_wait = true;
     }
     if (P->o.stage >= 2) {
         zp_bufs_give(&P->gbufs, u, gs);
