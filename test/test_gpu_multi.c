@@ -117,6 +117,13 @@ static void test_stage3_offload_fp32(void** state) {
     REQUIRE_TWO_GPUS();
     run_pair("s3_off_fp32", "--deepspeed '" S3 ", " OFFLOAD "}}'", 1e-6);
 }
+// stage 1 keeps each unit's gradient resident: with accumulation the next micro-batch's backward waits for the
+// reduction stream's read of the last one (overlap_comm)
+static void test_stage1_accumulation_fp32(void** state) {
+    (void)state;
+    REQUIRE_TWO_GPUS();
+    run_pair("s1_gas2_fp32", "--gradient_accumulation_steps 2 --deepspeed '{\"zero_optimization\": {\"stage\": 1}}'", 1e-6);
+}
 static void test_stage2_bf16(void** state) { (void)state; REQUIRE_TWO_GPUS(); run_pair("s2_bf16", "--bf16 --deepspeed '{\"bf16\": {\"enabled\": \"auto\"}, \"zero_optimization\": {\"stage\": 2}}'", 1e-3); }
 static void test_stage3_offload_fp16(void** state) {
     (void)state;
@@ -254,7 +261,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stage0_fp32),         cmocka_unit_test(test_stage1_fp32),
         cmocka_unit_test(test_stage2_fp32),         cmocka_unit_test(test_stage3_fp32),
-        cmocka_unit_test(test_stage3_offload_fp32), cmocka_unit_test(test_stage2_bf16),
+        cmocka_unit_test(test_stage3_offload_fp32), cmocka_unit_test(test_stage1_accumulation_fp32),
+        cmocka_unit_test(test_stage2_bf16),
         cmocka_unit_test(test_stage3_offload_fp16), cmocka_unit_test(test_slurm_style_env),
         cmocka_unit_test(test_resume_and_eval),       cmocka_unit_test(test_resume_other_world),
     };
