@@ -725,6 +725,24 @@ static void test_binary_help(void** state) {
     assert_contains(text, "stage3_max_live_parameters");
 }
 
+// the ranks of one run compare config_hash at the rendezvous: the per-rank --local_rank does not count, any other
+// key does
+static void test_config_hash(void** state) {
+    (void)state;
+    static RunConfig a, b;
+    char err[CONFIG_ERR_LEN];
+    char base[1024], line[1200];
+    snprintf(base, sizeof base, HOMEWORK_ARGS, "/nonexistent/t5train_hash");
+    snprintf(line, sizeof line, "%s --local_rank 0", base);
+    if (api_run(&a, line, err, sizeof err)) fail_msg("%s", err);
+    snprintf(line, sizeof line, "%s --local_rank 3", base);
+    assert_int_equal(api_run(&b, line, err, sizeof err), 0);
+    assert_true(config_hash(&a) == config_hash(&b));
+    snprintf(line, sizeof line, "%s --learning_rate 3e-4", base);
+    assert_int_equal(api_run(&b, line, err, sizeof err), 0);
+    assert_true(config_hash(&a) != config_hash(&b));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_table_is_consistent),
@@ -744,6 +762,7 @@ int main(void) {
         cmocka_unit_test(test_binary_homework_run),
         cmocka_unit_test(test_binary_job_configs),
         cmocka_unit_test(test_binary_help),
+        cmocka_unit_test(test_config_hash),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -726,6 +726,7 @@ int run_main(int argc, char** argv) {
     // the automatic plan has already been fitted
     if (strcmp(c->zero_plan, "auto") != 0 && c->do_train) planner_check_run(&targs);
     if (c->dry_run) {
+        if (t5_rank != 0) return T5_EXIT_OK;  // several ranks: rank 0 reports (each ran every check)
         for (int i = 0; i < preflight_count; i++) printf("dry run: checked %s\n", preflight_done[i]);
         printf("dry run: every check passed; nothing was downloaded or created\n");
         return T5_EXIT_OK;

@@ -679,19 +679,19 @@ static int opt_state_consume(void* ctx, const void* data, size_t off, size_t n) 
     return 0;
 }
 
-// One number every rank agrees on: rank 0's process id (the temporary checkpoint directory all ranks fill).
-static long agree_nonce(Trainer* t) {
-    if (t->world == 1) return 0;
+// Several ranks: rank 0's value of a host decision on every rank (a collective; one rank: v itself)
+static int from_rank0(Trainer* t, int v) {
+    if (t->world == 1) return v;
     int* d = NULL;
-    const int mine = t->main ? (int)getpid() : 0;
+    const int mine = t->rank == 0 ? v : INT_MIN;
     CUDA_CHECK(cudaMallocAsync((void**)&d, sizeof(int), t->s));
     CUDA_CHECK(cudaMemcpyAsync(d, &mine, sizeof mine, cudaMemcpyHostToDevice, t->s));
     zero_all_reduce_max_i32(t->Z, d, 1, t->s);
-    int v = 0;
-    CUDA_CHECK(cudaMemcpyAsync(&v, d, sizeof v, cudaMemcpyDeviceToHost, t->s));
+    int out = 0;
+    CUDA_CHECK(cudaMemcpyAsync(&out, d, sizeof out, cudaMemcpyDeviceToHost, t->s));
     CUDA_CHECK(cudaFreeAsync(d, t->s));
     CUDA_CHECK(cudaStreamSynchronize(t->s));
-    return (long)v;
+    return out;
 }
 
 // The model's weights as model.safetensors (+ config.json) into dir: rank 0 writes; with several ranks at stages 1-3
@@ -711,7 +711,7 @@ static void save_checkpoint(Trainer* t) {
     if (t->last_saved_step == step) return;
     double t0 = trainer_log_now();
     CheckpointWriter w;
-    if (checkpoint_begin(&w, a->output_dir, step, t->world, agree_nonce(t), err, sizeof err))
+    if (checkpoint_begin(&w, a->output_dir, step, t->world, from_rank0(t, (int)getpid()), err, sizeof err))
         t5_die(T5_EXIT_FAILURE, "%s", err);
     char what[64];
     snprintf(what, sizeof what, "checkpoint-%lld", (long long)step);
@@ -958,21 +958,6 @@ static void report_start(Trainer* t) {
 
 // After an evaluation: HF's EarlyStoppingCallback.on_evaluate, then _determine_best_metric (best_model.c); the
 // checkpoint saved right after carries the best in its trainer_state.json.
-// Several ranks: rank 0's value of a host decision on every rank (a collective; one rank: v itself)
-static int from_rank0(Trainer* t, int v) {
-    if (t->world == 1) return v;
-    int* d = NULL;
-    const int mine = t->rank == 0 ? v : INT_MIN;
-    CUDA_CHECK(cudaMallocAsync((void**)&d, sizeof(int), t->s));
-    CUDA_CHECK(cudaMemcpyAsync(d, &mine, sizeof mine, cudaMemcpyHostToDevice, t->s));
-    zero_all_reduce_max_i32(t->Z, d, 1, t->s);
-    int out = 0;
-    CUDA_CHECK(cudaMemcpyAsync(&out, d, sizeof out, cudaMemcpyDeviceToHost, t->s));
-    CUDA_CHECK(cudaFreeAsync(d, t->s));
-    CUDA_CHECK(cudaStreamSynchronize(t->s));
-    return out;
-}
-
 static void note_best(Trainer* t, const json_t* m, int64_t step, bool* early_stop) {
     static char err[1024];
     int r = best_model_observe(&t->best, m, step, early_stop, err, sizeof err);
