@@ -257,6 +257,40 @@ static void test_resume_other_world(void** state) {
     resume_across("w2to1_s0", "{\"zero_optimization\": {\"stage\": 0}}", 2, 1);
 }
 
+// issue 18: every visible GPU (4 or 8) with micro-batch 2 against one GPU with micro-batch 2 and gradient accumulation N
+// (the same rows per update, the same mean of per-micro-batch means), stage 3, 30 steps, fp32 within 1e-6.
+// Skipped with fewer than 4 GPUs.
+static void test_all_gpus_vs_accumulation(void** state) {
+    (void)state;
+    REQUIRE_TWO_GPUS();
+    const int n = T5_MIN(gpu_count(), 8);
+    if (n < 4) {
+        print_message("skipped: %d GPUs visible (this case needs 4 or more)\n", n);
+        skip();
+    }
+    char a[512], b[512], args[4096], cmd[9000], extra[512];
+    snprintf(a, sizeof a, "%s/multi_acc_1gpu", t5test_tmpdir());
+    snprintf(b, sizeof b, "%s/multi_acc_%dgpu", t5test_tmpdir(), n);
+    snprintf(extra, sizeof extra, "--deepspeed '" S3 "}}' --gradient_accumulation_steps %d", n);
+    run_args(args, sizeof args, "CUDA_VISIBLE_DEVICES=0", a, 2, extra);
+    int rc = t5test_run(g_text, sizeof g_text, "%s", args);
+    if (rc) fail_msg("one GPU: exit %d:\n%s", rc, g_text);
+    snprintf(extra, sizeof extra, "--deepspeed '" S3 "}}'");
+    run_args(args, sizeof args, "env", b, 2, extra);
+    const char* bin = t5test_bin();
+    snprintf(cmd, sizeof cmd, "%s --num_gpus %d%s", bin, n, strstr(args, bin) + strlen(bin));
+    rc = t5test_run(g_text, sizeof g_text, "%s", cmd);
+    if (rc) fail_msg("%d GPUs: exit %d:\n%s", n, rc, g_text);
+    double x[64], y[64];
+    assert_int_equal(jsonl_doubles(a, "loss", x, 64), 30);
+    assert_int_equal(jsonl_doubles(b, "loss", y, 64), 30);
+    double worst = 0;
+    for (int i = 0; i < 30; i++) worst = fmax(worst, fabs(x[i] - y[i]) / fabs(x[i]));
+    print_message("%d GPUs x 2 vs 1 GPU x 2 x accumulation %d: worst loss rel diff %.3g over 30 steps (gate 1e-6)\n", n,
+                  n, worst);
+    if (!(worst <= 1e-6)) fail_msg("trajectories differ by %.3g", worst);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stage0_fp32),         cmocka_unit_test(test_stage1_fp32),
@@ -265,6 +299,7 @@ int main(void) {
         cmocka_unit_test(test_stage2_bf16),
         cmocka_unit_test(test_stage3_offload_fp16), cmocka_unit_test(test_slurm_style_env),
         cmocka_unit_test(test_resume_and_eval),       cmocka_unit_test(test_resume_other_world),
+        cmocka_unit_test(test_all_gpus_vs_accumulation),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench_multi_gpu.sh: data-parallel scaling on the GPUs of one host (issue 16's scaling benchmark).
 #
-#   T5TRAIN_BIN=path/to/t5train T5TRAIN_DATA=dir [GPUS=2] [CASES="s0 s1 s2 s3 s3off"] bash test/bench/bench_multi_gpu.sh [OUT]
+#   T5TRAIN_BIN=path/to/t5train T5TRAIN_DATA=dir [GPUS=2] [CASES="s0 s1 s2 s3 s3off"] [MODEL=t5-3b] [BATCH=8] \
+#     bash test/bench/bench_multi_gpu.sh [OUT]
 #
 # t5-3b (random init) bf16, micro-batch 8 per GPU of fixed 128+128 tokens (--pad_to_max_length), ZeRO stage 0, 1,
 # 2, 3 without offload and stage 3 with the optimizer offloaded (configs as inline JSON below), on 1 GPU and on
@@ -14,7 +15,9 @@
 #                    measured first on the same GPUs (nccl-tests' busbw): stage 0 all-reduces the 16-bit
 #                    gradients (2 x (N-1)/N x 2P bytes), stages 1/2 reduce-scatter them and all-gather the
 #                    weights ((N-1)/N x 2P each), stage 3 gathers the weights twice (forward, backward) and
-#                    reduce-scatters the gradients (3 x (N-1)/N x 2P), P = 2.85e9 parameters.
+#                    reduce-scatters the gradients (3 x (N-1)/N x 2P), P the model's parameters (from
+#                    `t5train estimate`; t5-3b 2.85e9).
+# MODEL=t5-11b BATCH=... CASES=s3 GPUS=8 SKIP_ONE=1: issue 18's t5-11b at stage 3 without offload (too large for one GPU).
 # The floor assumes no overlap is lost; a step within 1.15x of it is the target.
 set -u
 BIN=${T5TRAIN_BIN:-./t5train}
@@ -23,14 +26,20 @@ OUT=${1:-/tmp/bench_multi_gpu}
 GPUS=${GPUS:-2}
 STEPS=${BENCH_STEPS:-10}
 CASES=${CASES:-s0 s1 s2 s3 s3off}
+MODEL=${MODEL:-t5-3b}
+BATCH=${BATCH:-8}
 mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 "$BIN" --num_gpus "$GPUS" launch-check --bandwidth_mib 1024 2>&1 | tee "$OUT/bandwidth.txt"
-common=(--model_name_or_path t5-3b --init random --tokenizer_name "$DATA/t5-spiece/spiece.model"
+common=(--model_name_or_path "$MODEL" --init random --tokenizer_name "$DATA/t5-spiece/spiece.model"
         --train_file "$DATA/wmt16-ro-en/validation.en" --source_lang en --target_lang ro --do_train --bf16
         --max_source_length 128 --max_target_length 128 --pad_to_max_length --max_steps "$STEPS" --logging_steps 1
-        --save_strategy no --learning_rate 5e-5 --overwrite_output_dir --per_device_train_batch_size 8)
+        --save_strategy no --learning_rate 5e-5 --overwrite_output_dir --per_device_train_batch_size "$BATCH")
+# the model's parameter count (the collectives' volume) from the planner's first line
+P=$("$BIN" estimate --model_name_or_path "$MODEL" --bf16 --per_device_train_batch_size 1 2>/dev/null |
+    awk '/^model /{for (i = 1; i <= NF; i++) if ($(i+1) == "parameters;") print $i}')
+echo "model $MODEL: ${P:-?} parameters"
 ds_of() {
   case "$1" in
     s0) echo '{"bf16": {"enabled": "auto"}, "zero_optimization": {"stage": 0}}' ;;
@@ -50,14 +59,14 @@ for c in $CASES; do
     echo "$c on $n GPU(s): exit $?"
   done
 done
-python3 - "$OUT" "$GPUS" "$CASES" <<'PY'
+python3 - "$OUT" "$GPUS" "$CASES" "${P:-2.85e9}" "$BATCH" <<'PY'
 import json, re, statistics, sys
 out, n, cases = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
+P, B = float(sys.argv[4]), int(sys.argv[5])
 bw = {}
 for line in open(out + "/bandwidth.txt"):
     m = re.search(r"rank 0: (\S+) of .* busbw ([0-9.]+) GB/s", line)
     if m: bw[m.group(1)] = float(m.group(2)) * 1e9
-P, B = 2.85e9, 8
 def step_s(d):
     try:
         ms = [json.loads(l)["step_ms"] for l in open(f"{out}/{d}/trainer_log.jsonl") if '"max_steps"' in l]
@@ -77,6 +86,8 @@ for c in cases:
                     "samples_per_s_1gpu": round(B / t1, 2), f"samples_per_s_{n}gpu": round(n * B / tn, 2),
                     "scaling": round(n * t1 / tn, 3), "comm_s_at_busbw": round(comm, 4),
                     "floor_s": round(floor, 4), "step_over_floor": round(tn / floor, 3)})
+    elif tn:  # SKIP_ONE: the N-GPU run alone
+        res.update({f"s_per_step_{n}gpu": round(tn, 4), f"samples_per_s_{n}gpu": round(n * B / tn, 2)})
     else:
         res["error"] = "a run did not finish: see the logs"
     print(json.dumps(res))
