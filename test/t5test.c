@@ -3,7 +3,10 @@
  */
 #include "t5test.h"
 
+#include "../src/base/common.h"
+
 #include <cuda_runtime.h>
+#include <math.h>
 #include <ftw.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -108,4 +111,23 @@ int t5test_argv(const char* line, char** argv, int cap) {
     for (char* tok = strtok(buf, " "); tok && argc < cap - 1; tok = strtok(NULL, " ")) argv[argc++] = tok;
     argv[argc] = NULL;
     return argc;
+}
+
+int t5test_jsonl_doubles(const char* out, const char* key, double* v, int cap) {
+    char* p = t5_path_join(out, "trainer_log.jsonl");
+    char* text = t5_read_file(p, NULL);
+    free(p);
+    if (!text) fail_msg("no trainer_log.jsonl in %s", out);
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    int n = 0;
+    for (char* line = strtok(text, "\n"); line && n < cap; line = strtok(NULL, "\n")) {
+        if (!strstr(line, "\"max_steps\"")) continue;
+        char* k = strstr(line, pat);
+        if (!k) continue;
+        k += strlen(pat);
+        v[n++] = strncmp(k, "null", 4) == 0 ? NAN : atof(k);
+    }
+    free(text);
+    return n;
 }

@@ -37,6 +37,9 @@ int t5test_argv(const char* line, char** argv, int cap);
 void t5test_write_file(const char* path, const char* text);
 // True when a CUDA device is usable.
 bool t5test_have_gpu(void);
+// The values of `key` on the step lines (those with "max_steps") of OUT/trainer_log.jsonl, in order, at most cap
+// (JSON null: NAN). Fails the test when the file is missing.
+int t5test_jsonl_doubles(const char* out, const char* key, double* v, int cap);
 
 // Skip the current test when the shared data folder is missing.
 #define T5_REQUIRE_DATA()                                                          \

@@ -82,25 +82,6 @@ static char* zrun(const char* tag, const char* precision, const char* zero, cons
     return out;
 }
 
-static int jsonl_doubles(const char* out, const char* key, double* v, int cap) {
-    char* p = t5_path_join(out, "trainer_log.jsonl");
-    char* text = t5_read_file(p, NULL);
-    free(p);
-    if (!text) fail_msg("no trainer_log.jsonl in %s", out);
-    char pat[64];
-    snprintf(pat, sizeof pat, "\"%s\":", key);
-    int n = 0;
-    for (char* line = strtok(text, "\n"); line && n < cap; line = strtok(NULL, "\n")) {
-        if (!strstr(line, "\"max_steps\"")) continue;
-        char* k = strstr(line, pat);
-        if (!k) continue;
-        k += strlen(pat);
-        v[n++] = strncmp(k, "null", 4) == 0 ? NAN : atof(k);
-    }
-    free(text);
-    return n;
-}
-
 static double result_value(const char* dir, const char* file, const char* key) {
     char* p = t5_path_join(dir, file);
     json_error_t jerr;
@@ -149,10 +130,10 @@ static double weights_rel_l2(const char* a, const char* b) {
 // loss trajectories: max relative difference; also checks the skipped counts agree step by step
 static double compare_runs(const char* ref, const char* got, const char* what) {
     double la[ZSTEPS + 1], lb[ZSTEPS + 1], sa[ZSTEPS + 1], sb[ZSTEPS + 1];
-    int na = jsonl_doubles(ref, "loss", la, ZSTEPS + 1), nb = jsonl_doubles(got, "loss", lb, ZSTEPS + 1);
+    int na = t5test_jsonl_doubles(ref, "loss", la, ZSTEPS + 1), nb = t5test_jsonl_doubles(got, "loss", lb, ZSTEPS + 1);
     if (na != ZSTEPS || nb != ZSTEPS) fail_msg("%s: %d / %d loss lines, want %d", what, na, nb, ZSTEPS);
-    jsonl_doubles(ref, "skipped", sa, ZSTEPS + 1);
-    jsonl_doubles(got, "skipped", sb, ZSTEPS + 1);
+    t5test_jsonl_doubles(ref, "skipped", sa, ZSTEPS + 1);
+    t5test_jsonl_doubles(got, "skipped", sb, ZSTEPS + 1);
     double worst = 0;
     for (int i = 0; i < ZSTEPS; i++) {
         double r = fabs(lb[i] - la[i]) / fmax(fabs(la[i]), 1e-30);
@@ -257,7 +238,7 @@ static void low_precision_case(const char* prec_json, const char* tag, bool pinn
     if (!(worst <= 1e-3)) fail_msg("%s: loss trajectory differs by %.3e > 1e-3", tag, worst);
     if (strstr(tag, "skips")) {
         double sk[ZSTEPS + 1], any = 0;
-        int n = jsonl_doubles(got, "skipped", sk, ZSTEPS + 1);
+        int n = t5test_jsonl_doubles(got, "skipped", sk, ZSTEPS + 1);
         for (int i = 0; i < n; i++) any += sk[i] != 0;
         print_message("%-34s %g of %d step lines report skipped steps\n", tag, any, n);
         if (any == 0) fail_msg("%s: no step was skipped; the case does not test the skip path", tag);
@@ -382,7 +363,7 @@ static void test_trajectory_zero3_matches_torch(void** state) {
                         t5test_bin(), t5test_repo_dir(), d, d, flags, steps, out, ds);
     if (rc) fail_msg("exit %d:\n%s", rc, g_text);
     double loss[512];
-    int n = jsonl_doubles(out, "loss", loss, 512);
+    int n = t5test_jsonl_doubles(out, "loss", loss, 512);
     assert_int_equal(n, steps);
     double worst = 0;
     int worst_i = 0;
@@ -410,7 +391,7 @@ static void test_trajectory_zero3_matches_torch(void** state) {
 // logged learning rates of two runs: max relative difference
 static double compare_lr(const char* ref, const char* got) {
     double a[ZSTEPS + 1], b[ZSTEPS + 1];
-    int na = jsonl_doubles(ref, "learning_rate", a, ZSTEPS + 1), nb = jsonl_doubles(got, "learning_rate", b, ZSTEPS + 1);
+    int na = t5test_jsonl_doubles(ref, "learning_rate", a, ZSTEPS + 1), nb = t5test_jsonl_doubles(got, "learning_rate", b, ZSTEPS + 1);
     if (na != ZSTEPS || nb != ZSTEPS) fail_msg("%d / %d learning_rate lines, want %d", na, nb, ZSTEPS);
     double worst = 0;
     for (int i = 0; i < ZSTEPS; i++) worst = fmax(worst, fabs(b[i] - a[i]) / fmax(fabs(a[i]), 1e-30));
