@@ -37,15 +37,21 @@ static int gpu_count(void) {
         }                                                                       \
     } while (0)
 
-static void run_args(char* buf, size_t cap, const char* launcher, const char* out, int batch, const char* extra) {
+// The command of one run: ENV, then t5train on GPU 0 (gpus 1), `t5train --num_gpus N` (gpus > 1) or plain t5train
+// (gpus 0: the caller's launcher sets the ranks' variables), with micro-batch `batch` and EXTRA flags.
+static void run_args(char* buf, size_t cap, const char* env, int gpus, const char* out, int batch, const char* extra) {
     const char* d = t5test_data_dir();
+    char launch[64] = "";
+    if (gpus == 1) snprintf(launch, sizeof launch, "CUDA_VISIBLE_DEVICES=0 ");
+    char ngpus[32] = "";
+    if (gpus > 1) snprintf(ngpus, sizeof ngpus, " --num_gpus %d", gpus);
     int k = snprintf(buf, cap,
-             "%s %s --model_name_or_path %s/test/fixtures/t5/tiny_v10 --tokenizer_name %s/t5-spiece/spiece.model "
+             "%s %s%s%s --model_name_or_path %s/test/fixtures/t5/tiny_v10 --tokenizer_name %s/t5-spiece/spiece.model "
              "--train_file %s/wmt16-ro-en/validation.en --source_lang en --target_lang ro --max_source_length 48 "
              "--max_target_length 8 --max_train_samples 64 --per_device_train_batch_size %d --dropout_rate 0 "
              "--output_dir %s --logging_steps 1 --seed 7 --do_train --max_steps 30 --learning_rate 3e-3 "
              "--warmup_steps 3 --save_strategy no %s 2>&1",
-             launcher, t5test_bin(), t5test_repo_dir(), d, d, batch, out, extra);
+             env, launch, t5test_bin(), ngpus, t5test_repo_dir(), d, d, batch, out, extra);
     if (k < 0 || (size_t)k >= cap) fail_msg("command line too long");
 }
 
@@ -57,18 +63,11 @@ static double run_pair(const char* tag, const char* extra, double tol) {
     char out1[512], out2[512], args[4096];
     snprintf(out1, sizeof out1, "%s/multi_%s_1gpu", t5test_tmpdir(), tag);
     snprintf(out2, sizeof out2, "%s/multi_%s_2gpu", t5test_tmpdir(), tag);
-    run_args(args, sizeof args, "CUDA_VISIBLE_DEVICES=0", out1, 4, extra);
+    run_args(args, sizeof args, "", 1, out1, 4, extra);
     int rc = t5test_run(g_text, sizeof g_text, "%s", args);
     if (rc) fail_msg("%s one GPU: exit %d:\n%s", tag, rc, g_text);
-    char launcher[64];
-    snprintf(launcher, sizeof launcher, "env");
-    char cmd[4200];
-    run_args(args, sizeof args, launcher, out2, 2, extra);
-    // `t5train --num_gpus 2 ARGS`: the launcher flag first
-    const char* bin = t5test_bin();
-    const char* rest = strstr(args, bin) + strlen(bin);
-    snprintf(cmd, sizeof cmd, "%s --num_gpus 2%s", bin, rest);
-    rc = t5test_run(g_text, sizeof g_text, "%s", cmd);
+    run_args(args, sizeof args, "", 2, out2, 2, extra);
+    rc = t5test_run(g_text, sizeof g_text, "%s", args);
     if (rc) fail_msg("%s two GPUs: exit %d:\n%s", tag, rc, g_text);
     double a[64], b[64], sa[64], sb[64];
     int na = t5test_jsonl_doubles(out1, "loss", a, 64), nb = t5test_jsonl_doubles(out2, "loss", b, 64);
@@ -119,7 +118,7 @@ static void test_slurm_style_env(void** state) {
     REQUIRE_TWO_GPUS();
     char out[512], args[4096], cmd[9000];
     snprintf(out, sizeof out, "%s/multi_s3_fp32_slurm", t5test_tmpdir());
-    run_args(args, sizeof args, "env", out, 2, "--deepspeed '" S3 "}}'");
+    run_args(args, sizeof args, "", 0, out, 2, "--deepspeed '" S3 "}}'");
     snprintf(cmd, sizeof cmd,
              "port=$((20000 + $$ %% 20000)); for r in 0 1; do SLURM_PROCID=$r SLURM_NTASKS=2 SLURM_LOCALID=$r "
              "SLURM_JOB_ID=1 SLURM_STEP_ID=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port %s & done; wait %%1; a=$?; "
@@ -146,22 +145,19 @@ static void test_slurm_style_env(void** state) {
 static void test_resume_and_eval(void** state) {
     (void)state;
     REQUIRE_TWO_GPUS();
-    char outa[512], outb[512], args[4096], cmd[9000];
+    char outa[512], outb[512], args[4096];
     const char* extra = "--deepspeed '" S3 "}}' --save_strategy steps --save_steps 10 --do_eval --validation_file %s/wmt16-ro-en/validation.en "
                         "--max_eval_samples 16 --evaluation_strategy steps --eval_steps 10 --predict_with_generate "
-                        "--generation_max_length 16 --max_steps 20";
+                        "--generation_max_length 16 --max_steps 20%s";
     char ex[1024];
-    snprintf(ex, sizeof ex, extra, t5test_data_dir());
+    snprintf(ex, sizeof ex, extra, t5test_data_dir(), "");
     snprintf(outa, sizeof outa, "%s/multi_resume_a", t5test_tmpdir());
     snprintf(outb, sizeof outb, "%s/multi_resume_b", t5test_tmpdir());
-    const char* bin = t5test_bin();
-    run_args(args, sizeof args, "env", outa, 2, ex);
-    snprintf(cmd, sizeof cmd, "%s --num_gpus 2%s", bin, strstr(args, bin) + strlen(bin));
-    int rc = t5test_run(g_text, sizeof g_text, "%s", cmd);
+    run_args(args, sizeof args, "", 2, outa, 2, ex);
+    int rc = t5test_run(g_text, sizeof g_text, "%s", args);
     if (rc) fail_msg("uninterrupted: exit %d:\n%s", rc, g_text);
-    run_args(args, sizeof args, "env", outb, 2, ex);
-    snprintf(cmd, sizeof cmd, "T5TRAIN_STOP_AFTER_STEPS=10 %s --num_gpus 2%s", bin, strstr(args, bin) + strlen(bin));
-    rc = t5test_run(g_text, sizeof g_text, "%s", cmd);
+    run_args(args, sizeof args, "T5TRAIN_STOP_AFTER_STEPS=10", 2, outb, 2, ex);
+    rc = t5test_run(g_text, sizeof g_text, "%s", args);
     if (rc) fail_msg("stopped run: exit %d:\n%s", rc, g_text);
     char* ck = t5_path_join(outb, "checkpoint-10");
     const char* files[] = {"model.safetensors", "t5train_state_r00000.bin", "t5train_state_r00001.bin", "t5train_done"};
@@ -171,8 +167,9 @@ static void test_resume_and_eval(void** state) {
         free(p);
     }
     free(ck);
-    snprintf(cmd, sizeof cmd, "%s --num_gpus 2%s --resume_from_checkpoint last", bin, strstr(args, bin) + strlen(bin));
-    rc = t5test_run(g_text, sizeof g_text, "%s", cmd);
+    snprintf(ex, sizeof ex, extra, t5test_data_dir(), " --resume_from_checkpoint last");
+    run_args(args, sizeof args, "", 2, outb, 2, ex);
+    rc = t5test_run(g_text, sizeof g_text, "%s", args);
     if (rc) fail_msg("resumed run: exit %d:\n%s", rc, g_text);
     double a[64], b[64];
     int na = t5test_jsonl_doubles(outa, "loss", a, 64), nb = t5test_jsonl_doubles(outb, "loss", b, 64);
@@ -195,32 +192,23 @@ static void test_resume_and_eval(void** state) {
     free(ev);
 }
 
-// the command of a run on `gpus` GPUs (1: GPU 0 only) with micro-batch 4 / gpus
-static void cmd_on(char* cmd, size_t cap, int gpus, const char* out, const char* extra, const char* env) {
-    char args[4096];
-    run_args(args, sizeof args, "env", out, 4 / gpus, extra);
-    const char* bin = t5test_bin();
-    const char* rest = strstr(args, bin) + strlen(bin);
-    if (gpus == 1) snprintf(cmd, cap, "%s CUDA_VISIBLE_DEVICES=0 %s%s", env, bin, rest);
-    else snprintf(cmd, cap, "%s %s --num_gpus %d%s", env, bin, gpus, rest);
-}
-
 // resume on another number of GPUs: stopped after step 10 on `first` GPUs, resumed on `second` (the optimizer state
 // re-cut, the data position carried over): steps 11-20 within 1e-6 of the uninterrupted run on `first` GPUs (fp32:
 // the same updates, other GEMM shapes)
 static void resume_across(const char* tag, const char* ds, int first, int second) {
+    // micro-batch 4 / GPUs: the same global batch on both sides
     char a[512], b[512], cmd[9000], extra[1024];
     snprintf(a, sizeof a, "%s/multi_%s_a", t5test_tmpdir(), tag);
     snprintf(b, sizeof b, "%s/multi_%s_b", t5test_tmpdir(), tag);
     snprintf(extra, sizeof extra, "--deepspeed '%s' --max_steps 20 --save_strategy steps --save_steps 10", ds);
-    cmd_on(cmd, sizeof cmd, first, a, extra, "");
+    run_args(cmd, sizeof cmd, "", first, a, 4 / first, extra);
     int rc = t5test_run(g_text, sizeof g_text, "%s", cmd);
     if (rc) fail_msg("%s uninterrupted: exit %d:\n%s", tag, rc, g_text);
-    cmd_on(cmd, sizeof cmd, first, b, extra, "T5TRAIN_STOP_AFTER_STEPS=10");
+    run_args(cmd, sizeof cmd, "T5TRAIN_STOP_AFTER_STEPS=10", first, b, 4 / first, extra);
     rc = t5test_run(g_text, sizeof g_text, "%s", cmd);
     if (rc) fail_msg("%s stopped: exit %d:\n%s", tag, rc, g_text);
-    cmd_on(cmd, sizeof cmd, second, b, extra, "");
-    strcat(cmd, " --resume_from_checkpoint last");
+    strcat(extra, " --resume_from_checkpoint last");
+    run_args(cmd, sizeof cmd, "", second, b, 4 / second, extra);
     rc = t5test_run(g_text, sizeof g_text, "%s", cmd);
     if (rc) fail_msg("%s resumed on %d GPUs: exit %d:\n%s", tag, second, rc, g_text);
     assert_contains(g_text, "optimizer state re-cut");
@@ -254,18 +242,16 @@ static void test_all_gpus_vs_accumulation(void** state) {
         print_message("skipped: %d GPUs visible (this case needs 4 or more)\n", n);
         skip();
     }
-    char a[512], b[512], args[4096], cmd[9000], extra[512];
+    char a[512], b[512], args[4096], extra[512];
     snprintf(a, sizeof a, "%s/multi_acc_1gpu", t5test_tmpdir());
     snprintf(b, sizeof b, "%s/multi_acc_%dgpu", t5test_tmpdir(), n);
     snprintf(extra, sizeof extra, "--deepspeed '" S3 "}}' --gradient_accumulation_steps %d", n);
-    run_args(args, sizeof args, "CUDA_VISIBLE_DEVICES=0", a, 2, extra);
+    run_args(args, sizeof args, "", 1, a, 2, extra);
     int rc = t5test_run(g_text, sizeof g_text, "%s", args);
     if (rc) fail_msg("one GPU: exit %d:\n%s", rc, g_text);
     snprintf(extra, sizeof extra, "--deepspeed '" S3 "}}'");
-    run_args(args, sizeof args, "env", b, 2, extra);
-    const char* bin = t5test_bin();
-    snprintf(cmd, sizeof cmd, "%s --num_gpus %d%s", bin, n, strstr(args, bin) + strlen(bin));
-    rc = t5test_run(g_text, sizeof g_text, "%s", cmd);
+    run_args(args, sizeof args, "", n, b, 2, extra);
+    rc = t5test_run(g_text, sizeof g_text, "%s", args);
     if (rc) fail_msg("%d GPUs: exit %d:\n%s", n, rc, g_text);
     double x[64], y[64];
     assert_int_equal(t5test_jsonl_doubles(a, "loss", x, 64), 30);
