@@ -246,10 +246,10 @@ int zero_world(const ZeroEngine* Z);
 int zero_rank(const ZeroEngine* Z);
 // stage 0: buf (n, dt; the gradient the trainer's optimizer reads) := the mean over the ranks (pre-divided, summed)
 void zero_dp_allreduce_mean(ZeroEngine* Z, void* buf, DType dt, size_t n, cudaStream_t stream);
-// in place on the device, in stream order: the sum (f32) or max (i32) over the ranks
+// in place on the device, in stream order: the sum over the ranks
 void zero_all_reduce_sum_f32(ZeroEngine* Z, float* d, size_t n, cudaStream_t stream);
-void zero_all_reduce_max_i32(ZeroEngine* Z, int* d, size_t n, cudaStream_t stream);
-// a host decision every rank takes alike: true when every rank passes true (synchronous)
+// host decisions every rank takes alike (synchronous): rank 0's value; true when every rank passes true
+int zero_from_rank0(ZeroEngine* Z, int v, cudaStream_t stream);
 bool zero_agree(ZeroEngine* Z, bool mine, cudaStream_t stream);
 void zero_barrier(ZeroEngine* Z, cudaStream_t stream);
 // Saving with several ranks at stages 1-3: every rank calls it (a collective); on the ranks with keep, zero_master_read

@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <limits.h>
 #include <unistd.h>
 
 #include "../../cuda/adafactor.cuh"
@@ -680,19 +679,7 @@ static int opt_state_consume(void* ctx, const void* data, size_t off, size_t n) 
 }
 
 // Several ranks: rank 0's value of a host decision on every rank (a collective; one rank: v itself)
-static int from_rank0(Trainer* t, int v) {
-    if (t->world == 1) return v;
-    int* d = NULL;
-    const int mine = t->rank == 0 ? v : INT_MIN;
-    CUDA_CHECK(cudaMallocAsync((void**)&d, sizeof(int), t->s));
-    CUDA_CHECK(cudaMemcpyAsync(d, &mine, sizeof mine, cudaMemcpyHostToDevice, t->s));
-    zero_all_reduce_max_i32(t->Z, d, 1, t->s);
-    int out = 0;
-    CUDA_CHECK(cudaMemcpyAsync(&out, d, sizeof out, cudaMemcpyDeviceToHost, t->s));
-    CUDA_CHECK(cudaFreeAsync(d, t->s));
-    CUDA_CHECK(cudaStreamSynchronize(t->s));
-    return out;
-}
+static int from_rank0(Trainer* t, int v) { return zero_from_rank0(t->Z, v, t->s); }
 
 // The model's weights as model.safetensors (+ config.json) into dir: rank 0 writes; with several ranks at stages 1-3
 // every rank first joins the gather of the fp32 masters.
@@ -800,8 +787,6 @@ static int recut_consume(void* ctx, const void* data, size_t off, size_t n) {
 // old_world partitions; the new one: this rank's partition (stages 1-3) or the whole model (stage 0).
 static void load_opt_recut(Trainer* t, const char* dir, CheckpointState* cs0, int old_world, size_t blob_floats) {
     static char err[TRAINER_ERR_LEN];
-    const CheckpointBlobInfo* bi = checkpoint_state_find(cs0, CKPT_TAG_ADAFACTOR_LAYOUT) ? NULL
-                                                                                        : checkpoint_state_find(cs0, CKPT_TAG_OPTIMIZER);
     if (t->a->optimizer == TRAINER_OPTIM_ADAFACTOR) {
         // Adafactor runs with whole tensors only on several ranks (stage 0): the blob is the same at any N
         if (checkpoint_state_read_stream(cs0, CKPT_TAG_ADAFACTOR, blob_floats * sizeof(float), (size_t)1 << 26,
@@ -809,6 +794,7 @@ static void load_opt_recut(Trainer* t, const char* dir, CheckpointState* cs0, in
             t5_die(T5_EXIT_FAILURE, "resume: %s (Adafactor state saved by %d ranks)", err, old_world);
         return;
     }
+    const CheckpointBlobInfo* bi = checkpoint_state_find(cs0, CKPT_TAG_OPTIMIZER);
     if (!bi) t5_die(T5_EXIT_FAILURE, "resume: %s has no optimizer state", cs0->path);
     const size_t old_floats = (size_t)bi->nbytes / sizeof(float);
     const bool old_whole = old_floats == 2 * t->n;
@@ -966,7 +952,7 @@ static void note_best(Trainer* t, const json_t* m, int64_t step, bool* early_sto
     // everywhere all the same, so that no rank leaves the loop or keeps another best alone
     if (t->world > 1) {
         const int both = from_rank0(t, (r == 1 ? 1 : 0) | (*early_stop ? 2 : 0));
-        if ((both & 1) != (r == 1) && (both & 1)) {  // rank 0 saw a new best here: this step is the best
+        if ((both & 1) && r != 1) {  // rank 0 saw a new best here: this step is the best
             t->best.has_best = true;
             t->best.best_step = step;
         }

@@ -5,6 +5,7 @@
  */
 #include "../../model/zero.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -463,9 +464,8 @@ void zero_all_reduce_sum_f32(ZeroEngine* Z, float* d, size_t n, cudaStream_t s) 
     zcoll_all_reduce(&Z->coll, d, n, DT_F32, ncclSum, s, "an all-reduce of the step's statistics");
 }
 
-void zero_all_reduce_max_i32(ZeroEngine* Z, int* d, size_t n, cudaStream_t s) {
-    if (Z->coll.world == 1) return;
-    zcoll_all_reduce_i32(&Z->coll, d, n, ncclMax, s, "an all-reduce of the step's flags");
+int zero_from_rank0(ZeroEngine* Z, int v, cudaStream_t s) {
+    return zcoll_host_i32(&Z->coll, Z->coll.rank == 0 ? v : INT_MIN, ncclMax, s);
 }
 
 bool zero_agree(ZeroEngine* Z, bool mine, cudaStream_t s) { return zcoll_agree(&Z->coll, mine, s); }
