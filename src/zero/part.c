@@ -148,6 +148,8 @@ void zero_options_default(ZeroOptions* o) {
     o->adamw_mode = true;
 }
 
+static void views_pieces(ZeroPart* P, int u);
+
 ZeroPart* zp_create(const ZeroOptions* o, int num_units, const size_t* unit_numel, const char* const* unit_name,
                     char* err, size_t errlen) {
     const double t0 = now_s();
@@ -369,6 +371,7 @@ ZeroPart* zp_create(const ZeroOptions* o, int num_units, const size_t* unit_nume
                 U->view_ptr[k] = P->d_views + vw;
                 vw += CEIL_DIV(U->view_numel[k], (size_t)8) * 8;
             }
+            views_pieces(P, u);
             CUDA_CHECK(cudaEventCreateWithFlags(&U->ev_gathered, cudaEventDisableTiming));
             CUDA_CHECK(cudaEventCreateWithFlags(&U->ev_updated, cudaEventDisableTiming));
             CUDA_CHECK(cudaEventCreateWithFlags(&U->ev_grad, cudaEventDisableTiming));
@@ -442,6 +445,9 @@ void zp_destroy(ZeroPart* P) {
         free(U->view_off);
         free(U->view_numel);
         free(U->view_ptr);
+        free(U->bcast_ptr);
+        free(U->bcast_count);
+        free(U->bcast_root);
         free(P->name[u]);
     }
     void* dev[] = {P->d_master, P->d_m, P->d_v, P->d_gacc, P->d_wfull, P->d_wpart, P->d_grad, P->d_views, P->d_stage,
@@ -502,29 +508,32 @@ void zp_publish_views(ZeroPart* P, int u, cudaStream_t s, ZpRing* ring) {
     }
 }
 
+// several ranks: each view's pieces by owner (rank r owns the unit's [r x part, (r+1) x part) clipped to numel)
+static void views_pieces(ZeroPart* P, int u) {
+    ZpUnit* U = &P->u[u];
+    const int W = P->L.world, cap = U->nviews * W;
+    if (W == 1 || cap == 0) return;
+    const size_t part = P->L.part[u], numel = P->L.numel[u];
+    U->bcast_ptr = malloc_check((size_t)cap * sizeof *U->bcast_ptr);
+    U->bcast_count = malloc_check((size_t)cap * sizeof *U->bcast_count);
+    U->bcast_root = malloc_check((size_t)cap * sizeof *U->bcast_root);
+    for (int k = 0; k < U->nviews; k++)
+        for (int r = 0; r < W; r++) {
+            const size_t off = U->view_off[k], end = off + U->view_numel[k];
+            const size_t a = T5_MAX(off, (size_t)r * part), b = T5_MIN(end, T5_MIN((size_t)(r + 1) * part, numel));
+            if (b <= a) continue;
+            U->bcast_ptr[U->nbcast] = U->view_ptr[k] + (a - off);
+            U->bcast_count[U->nbcast] = b - a;
+            U->bcast_root[U->nbcast++] = r;
+        }
+}
+
 void zp_views_sync(ZeroPart* P, int u, cudaStream_t s) {
     ZpUnit* U = &P->u[u];
     if (P->L.world == 1 || U->views_ver >= P->wver) return;
     U->views_ver = P->wver;
-    const size_t part = P->L.part[u], numel = P->L.numel[u];
-    int n = 0, cap = U->nviews * P->L.world;
-    if (cap == 0) return;
-    float** ptr = malloc_check((size_t)cap * sizeof *ptr);
-    size_t* cnt = malloc_check((size_t)cap * sizeof *cnt);
-    int* root = malloc_check((size_t)cap * sizeof *root);
-    for (int k = 0; k < U->nviews; k++)
-        for (int r = 0; r < P->L.world; r++) {
-            const size_t off = U->view_off[k], end = off + U->view_numel[k];
-            const size_t a = T5_MAX(off, (size_t)r * part), b = T5_MIN(end, T5_MIN((size_t)(r + 1) * part, numel));
-            if (b <= a) continue;
-            ptr[n] = U->view_ptr[k] + (a - off);
-            cnt[n] = b - a;
-            root[n++] = r;
-        }
-    zcoll_broadcast_group(&P->coll, P->coll.params, n, ptr, cnt, root, s, "the fp32 views' broadcast");
-    free(ptr);
-    free(cnt);
-    free(root);
+    zcoll_broadcast_group(&P->coll, P->coll.params, U->nbcast, U->bcast_ptr, U->bcast_count, U->bcast_root, s,
+                          "the fp32 views' broadcast");
 }
 
 // called by the CPU optimizer thread (ring_opt) after its AdamW wrote the unit, and by zp_sync_working on the main

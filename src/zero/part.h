@@ -114,6 +114,10 @@ typedef struct {
     size_t* view_off;        // (nviews) tensor offsets inside the unit
     size_t* view_numel;
     float** view_ptr;        // device fp32 copies
+    int nbcast;              // several ranks: the views' pieces and the rank owning each (zp_views_sync), fixed
+    float** bcast_ptr;       // at creation
+    size_t* bcast_count;
+    int* bcast_root;
     int bucket_first;        // index of its first sumsq slot
     int num_buckets;
 } ZpUnit;
