@@ -242,8 +242,6 @@ void* zero_flat_grad(ZeroEngine* Z);  // (flat_numel) zero_grad_dtype
 void zero_grads_to_host_f32(ZeroEngine* Z, float* out, cudaStream_t stream);
 
 // ---- several ranks (ZeroOptions.world > 1): the data-parallel collectives the trainer needs besides the engine's own
-int zero_world(const ZeroEngine* Z);
-int zero_rank(const ZeroEngine* Z);
 // stage 0: buf (n, dt; the gradient the trainer's optimizer reads) := the mean over the ranks (pre-divided, summed)
 void zero_dp_allreduce_mean(ZeroEngine* Z, void* buf, DType dt, size_t n, cudaStream_t stream);
 // in place on the device, in stream order: the sum over the ranks

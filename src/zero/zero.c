@@ -448,9 +448,6 @@ void zero_master_read(ZeroEngine* Z, int unit, size_t offset, float* host, size_
 
 // ---- several ranks
 
-int zero_world(const ZeroEngine* Z) { return Z->coll.world; }
-int zero_rank(const ZeroEngine* Z) { return Z->coll.rank; }
-
 void zero_dp_allreduce_mean(ZeroEngine* Z, void* buf, DType dt, size_t n, cudaStream_t s) {
     if (Z->coll.world == 1) return;
     if (Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_dp_allreduce_mean at ZeRO stage %d (the engine reduces)", Z->stage);
