@@ -675,3 +675,26 @@ int64_t dataset_skipped_empty(const Dataset* ds) { return ds->skipped; }
 int64_t dataset_num_tokens(const Dataset* ds, bool target) {
     return target ? ds->tgt_off[ds->n] - ds->tgt_off[0] : ds->src_off[ds->n] - ds->src_off[0];
 }
+
+void dataset_activation_lengths(const DataOptions* opt, Dataset* const* ds, int n, int* max_src, int* max_tgt) {
+    const int cap_s = opt->max_source_length;
+    const int cap_t = opt->max_target_length > opt->val_max_target_length ? opt->max_target_length
+                                                                            : opt->val_max_target_length;
+    int64_t s = 1, t = 1;
+    for (int k = 0; k < n; k++) {
+        if (!ds[k]) continue;
+        for (int64_t i = 0; i < ds[k]->n; i++) {  // the cache's offsets: lengths without touching the ids
+            int64_t ls = ds[k]->src_off[i + 1] - ds[k]->src_off[i], lt = ds[k]->tgt_off[i + 1] - ds[k]->tgt_off[i];
+            if (ls > s) s = ls;
+            if (lt > t) t = lt;
+        }
+    }
+    if (opt->pad_to_max_length) {
+        s = cap_s;
+        t = cap_t;
+    }
+    if (s > cap_s) s = cap_s;
+    if (t > cap_t) t = cap_t;
+    *max_src = (int)((s + 7) / 8 * 8);
+    *max_tgt = (int)((t + 7) / 8 * 8);
+}

@@ -90,6 +90,10 @@ bool dataset_from_cache(const Dataset* ds);
 int64_t dataset_skipped_empty(const Dataset* ds);
 // Total tokens (source, target) over the examples kept.
 int64_t dataset_num_tokens(const Dataset* ds, bool target);
+// The lengths a model's activation buffers are sized for (issue 14 item 7): the longest source and target over the
+// n splits given (NULL entries skipped), each capped by its max length (max_target_length or val_max_target_length,
+// the larger), the caps themselves with pad_to_max_length, rounded up to 8.
+void dataset_activation_lengths(const DataOptions* opt, Dataset* const* ds, int n, int* max_src, int* max_tgt);
 
 // Resolves the files of a split without reading them: *src_path, *tgt_path (malloc'd; tgt NULL
 // for jsonl) and *format ('j' jsonl, 't' text, 's' sgml). Returns 0, or -1 with err listing

@@ -1,7 +1,8 @@
 /*
  * test_data_loader.c: the token cache (reuse, rebuild on a changed source, a truncated or
  * corrupt cache) and batching (exact padding / labels / -100 / shift-right, sharding covers the
- * data once per epoch, resume from a saved state, max_samples, drop_last, group_by_length).
+ * data once per epoch, resume from a saved state, max_samples, drop_last, group_by_length) and the
+ * activation lengths the trainer and the planner size for (the longest example, capped, rounded to 8).
  */
 #include "t5test.h"
 
@@ -190,6 +191,89 @@ static void test_max_samples(void** state) {
     dataset_close(v);
     dataset_close(part);
     dataset_close(full);
+    free(pre); free(model);
+}
+
+// dataset_activation_lengths: the longest source / target over the splits given, each capped by its max length,
+// rounded up to 8; the caps with pad_to_max_length; max_samples counts (only the examples used)
+static void expect_longest(Dataset* const* ds, int n, int cap_s, int cap_t, int* want_s, int* want_t) {
+    int s = 1, t = 1;
+    for (int k = 0; k < n; k++)
+        for (int64_t i = 0; ds[k] && i < dataset_size(ds[k]); i++) {
+            const int32_t *a, *b;
+            int na, nb;
+            dataset_get(ds[k], i, &a, &na, &b, &nb);
+            s = na > s ? na : s;
+            t = nb > t ? nb : t;
+        }
+    s = s < cap_s ? s : cap_s;
+    t = t < cap_t ? t : cap_t;
+    *want_s = (s + 7) / 8 * 8;
+    *want_t = (t + 7) / 8 * 8;
+}
+
+static void test_activation_lengths(void** state) {
+    (void)state;
+    T5_REQUIRE_DATA();
+    char* pre = make_subset("al_sub", 300);
+    char* model = model_path();
+    DataOptions o;
+    options(&o, pre, model, NULL);
+    o.no_cache = true;
+    char err[1024];
+    Dataset* tr = dataset_open(&o, DATA_SPLIT_TRAIN, NULL, err, sizeof err);
+    assert_non_null(tr);
+    o.max_samples[DATA_SPLIT_VALIDATION] = 5;
+    Dataset* va = dataset_open(&o, DATA_SPLIT_VALIDATION, NULL, err, sizeof err);
+    assert_non_null(va);
+    Dataset* both[3] = {tr, va, NULL};
+    int s, t, ws, wt;
+    dataset_activation_lengths(&o, both, 3, &s, &t);
+    expect_longest(both, 2, 1024, 128, &ws, &wt);
+    assert_int_equal(s, ws);
+    assert_int_equal(t, wt);
+    assert_true(s % 8 == 0 && t % 8 == 0);
+    assert_true(s < 1024 && s > 8);  // newsdev2016's 300 first sources are far below HF's 1024
+    // the first 5 only: never longer than all 300
+    Dataset* five[1] = {va};
+    int s5, t5;
+    dataset_activation_lengths(&o, five, 1, &s5, &t5);
+    expect_longest(five, 1, 1024, 128, &ws, &wt);
+    assert_int_equal(s5, ws);
+    assert_int_equal(t5, wt);
+    assert_true(s5 <= s && t5 <= t);
+    // caps below the longest: the cap, rounded up to 8 (the tokenizer truncated at the cap)
+    o.max_source_length = 21;
+    o.max_target_length = 13;
+    o.val_max_target_length = 19;
+    Dataset* cut = dataset_open(&o, DATA_SPLIT_TRAIN, NULL, err, sizeof err);
+    Dataset* one[1] = {cut};
+    dataset_activation_lengths(&o, one, 1, &s, &t);
+    assert_int_equal(s, 24);
+    assert_int_equal(t, 16);  // training targets are cut at max_target_length
+    Dataset* vcut = dataset_open(&o, DATA_SPLIT_VALIDATION, NULL, err, sizeof err);
+    Dataset* two[2] = {cut, vcut};
+    dataset_activation_lengths(&o, two, 2, &s, &t);
+    assert_int_equal(s, 24);
+    assert_int_equal(t, 24);  // evaluation's at val_max_target_length
+    // pad_to_max_length: the caps themselves
+    o.pad_to_max_length = true;
+    o.max_source_length = 100;
+    o.max_target_length = 64;
+    o.val_max_target_length = 0;
+    dataset_activation_lengths(&o, five, 1, &s, &t);
+    assert_int_equal(s, 104);
+    assert_int_equal(t, 64);
+    // nothing opened: the smallest arena (1 token, rounded)
+    Dataset* none[2] = {NULL, NULL};
+    o.pad_to_max_length = false;
+    dataset_activation_lengths(&o, none, 2, &s, &t);
+    assert_int_equal(s, 8);
+    assert_int_equal(t, 8);
+    dataset_close(vcut);
+    dataset_close(cut);
+    dataset_close(va);
+    dataset_close(tr);
     free(pre); free(model);
 }
 
@@ -451,6 +535,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cache_reuse_and_rebuild),
         cmocka_unit_test(test_max_samples),
+        cmocka_unit_test(test_activation_lengths),
         cmocka_unit_test(test_collate_exact),
         cmocka_unit_test(test_sharding_covers_once),
         cmocka_unit_test(test_shuffle_deterministic_and_resume),

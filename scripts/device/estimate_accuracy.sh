@@ -2,11 +2,14 @@
 # estimate_accuracy.sh OUT: issue 17 item 2 on the device: `t5train estimate` against what the run really uses, for
 # MODELS (default "t5-small t5-base t5-large t5-3b"; random init) x PLANS (stage 0; stage 3 + both offloads, the homework
 # configs/ds_config_zero3.json; the same with offload_optimizer.ratio 0.5), fp16, micro-batch 8, 128 + 128 tokens
-# (--pad_to_max_length: the activations are sized for exactly that), STEPS (4) steps, no eval.
+# (--pad_to_max_length: the activations are sized for exactly that), STEPS (4) steps, no eval; the run is killed once
+# its last step is logged (the final save is not measured: t5-11b's would take a minute and 45 GB of disk).
+# PLAN_TAGS picks plans (default all three), BATCHES the micro-batches (default 8), CKPT=1 adds --gradient_checkpointing
+# (t5-11b on an H200: MODELS=t5-11b PLAN_TAGS=zero3_ratio05 BATCHES="1 8", then BATCHES=64 CKPT=1).
 # Measured GPU peak: the highest of trainer_log.jsonl's gpu_mem_peak_gib (CUDA's used memory at the log points) and
 # nvidia-smi's memory.used sampled every 50 ms. Measured host: the process's peak RSS (VmHWM, sampled) minus the
-# peak RSS of the stage 0 run of the same model (the process without engine host buffers), against the estimate's
-# host column (pinned + pageable engine buffers).
+# peak RSS of the stage 0 run of the same model and batch (the process without engine host buffers; without that run,
+# the whole peak RSS), against the estimate's host column (pinned + pageable engine buffers).
 # Rule (the issue's): PASS when the prediction is within 10% of the measurement and never below it by more than 5%.
 # Host rows whose prediction is under 1 GiB are printed as information (the baseline noise is of that order).
 # Environment: T5TRAIN_BIN, T5TRAIN_DATA (t5-spiece/spiece.model, wmt16-ro-en/validation.{en,ro}); MODELS, STEPS.
@@ -17,6 +20,9 @@ BIN=${T5TRAIN_BIN:?set T5TRAIN_BIN to the t5train binary}
 DATA=${T5TRAIN_DATA:?set T5TRAIN_DATA to the data folder}
 MODELS=${MODELS:-t5-small t5-base t5-large t5-3b}
 STEPS=${STEPS:-4}
+PLAN_TAGS=${PLAN_TAGS:-stage0 zero3_offload zero3_ratio05}
+BATCHES=${BATCHES:-8}
+CKPT=${CKPT:-0}
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 mkdir -p "$OUT" || exit 1
 OUT=$(cd "$OUT" && pwd)
@@ -34,22 +40,27 @@ PLANS=("stage0||stage 0"
        "zero3_ratio05|$OUT/ds_ratio05.json|stage 3, offload_optimizer cpu (ratio 0.50), offload_param cpu")
 printf 'model\tplan\tpred_gpu_gib\tmeas_gpu_gib\tpred_host_gib\tmeas_host_gib\tstep_s\n' > "$OUT/results.tsv"
 
-common() {  # the run's flags (the estimate gets the same ones)
+common() {  # model batch: the run's flags (the estimate gets the same ones)
     echo "--model_name_or_path $1 --init random --tokenizer_name $DATA/t5-spiece/spiece.model" \
          "--train_file $DATA/wmt16-ro-en/validation.en --source_lang en --target_lang ro --fp16" \
-         "--per_device_train_batch_size 8 --max_source_length 128 --max_target_length 128 --pad_to_max_length" \
-         "--max_train_samples 64 --do_train --max_steps $STEPS --logging_steps 1 --save_strategy no"
+         "--per_device_train_batch_size $2 --max_source_length 128 --max_target_length 128 --pad_to_max_length" \
+         "--max_train_samples $((2 * $2 * STEPS)) --do_train --max_steps $STEPS --logging_steps 1 --save_strategy no" \
+         "$([ "$CKPT" = 1 ] && echo --gradient_checkpointing)"
 }
 
 for model in $MODELS; do
+  for batch in $BATCHES; do
+    base_host=""
     for p in "${PLANS[@]}"; do
         IFS='|' read -r tag ds row <<< "$p"
+        [[ " $PLAN_TAGS " == *" $tag "* ]] || continue
         dsf=()
         [ -n "$ds" ] && dsf=(--deepspeed "$ds")
-        log=$OUT/${model}_$tag
+        name=${tag}_b$batch$([ "$CKPT" = 1 ] && echo _ckpt)
+        log=$OUT/${model}_$name
         # the prediction: the same flags through `t5train estimate`, the plan's row (GPU and host totals)
         # shellcheck disable=SC2046
-        "$BIN" estimate $(common "$model") "${dsf[@]}" > "$log.estimate" 2>&1
+        "$BIN" estimate $(common "$model" "$batch") "${dsf[@]}" > "$log.estimate" 2>&1
         pred=$(python3 - "$log.estimate" "$row" <<'EOF'
 import re, sys
 row = sys.argv[2]
@@ -62,7 +73,7 @@ for line in open(sys.argv[1]):
 EOF
 )
         if [ -z "$pred" ]; then
-            echo "FAIL $model $tag: no row '$row' in the estimate ($log.estimate)"
+            echo "FAIL $model $name: no row '$row' in the estimate ($log.estimate)"
             continue
         fi
         read -r pred_gpu pred_host <<< "$pred"
@@ -74,19 +85,25 @@ EOF
             smi_pid=$!
         fi
         # shellcheck disable=SC2046
-        "$BIN" $(common "$model") "${dsf[@]}" --output_dir "$log.out" > "$log.log" 2>&1 &
+        "$BIN" $(common "$model" "$batch") "${dsf[@]}" --output_dir "$log.out" > "$log.log" 2>&1 &
         pid=$!
         hwm=0
+        last=0
         while kill -0 $pid 2>/dev/null; do
             v=$(awk '/^VmHWM:/ {print $2}' /proc/$pid/status 2>/dev/null)
             [ -n "$v" ] && [ "$v" -gt "$hwm" ] && hwm=$v
+            if grep -q "\"step\":$STEPS,\"max_steps\"" "$log.out/trainer_log.jsonl" 2>/dev/null; then
+                last=1
+                kill -KILL $pid 2>/dev/null
+            fi
             sleep 0.1
         done
         wait $pid
         rc=$?
+        [ $last = 1 ] && rc=0  # killed after its last step was logged
         [ -n "$smi_pid" ] && kill "$smi_pid" 2>/dev/null && wait "$smi_pid" 2>/dev/null
         if [ $rc -ne 0 ]; then
-            echo "FAIL $model $tag: the run exited $rc: $(grep -m1 't5train: error' "$log.log")"
+            echo "FAIL $model $name: the run exited $rc: $(grep -m1 't5train: error' "$log.log")"
             continue
         fi
         meas=$(python3 - "$log.out/trainer_log.jsonl" "$log.smi" <<'EOF'
@@ -113,16 +130,17 @@ EOF
         host_gib=$(awk -v k="$hwm" 'BEGIN { printf "%.3f", k / 1048576 }')
         [ "$tag" = stage0 ] && base_host=$host_gib
         meas_host=$(awk -v a="$host_gib" -v b="${base_host:-0}" 'BEGIN { printf "%.3f", a - b }')
-        printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$model" "$tag" "$pred_gpu" "$meas_gpu" "$pred_host" "$meas_host" "$step_s" >> "$OUT/results.tsv"
-        echo "$model $tag: GPU predicted $pred_gpu GiB, measured $meas_gpu GiB; host predicted $pred_host GiB, measured $meas_host GiB (peak RSS $host_gib GiB); step ${step_s} s"
+        printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$model" "$name" "$pred_gpu" "$meas_gpu" "$pred_host" "$meas_host" "$step_s" >> "$OUT/results.tsv"
+        echo "$model $name: GPU predicted $pred_gpu GiB, measured $meas_gpu GiB; host predicted $pred_host GiB, measured $meas_host GiB (peak RSS $host_gib GiB); step ${step_s} s"
     done
+  done
 done
 
 python3 - "$OUT/results.tsv" <<'EOF'
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
 bad = 0
-print(f"{'model':9s} {'plan':14s} | {'GPU pred':>8s} {'meas':>7s} {'diff':>7s} | {'host pred':>9s} {'meas':>7s} {'diff':>7s} | verdict")
+print(f"{'model':9s} {'plan':20s} | {'GPU pred':>8s} {'meas':>7s} {'diff':>7s} | {'host pred':>9s} {'meas':>7s} {'diff':>7s} | verdict")
 for r in rows:
     out = []
     for kind in ("gpu", "host"):
@@ -136,7 +154,7 @@ for r in rows:
     verdict = "FAIL" if any(v == "FAIL" for *_, v in out) else "PASS"
     bad += verdict == "FAIL"
     (gp, gm, gd, gv), (hp, hm, hd, hv) = out
-    print(f"{r['model']:9s} {r['plan']:14s} | {gp:8.2f} {gm:7.2f} {gd:+7.1%} | {hp:9.2f} {hm:7.2f} {hd:+7.1%} | "
+    print(f"{r['model']:9s} {r['plan']:20s} | {gp:8.2f} {gm:7.2f} {gd:+7.1%} | {hp:9.2f} {hm:7.2f} {hd:+7.1%} | "
           f"{verdict} (GPU {gv}, host {hv})")
 print(f"{'PASS' if bad == 0 and rows else 'FAIL'} estimate_accuracy: {len(rows)} runs, {bad} outside the rule "
       f"(within 10%, never below by more than 5%)")

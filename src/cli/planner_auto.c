@@ -248,7 +248,8 @@ void planner_auto_apply(PlanInput* in, const PlanSearch* s, ZeroOptions* zo, Pla
 }
 
 // The run as the planner sees it: training's batch, and evaluation's for the arena when the run evaluates; the
-// length caps (the trainer sizes the arena for the longest example within them: the caps are an upper bound)
+// lengths the trainer will size the arena for (the data's longest examples, run.c), else the length caps (an upper
+// bound)
 static void input_from_args(const TrainerArgs* a, PlanInput* in) {
     memset(in, 0, sizeof *in);
     in->model = a->model;
@@ -257,8 +258,8 @@ static void input_from_args(const TrainerArgs* a, PlanInput* in) {
     in->batch = a->do_train ? a->data.train_batch_size : 1;
     in->arena_batch = (a->do_eval || a->do_predict) ? a->data.eval_batch_size : 0;
     const DataOptions* o = &a->data;
-    in->src_len = (o->max_source_length + 7) / 8 * 8;
-    in->tgt_len = (T5_MAX(o->max_target_length, o->val_max_target_length) + 7) / 8 * 8;
+    in->src_len = a->plan_src_len > 0 ? a->plan_src_len : (o->max_source_length + 7) / 8 * 8;
+    in->tgt_len = a->plan_tgt_len > 0 ? a->plan_tgt_len : (T5_MAX(o->max_target_length, o->val_max_target_length) + 7) / 8 * 8;
     in->gradient_checkpointing = a->gradient_checkpointing;
     in->grad_accum_steps = (int)a->gradient_accumulation_steps;
     in->gpus_per_node = in->num_nodes = 1;

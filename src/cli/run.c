@@ -641,6 +641,41 @@ static void run_preflight(const RunConfig* c, const TrainerArgs* a) {
     if (c->resume_from_checkpoint[0]) preflight_resume(c, a);
 }
 
+// The lengths the trainer will size the activations for (dataset_activation_lengths over the splits it opens), into
+// a->plan_src_len / plan_tgt_len, so that the planner (the automatic plan, the fixed plan's check, the out-of-memory
+// advice) sizes the run the trainer makes rather than the max lengths: the homework data's longest source is ~1/5
+// of the default 1024. Tokenizes now (the trainer then opens the token cache); a dry run tokenizes in memory and
+// writes no cache. Only where a GPU will be planned for; without one, and for splits a dry run would download, the
+// planner keeps the caps.
+static void run_data_lengths(const RunConfig* c, TrainerArgs* a) {
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        (void)cudaGetLastError();
+        return;
+    }
+    if (data_pending) return;
+    const bool used[3] = {a->do_train, a->do_eval || a->eval_strategy != TRAINER_INTERVAL_NO, a->do_predict};
+    static char err[2048];
+    DataOptions o = a->data;
+    o.no_cache = c->dry_run;
+    o.quiet = t5_rank != 0;
+    Tokenizer* tok = tokenizer_open(o.tokenizer_path, err, sizeof err);
+    if (!tok) t5_die(T5_EXIT_USAGE, "tokenizer: %s", err);
+    Dataset* ds[3] = {NULL, NULL, NULL};
+    static const char* const what[3] = {"training data", "evaluation data", "prediction data"};
+    for (int i = 0; i < 3; i++) {
+        if (!used[i]) continue;
+        ds[i] = dataset_open(&o, (DataSplit)i, tok, err, sizeof err);
+        if (!ds[i]) t5_die(T5_EXIT_USAGE, "%s: %s", what[i], err);
+    }
+    dataset_activation_lengths(&o, ds, 3, &a->plan_src_len, &a->plan_tgt_len);
+    for (int i = 0; i < 3; i++)
+        if (ds[i]) dataset_close(ds[i]);
+    tokenizer_close(tok);
+    preflight_note("the data's longest example: activations for %d source and %d target tokens", a->plan_src_len,
+                   a->plan_tgt_len);
+}
+
 // Removes the trainer's test-hook flags from argv (in place); returns the new argc.
 static int run_strip_hooks(int argc, char** argv, char* dump, size_t cap, int64_t* dump_steps) {
     int k = 1;
@@ -707,6 +742,8 @@ int run_main(int argc, char** argv) {
         t5_die_hint(T5_EXIT_USAGE, "add --do_train, --do_eval and/or --do_predict",
                     "nothing to do: none of do_train, do_eval, do_predict");
     run_build_trainer_args(c, &targs);
+    run_preflight(c, &targs);
+    if (strcmp(c->zero_plan, "auto") == 0 || c->do_train) run_data_lengths(c, &targs);
     if (strcmp(c->zero_plan, "auto") == 0) {  // issue 17: before anything is created
         PlanSearch ps;
         PlanPick pick;
@@ -715,13 +752,15 @@ int run_main(int argc, char** argv) {
             *c = raw;
             planner_pick_to_config(&pick, &ps, c);
             if ((rc = config_resolve(c, err, sizeof err))) t5_die(rc, "%s", err);
+            const int ls = targs.plan_src_len, lt = targs.plan_tgt_len;
             run_build_trainer_args(c, &targs);
+            targs.plan_src_len = ls;
+            targs.plan_tgt_len = lt;
             planner_pick_apply(&pick, &targs.zero, NULL);
         }
     }
     targs.oom_advice = planner_oom_advice;  // out of memory explained (issue 17)
     t5_oom_set_advice(planner_oom_advice, &targs);  // the same, for an allocation failing during the run (oom.h)
-    run_preflight(c, &targs);
     // a fixed plan predicted not to fit: refused now, before anything is allocated or created (issue 17 item 4);
     // the automatic plan has already been fitted
     if (strcmp(c->zero_plan, "auto") != 0 && c->do_train) planner_check_run(&targs);

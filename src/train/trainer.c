@@ -257,8 +257,6 @@ static uint64_t splitmix64(uint64_t x) {
     return x ^ (x >> 31);
 }
 
-static int round8(int x) { return (int)CEIL_DIV(x, 8) * 8; }
-
 static double gpu_mem_used_gib(Trainer* t) {
     size_t fr = 0, tot = 0;
     if (cudaMemGetInfo(&fr, &tot) != cudaSuccess) return -1;
@@ -305,33 +303,15 @@ static json_t* json_matrix(const int32_t* x, int rows, int cols) {
     return m;
 }
 
-// Activation buffers are sized for the longest example the run will see (issue 14 item 7): the longest tokenized
-// source and target over the opened splits, each capped by its max length (padding to the max lengths when
-// pad_to_max_length), rounded up to 8. HF's max_source_length default (1024) would otherwise size every buffer
-// for sequences the data never has.
+// Activation buffers are sized for the longest example the run will see (issue 14 item 7,
+// dataset_activation_lengths): HF's max_source_length default (1024) would otherwise size every buffer for sequences
+// the data never has. The planner sized its plan the same way (run.c run_data_lengths).
 static void activation_lengths(Trainer* t, int* Ts, int* Tt) {
     const DataOptions* o = &t->a->data;
-    const int cap_s = o->max_source_length, cap_t = T5_MAX(o->max_target_length, o->val_max_target_length);
-    int s = 1, g = 1;
     Dataset* dss[3] = {t->train_ds, t->eval_ds, t->pred_ds};
-    for (int k = 0; k < 3; k++) {
-        if (!dss[k]) continue;
-        for (int64_t i = 0; i < dataset_size(dss[k]); i++) {
-            const int32_t *src, *tgt;
-            int ns, nt;
-            dataset_get(dss[k], i, &src, &ns, &tgt, &nt);
-            s = T5_MAX(s, ns);
-            g = T5_MAX(g, nt);
-        }
-    }
-    if (o->pad_to_max_length) {
-        s = cap_s;
-        g = cap_t;
-    }
-    *Ts = round8(T5_MIN(s, cap_s));
-    *Tt = round8(T5_MIN(g, cap_t));
+    dataset_activation_lengths(o, dss, 3, Ts, Tt);
     printf("activations sized for %d source and %d target tokens (the longest example; max %d / %d)\n", *Ts, *Tt,
-           cap_s, cap_t);
+           o->max_source_length, T5_MAX(o->max_target_length, o->val_max_target_length));
 }
 
 // an allocation failure at start (the engine's buffers, the activation arena): the message, and with

@@ -119,6 +119,9 @@ typedef struct {
     // the estimate for this job and a plan predicted to fit to the message (set by src/cli, which may call the
     // planner; args is this TrainerArgs); NULL: the message alone
     void (*oom_advice)(const void* args, char* buf, size_t len);
+    // the lengths the planner sizes the activations for: the data's longest examples as the trainer will size them
+    // (dataset_activation_lengths; src/cli/run.c scans the data before planning); 0: the max lengths (an upper bound)
+    int plan_src_len, plan_tgt_len;
     bool save_on_each_node;  // several nodes without a shared file system: each node's local rank 0 writes too
 } TrainerArgs;
 
