@@ -148,7 +148,7 @@ for ((i = 1; i <= CYCLES; i++)); do
     printf 'cycle %2d: SIG%-5s after %6.3f s, exit %3d, newest complete checkpoint %4d -> %4d\n' "$i" "$sig" "$delay" "$rc" "$before" "$after"
     if [ -f "$K/model.safetensors" ] && [ "$after" -ge "$MAX_STEPS" ] && [ $rc -eq 0 ]; then
         finished_early=$i
-        echo "the run reached step $MAX_STEPS in cycle $i (raise MAX_STEPS for more kills)"
+        echo "the run reached step $MAX_STEPS in cycle $i (raise CYCLES for more kills: each cycle takes ~1.25/CYCLES of the run)"
         break
     fi
 done

@@ -43,6 +43,10 @@
 #define CUBLASLT_WORKSPACE ((size_t)32 << 20)
 #define MEASURED_NVLINK_ALLREDUCE_BUSBW 331.9e9
 #define PLANNER_NCCL_BYTES ((size_t)(1.55 * 1024 * 1024 * 1024))
+// stages 1-3 also all-gather on the second communicator and reduce-scatter on the first: NCCL connects those on first
+// use. Measured on two H100s, bf16, the stage 1 / 2 / 3 peaks over the prediction without it: t5-base 0.32 / 0.33 /
+// 0.37 GiB (test_gpu_estimate), t5-3b 0.32 / 0.33 / 0.37 GiB (docs/estimate.md), the same for both sizes: the largest
+#define PLANNER_NCCL_GATHER_BYTES ((size_t)(0.37 * 1024 * 1024 * 1024))
 #define MEASURED_NVLINK_ALLGATHER_BUSBW 273.3e9
 #define MEASURED_NVLINK_REDUCESCATTER_BUSBW 278.8e9
 
@@ -116,9 +120,10 @@ int planner_row(const PlanInput* in, int stage, bool off_opt, bool off_param, do
                              .dropout_rate = in->model.dropout_rate};
         size_t ptr = 0;
         r->g_act = t5_model_activation_bytes_for(&T, &mo, true, t5_model_qkv_contiguous(&T), &ptr);
-        // several ranks: NCCL's own buffers (two communicators); measured: t5-3b stage 0 bf16 8 x (128+128) peaked
-        // 1.55 GiB higher on each of two H100s than on one (docs/multi_gpu.md, 2026-11-25; stage 0 reduces in place)
-        r->g_work = CUBLASLT_WORKSPACE + ptr + PLANNER_CONTEXT_BYTES + (o.world > 1 ? PLANNER_NCCL_BYTES : 0);
+        // several ranks: NCCL's own buffers; measured: t5-3b stage 0 bf16 8 x (128+128) peaked 1.55 GiB higher on each
+        // of two H100s than on one (docs/multi_gpu.md, 2026-11-25; stage 0 only all-reduces), stages 1-3 more
+        const size_t nccl = o.world == 1 ? 0 : PLANNER_NCCL_BYTES + (stage > 0 ? PLANNER_NCCL_GATHER_BYTES : 0);
+        r->g_work = CUBLASLT_WORKSPACE + ptr + PLANNER_CONTEXT_BYTES + nccl;
         r->g_params = e.gpu_weights + e.gpu_views + e.gpu_gathered_peak;
         r->g_grads = e.gpu_grads + e.gpu_gacc + e.gpu_grad_peak;
         r->g_optim = e.gpu_master + e.gpu_m + e.gpu_v + e.gpu_ada_scratch;  // Adafactor: its state in gpu_m
