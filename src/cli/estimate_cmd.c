@@ -176,6 +176,10 @@ int estimate_main(int argc, char** argv) {
     size_t host_avail = host_mem >= 0 ? (size_t)(host_mem * 1073741824.0) : host_mem_available();
     planner_fit(rows, n, have_gpu, gpu_free, host_avail, margin);
     planner_print(stdout, &in, rows, n, have_gpu, gpu_free, host_avail);
+    if (!src || !tgt)
+        printf("\nnote: activations sized for %d + %d tokens, the max lengths; a run sizes them (and picks or checks "
+               "its plan) for its data's longest example, at most these: --source_len / --target_len give those "
+               "lengths here\n", in.src_len, in.tgt_len);
     int best = planner_choose(rows, n);
     char name[96];
     if (best >= 0) {
