@@ -8,12 +8,17 @@ fp16, gradient_accumulation_steps 1, lr 5e-5, logging every step.
 
 Launch (one GPU):
     BENCH_T0=$(date +%s.%N) deepspeed --num_gpus=1 test/bench/bench_deepspeed_t5.py --batch 1 --steps 8
+several GPUs (issue 18, the same per-GPU batch; --ds_config picks the stage):
+    deepspeed --num_gpus=8 test/bench/bench_deepspeed_t5.py --batch 8 --steps 12 --ds_config DS.json
 or without the launcher:
     RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29511 \
         python3 test/bench/bench_deepspeed_t5.py --batch 1 --steps 8
 
 Output: JSON lines on stdout, each starting with {"bench": "deepspeed_t5", ...}:
   "kind": "env"    versions, GPU, host
+  Several ranks (WORLD_SIZE > 1): each rank gets batch x steps samples of its own; "step" lines come from rank 0
+  only, every rank writes its "result" (its own GPU and host memory) with "rank" and "world_size", and
+  samples_per_s counts every rank's samples (batch x world_size per step).
   "kind": "step"   one per optimizer step: wall time between on_step_begin and on_step_end (both after
                    torch.cuda.synchronize), end-to-end interval since the previous step's end, loss scale,
                    whether DeepSpeed skipped the step (fp16 overflow)
@@ -84,8 +89,14 @@ def meminfo_gib(key):
     return None
 
 
+RANK = int(os.environ.get("RANK", 0))
+WORLD = int(os.environ.get("WORLD_SIZE", 1))
+
+
 def emit(kind, **kw):
     rec = {"bench": BENCH, "kind": kind}
+    if WORLD > 1:
+        rec.update(rank=RANK, world_size=WORLD)
     rec.update(kw)
     print(json.dumps(rec, sort_keys=False), flush=True)
 
@@ -217,7 +228,8 @@ def main():
             return {"input_ids": self.src[i], "attention_mask": torch.ones_like(self.src[i]),
                     "labels": self.tgt[i]}
 
-    train_ds = SyntheticSeq2Seq(args.batch * args.steps, args.src_len, args.tgt_len, args.seed)
+    # the Trainer's sampler gives each of WORLD ranks len/WORLD samples: batch x steps per rank
+    train_ds = SyntheticSeq2Seq(args.batch * args.steps * WORLD, args.src_len, args.tgt_len, args.seed)
 
     def sync():
         if cuda:
@@ -267,7 +279,8 @@ def main():
                 self.t_first_end = t
             self.t_prev_end = t
             self.steps.append(rec)
-            emit("step", **rec)
+            if RANK == 0:
+                emit("step", **rec)
 
     timer = StepTimer()
     trainer = Seq2SeqTrainer(model=model, args=targs, train_dataset=train_ds, callbacks=[timer])
@@ -298,7 +311,7 @@ def main():
         "median_s_per_step": round(med, 4) if med is not None else None,
         "median_over_steps": f"{args.skip_first + 1}..{len(step_s)}",
         "median_interval_s": round(statistics.median(intervals), 4) if intervals else None,
-        "samples_per_s": round(args.batch / med, 4) if med else None,
+        "samples_per_s": round(args.batch * WORLD / med, 4) if med else None,
         "median_s_per_step_applied": round(med_applied, 4) if med_applied is not None else None,
         "applied_steps_in_median": len(applied),
         "initial_scale_power": args.initial_scale_power,
