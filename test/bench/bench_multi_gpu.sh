@@ -4,6 +4,10 @@
 #   T5TRAIN_BIN=path/to/t5train T5TRAIN_DATA=dir [GPUS=2] [CASES="s0 s1 s2 s3 s3off"] [MODEL=t5-3b] [BATCH=8] \
 #     bash test/bench/bench_multi_gpu.sh [OUT]
 #
+# GPUS may list several counts (issue 18: GPUS="2 4 8"): each case runs on 1 GPU and on each count, the bus
+# bandwidth is measured for each count, and each count gets its line (samples/s, scaling, efficiency = scaling / N,
+# the floor, MFU and rank 0's GPU peak from trainer_log.jsonl).
+#
 # t5-3b (random init) bf16, micro-batch 8 per GPU of fixed 128+128 tokens (--pad_to_max_length), ZeRO stage 0, 1,
 # 2, 3 without offload and stage 3 with the optimizer offloaded (configs as inline JSON below), on 1 GPU and on
 # GPUS GPUs (`t5train --num_gpus N`). Each run: BENCH_STEPS updates (default 10); the step time is the median of
@@ -31,7 +35,9 @@ BATCH=${BATCH:-8}
 mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
-"$BIN" --num_gpus "$GPUS" launch-check --bandwidth_mib 1024 2>&1 | tee "$OUT/bandwidth.txt"
+for n in $GPUS; do
+  "$BIN" --num_gpus "$n" launch-check --bandwidth_mib 1024 2>&1 | tee "$OUT/bandwidth_${n}gpu.txt"
+done
 common=(--model_name_or_path "$MODEL" --init random --tokenizer_name "$DATA/t5-spiece/spiece.model"
         --train_file "$DATA/wmt16-ro-en/validation.en" --source_lang en --target_lang ro --do_train --bf16
         --max_source_length 128 --max_target_length 128 --pad_to_max_length --max_steps "$STEPS" --logging_steps 1
@@ -61,22 +67,34 @@ for c in $CASES; do
 done
 python3 - "$OUT" "$GPUS" "$CASES" "${P:-2.85e9}" "$BATCH" <<'PY'
 import json, re, statistics, sys
-out, n, cases = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
+out, counts, cases = sys.argv[1], [int(x) for x in sys.argv[2].split()], sys.argv[3].split()
 P, B = float(sys.argv[4]), int(sys.argv[5])
-bw = {}
-for line in open(out + "/bandwidth.txt"):
-    m = re.search(r"rank 0: (\S+) of .* busbw ([0-9.]+) GB/s", line)
-    if m: bw[m.group(1)] = float(m.group(2)) * 1e9
-def step_s(d):
+def busbw(n):
+    bw = {}
     try:
-        ms = [json.loads(l)["step_ms"] for l in open(f"{out}/{d}/trainer_log.jsonl") if '"max_steps"' in l]
+        for line in open(f"{out}/bandwidth_{n}gpu.txt"):
+            m = re.search(r"rank 0: (\S+) of .* busbw ([0-9.]+) GB/s", line)
+            if m: bw[m.group(1)] = float(m.group(2)) * 1e9
     except OSError:
-        return None
+        pass
+    return bw
+def log_values(d, key):
+    try:
+        return [json.loads(l).get(key) for l in open(f"{out}/{d}/trainer_log.jsonl") if '"max_steps"' in l]
+    except OSError:
+        return []
+def step_s(d):
+    ms = log_values(d, "step_ms")
     return statistics.median(ms[2:]) / 1000 if len(ms) > 3 else None
-f = (n - 1) / n
-for c in cases:
+def extras(d):  # MFU (median after the first two steps) and rank 0's GPU peak
+    mfu = [v for v in log_values(d, "mfu")[2:] if v is not None]
+    peak = [v for v in log_values(d, "gpu_mem_peak_gib") if v is not None]
+    return {"mfu": round(statistics.median(mfu), 4) if mfu else None, "gpu_peak_gib": max(peak) if peak else None}
+for c, n in [(c, n) for c in cases for n in counts]:
+    f = (n - 1) / n
+    bw = busbw(n)
     t1, tn = step_s(f"{c}_1gpu"), step_s(f"{c}_{n}gpu")
-    res = {"case": c, "gpus": n}
+    res = {"case": c, "gpus": n, **extras(f"{c}_{n}gpu")}
     if t1 and tn:
         if c == "s0": comm = 2 * f * 2 * P / bw.get("all-reduce", 1) * 1.0
         elif c in ("s1", "s2"): comm = f * 2 * P / bw.get("reduce-scatter", 1) + f * 2 * P / bw.get("all-gather", 1)
@@ -84,7 +102,7 @@ for c in cases:
         floor = max(t1, comm)
         res.update({"s_per_step_1gpu": round(t1, 4), f"s_per_step_{n}gpu": round(tn, 4),
                     "samples_per_s_1gpu": round(B / t1, 2), f"samples_per_s_{n}gpu": round(n * B / tn, 2),
-                    "scaling": round(n * t1 / tn, 3), "comm_s_at_busbw": round(comm, 4),
+                    "scaling": round(n * t1 / tn, 3), "efficiency": round(t1 / tn, 3), "comm_s_at_busbw": round(comm, 4),
                     "floor_s": round(floor, 4), "step_over_floor": round(tn / floor, 3)})
     elif tn:  # SKIP_ONE: the N-GPU run alone
         res.update({f"s_per_step_{n}gpu": round(tn, 4), f"samples_per_s_{n}gpu": round(n * B / tn, 2)})
