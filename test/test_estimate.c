@@ -22,6 +22,7 @@
 #include "../src/base/common.h"
 #include "../src/cli/config.h"
 #include "../src/cli/planner.h"
+#include "../src/train/trainer.h"
 #include "../src/zero/estimate.h"
 
 static const char* k_presets[] = {"t5-small", "t5-base", "t5-large", "t5-3b", "t5-11b", "google/t5-v1_1-small"};
@@ -425,6 +426,62 @@ static void test_fixed_plan_check(void** state) {
     assert_null(strstr(buf, "GPU: "));
 }
 
+// the run's planner input with several ranks (a review found it planned every run for one GPU): the world's
+// partitions and this host's ranks, so the fixed plan's check and the automatic plan see `estimate --num_gpus N`
+static void test_run_input_several_ranks(void** state) {
+    (void)state;
+    TrainerArgs a;
+    trainer_args_default(&a);
+    assert_true(t5_config_preset("t5-11b", &a.model));
+    a.dtype = a.grad_dtype = DT_BF16;
+    a.do_train = true;
+    a.data.train_batch_size = 8;
+    a.data.max_source_length = a.data.max_target_length = 128;
+    a.plan_src_len = a.plan_tgt_len = 128;
+    PlanInput ref = input("t5-11b", 8, 128, 128, DT_BF16, false);
+    a.zero = ref.knobs;
+    a.zero.stage = 3;
+    a.zero.world = 8;
+    setenv("RANK", "0", 1);
+    setenv("WORLD_SIZE", "8", 1);
+    setenv("LOCAL_RANK", "0", 1);
+    setenv("LOCAL_WORLD_SIZE", "8", 1);
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    setenv("MASTER_PORT", "29500", 1);
+    PlanInput in;
+    planner_input_from_args(&a, &in);
+    assert_int_equal(in.gpus_per_node, 8);
+    assert_int_equal(in.num_nodes, 1);
+    assert_int_equal(in.src_len, 128);
+    char err[256];
+    PlanRow run_row, one_row, est_row;
+    assert_int_equal(planner_row(&in, 3, false, false, 1.0, &run_row, err, sizeof err), 0);
+    ref.gpus_per_node = 8;
+    assert_int_equal(planner_row(&ref, 3, false, false, 1.0, &est_row, err, sizeof err), 0);
+    ref.gpus_per_node = 1;
+    assert_int_equal(planner_row(&ref, 3, false, false, 1.0, &one_row, err, sizeof err), 0);
+    assert_true(run_row.g_total == est_row.g_total);  // what `t5train estimate --num_gpus 8` prints
+    assert_true(run_row.g_total < one_row.g_total / 3);  // not one GPU's stage 3 (the whole optimizer state)
+    print_message("t5-11b stage 3 bf16 8 x (128+128): %.1f GiB per GPU on 8 GPUs, %.1f on one\n",
+                  run_row.g_total / GiB, one_row.g_total / GiB);
+    // two nodes of four: the host's share is its four ranks
+    setenv("LOCAL_WORLD_SIZE", "4", 1);
+    planner_input_from_args(&a, &in);
+    assert_int_equal(in.gpus_per_node, 4);
+    assert_int_equal(in.num_nodes, 2);
+    // no local world size and no GPU here: every rank on this host (the most host memory)
+    unsetenv("LOCAL_WORLD_SIZE");
+    planner_input_from_args(&a, &in);
+    assert_int_equal(in.gpus_per_node * in.num_nodes, 8);
+    // one rank
+    a.zero.world = 1;
+    planner_input_from_args(&a, &in);
+    assert_int_equal(in.gpus_per_node, 1);
+    assert_int_equal(in.num_nodes, 1);
+    const char* vars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"};
+    for (int i = 0; i < 5; i++) unsetenv(vars[i]);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fixed_plan_check),
@@ -435,6 +492,7 @@ int main(void) {
         cmocka_unit_test(test_auto_batch_and_checkpointing),
         cmocka_unit_test(test_auto_from_config),
         cmocka_unit_test(test_oom_sentence),
+        cmocka_unit_test(test_run_input_several_ranks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

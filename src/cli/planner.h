@@ -150,6 +150,11 @@ void planner_pick_to_config(const PlanPick* pick, const PlanSearch* s, RunConfig
 // smaller batch. Returns 0, 1 when nothing fits (the sentence says so), -1 when buf is too short.
 int planner_oom_sentence(const PlanInput* in, const ZeroOptions* cur, bool have_gpu, size_t gpu_mem, size_t host_mem,
                          char* buf, size_t len);
+// The run as the planner sees it (the automatic plan, the fixed plan's check, the out-of-memory advice): the batches,
+// the lengths the trainer sizes (TrainerArgs.plan_src_len / plan_tgt_len, else the caps), and with several ranks
+// (a->zero.world) the whole world's partitions and this host's ranks (LOCAL_WORLD_SIZE or the launcher's equivalent,
+// else this host's GPU count when it divides the world, else every rank).
+void planner_input_from_args(const TrainerArgs* a, PlanInput* in);
 // TrainerArgs.oom_advice (run.c sets it): planner_oom_sentence for the run, against this GPU and host.
 void planner_oom_advice(const void* args, char* buf, size_t len);
 // A fixed plan (not "auto") predicted not to fit, refused before anything is allocated or created (issue 17 item

@@ -11,6 +11,7 @@
 
 #include "planner.h"
 #include "../base/common.h"
+#include "../launch/launch_env.h"
 #include "../zero/host_mem.h"
 
 #define AUTO_RATIO_STEP 0.05
@@ -247,10 +248,28 @@ void planner_auto_apply(PlanInput* in, const PlanSearch* s, ZeroOptions* zo, Pla
     fflush(stdout);
 }
 
+// Several ranks as the planner sees them: the partitions of the whole world, and this host's ranks for its host
+// memory: the launcher's local world size, else this host's GPU count when it divides the world, else every rank
+// (the most host memory). Several nodes: no step time is predicted (planner.c).
+static void plan_world(int world, PlanInput* in) {
+    in->gpus_per_node = in->num_nodes = 1;
+    if (world <= 1) return;
+    LaunchEnv env;
+    char err[512];
+    int local = launch_env_parse(&env, NULL, err, sizeof err) == 0 ? env.local_world_size : -1;
+    if (local < 1 || world % local) {
+        int n = 0;
+        if (cudaGetDeviceCount(&n) != cudaSuccess) (void)cudaGetLastError();
+        local = n > 0 && world % n == 0 ? n : world;
+    }
+    in->gpus_per_node = local;
+    in->num_nodes = world / local;
+}
+
 // The run as the planner sees it: training's batch, and evaluation's for the arena when the run evaluates; the
 // lengths the trainer will size the arena for (the data's longest examples, run.c), else the length caps (an upper
 // bound)
-static void input_from_args(const TrainerArgs* a, PlanInput* in) {
+void planner_input_from_args(const TrainerArgs* a, PlanInput* in) {
     memset(in, 0, sizeof *in);
     in->model = a->model;
     in->dtype = a->dtype;
@@ -262,13 +281,13 @@ static void input_from_args(const TrainerArgs* a, PlanInput* in) {
     in->tgt_len = a->plan_tgt_len > 0 ? a->plan_tgt_len : (T5_MAX(o->max_target_length, o->val_max_target_length) + 7) / 8 * 8;
     in->gradient_checkpointing = a->gradient_checkpointing;
     in->grad_accum_steps = (int)a->gradient_accumulation_steps;
-    in->gpus_per_node = in->num_nodes = 1;
+    plan_world(a->zero.world, in);
     in->knobs = a->zero;
 }
 
 bool planner_auto_run(const RunConfig* c, const RunConfig* raw, TrainerArgs* a, PlanSearch* search, PlanPick* pick) {
     PlanInput in;
-    input_from_args(a, &in);
+    planner_input_from_args(a, &in);
     PlanSearch s;
     planner_search_from_config(raw, &s);
     s.batch_auto = s.batch_auto && a->do_train;
@@ -366,7 +385,7 @@ int planner_oom_sentence(const PlanInput* in, const ZeroOptions* cur, bool have_
 void planner_oom_advice(const void* args, char* buf, size_t len) {
     const TrainerArgs* a = args;
     PlanInput in;
-    input_from_args(a, &in);
+    planner_input_from_args(a, &in);
     // the whole GPU (what is free now is what this run left) and the host available now
     size_t fr = 0, tot = 0;
     const bool have_gpu = cudaMemGetInfo(&fr, &tot) == cudaSuccess;
@@ -413,7 +432,7 @@ void planner_check_run(const TrainerArgs* a) {
         return;
     }
     PlanInput in;
-    input_from_args(a, &in);
+    planner_input_from_args(a, &in);
     static char buf[2048];
     if (planner_fixed_plan_check(&in, &a->zero, fr, tot, host_mem_available(), buf, sizeof buf))
         t5_die_hint(T5_EXIT_FAILURE, "T5TRAIN_SKIP_PLAN_CHECK=1 runs it anyway (it then stops at the first "

@@ -20,6 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cuda_runtime.h>
+#include "../../data/dataset.h"
 #include "../../data/readers.h"
 #include "../../data/tokenizer.h"
 #include "../../model/model_lookup.h"
@@ -55,6 +57,14 @@ static int run_world_size(void) {
         t5_die(T5_EXIT_USAGE, "%d ranks started by %s, but MASTER_ADDR and MASTER_PORT are not set: every rank needs "
                               "rank 0's host and a free TCP port on it for the rendezvous",
                env.world_size, launch_source_name(env.source));
+    // several ranks: this rank's GPU from the start. The planner reads free memory (cudaMemGetInfo) before the
+    // communicator exists; on the default device that made a CUDA context on GPU 0 for every rank, kept for the whole
+    // run, and planned every rank against GPU 0. comm_init selects it again, and reports a local rank without a GPU
+    // (MPI without a local rank: comm_init finds it from the host names)
+    int ndev = 0;
+    if (env.world_size > 1 && env.local_rank >= 0 && cudaGetDeviceCount(&ndev) == cudaSuccess && env.local_rank < ndev)
+        (void)cudaSetDevice(env.local_rank);
+    (void)cudaGetLastError();
     return env.world_size;
 }
 
