@@ -501,6 +501,7 @@ static void model_setup(Trainer* t) {
     t->norm_plan = global_norm_plan_create(&gb, 1);
 }
 
+// A split that cannot be read or tokenized, or is empty, is an input error (exit 2), as when run.c meets it first
 static void data_setup(Trainer* t) {
     const TrainerArgs* a = t->a;
     static char err[TRAINER_ERR_LEN];
@@ -513,25 +514,25 @@ static void data_setup(Trainer* t) {
     if (!t->tok) t5_die(T5_EXIT_FAILURE, "%s", err);
     if (a->do_train) {
         t->train_ds = dataset_open(&a->data, DATA_SPLIT_TRAIN, t->tok, err, sizeof err);
-        if (!t->train_ds) t5_die(T5_EXIT_FAILURE, "training data: %s", err);
+        if (!t->train_ds) t5_die(T5_EXIT_USAGE, "training data: %s", err);
         if (dataset_size(t->train_ds) == 0)
-            t5_die(T5_EXIT_FAILURE, "the training set %s is empty", dataset_source_path(t->train_ds));
+            t5_die(T5_EXIT_USAGE, "the training set %s is empty", dataset_source_path(t->train_ds));
         t->train_dl = dataloader_open(t->train_ds, &a->data, true, err, sizeof err);
         if (!t->train_dl) t5_die(T5_EXIT_FAILURE, "training data: %s", err);
     }
     if (a->do_eval || a->eval_strategy != TRAINER_INTERVAL_NO) {
         t->eval_ds = dataset_open(&a->data, DATA_SPLIT_VALIDATION, t->tok, err, sizeof err);
-        if (!t->eval_ds) t5_die(T5_EXIT_FAILURE, "evaluation data: %s", err);
+        if (!t->eval_ds) t5_die(T5_EXIT_USAGE, "evaluation data: %s", err);
         if (dataset_size(t->eval_ds) == 0)
-            t5_die(T5_EXIT_FAILURE, "the evaluation set %s is empty", dataset_source_path(t->eval_ds));
+            t5_die(T5_EXIT_USAGE, "the evaluation set %s is empty", dataset_source_path(t->eval_ds));
         t->eval_dl = dataloader_open(t->eval_ds, &eval_data, false, err, sizeof err);
         if (!t->eval_dl) t5_die(T5_EXIT_FAILURE, "evaluation data: %s", err);
     }
     if (a->do_predict) {
         t->pred_ds = dataset_open(&a->data, DATA_SPLIT_TEST, t->tok, err, sizeof err);
-        if (!t->pred_ds) t5_die(T5_EXIT_FAILURE, "prediction data: %s", err);
+        if (!t->pred_ds) t5_die(T5_EXIT_USAGE, "prediction data: %s", err);
         if (dataset_size(t->pred_ds) == 0)
-            t5_die(T5_EXIT_FAILURE, "the prediction set %s is empty", dataset_source_path(t->pred_ds));
+            t5_die(T5_EXIT_USAGE, "the prediction set %s is empty", dataset_source_path(t->pred_ds));
         t->pred_dl = dataloader_open(t->pred_ds, &eval_data, false, err, sizeof err);
         if (!t->pred_dl) t5_die(T5_EXIT_FAILURE, "prediction data: %s", err);
     }
