@@ -147,10 +147,10 @@ int estimate_main(int argc, char** argv) {
     int b = (int)c->per_device_train_batch_size;
     if ((c->do_eval || c->do_predict) && c->per_device_eval_batch_size > b) b = (int)c->per_device_eval_batch_size;
     in.batch = batch ? batch : b;
-    in.src_len = src ? src : (int)c->max_source_length;
+    in.src_len = src ? src : ((int)c->max_source_length + 7) / 8 * 8;  // rounded up to 8, as the run's buffers
     int t = (int)c->max_target_length;
     if ((c->do_eval || c->do_predict) && c->val_max_target_length > t) t = (int)c->val_max_target_length;
-    in.tgt_len = tgt ? tgt : t;
+    in.tgt_len = tgt ? tgt : (t + 7) / 8 * 8;
     in.gradient_checkpointing = c->gradient_checkpointing;
     in.grad_accum_steps = gas ? gas : (int)c->gradient_accumulation_steps;
     in.gpus_per_node = gpn;
@@ -176,7 +176,7 @@ int estimate_main(int argc, char** argv) {
     size_t host_avail = host_mem >= 0 ? (size_t)(host_mem * 1073741824.0) : host_mem_available();
     planner_fit(rows, n, have_gpu, gpu_free, host_avail, margin);
     planner_print(stdout, &in, rows, n, have_gpu, gpu_free, host_avail);
-    if (!src || !tgt)
+    if ((!src || !tgt) && !c->pad_to_max_length)  // padded to the max lengths, a run sizes exactly these
         printf("\nnote: activations sized for %d + %d tokens, the max lengths; a run sizes them (and picks or checks "
                "its plan) for its data's longest example, at most these: --source_len / --target_len give those "
                "lengths here\n", in.src_len, in.tgt_len);
