@@ -247,11 +247,13 @@ static void test_activation_lengths(void** state) {
     o.max_target_length = 13;
     o.val_max_target_length = 19;
     Dataset* cut = dataset_open(&o, DATA_SPLIT_TRAIN, NULL, err, sizeof err);
+    assert_non_null(cut);
     Dataset* one[1] = {cut};
     dataset_activation_lengths(&o, one, 1, &s, &t);
     assert_int_equal(s, 24);
     assert_int_equal(t, 16);  // training targets are cut at max_target_length
     Dataset* vcut = dataset_open(&o, DATA_SPLIT_VALIDATION, NULL, err, sizeof err);
+    assert_non_null(vcut);
     Dataset* two[2] = {cut, vcut};
     dataset_activation_lengths(&o, two, 2, &s, &t);
     assert_int_equal(s, 24);

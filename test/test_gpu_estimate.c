@@ -80,13 +80,14 @@ static bool within(const char* what, const char* name, double pred, double meas)
 static void one(const char* model, const char* tag, const char* launch, const char* plan_flags, const char* row,
                 double base_rss, double* rss, int* bad) {
     const char* d = t5test_data_dir();
-    char flags[2048];
-    snprintf(flags, sizeof flags,
+    static char flags[16384];
+    int k = snprintf(flags, sizeof flags,
              "--model_name_or_path %s --init random --tokenizer_name %s/t5-spiece/spiece.model "
              "--train_file %s/wmt16-ro-en/validation.en --source_lang en --target_lang ro "
              "--per_device_train_batch_size 8 --max_source_length 128 --max_target_length 128 --pad_to_max_length "
              "--max_train_samples 64 --do_train --max_steps 4 --logging_steps 1 --save_strategy no %s",
              model, d, d, plan_flags);
+    if (k < 0 || (size_t)k >= sizeof flags) fail_msg("command line too long");
     int rc = t5test_run(g_out, sizeof g_out, "%s estimate %s %s 2>&1", t5test_bin(), launch, flags);
     if (rc != 0) fail_msg("%s %s: estimate exited %d:\n%s", model, tag, rc, g_out);
     Predicted p = {0, 0, 0};

@@ -36,7 +36,7 @@ run_check() {  # number name limit_s command...
     [ $rc -ne 0 ] && verdict="FAIL (exit $rc$([ $rc -eq 124 ] && echo ", over ${limit} s"))"
     summary+=("$n $name: $verdict in $((SECONDS - t0)) s; $(grep -E 'passed, .* failed|^PASS |^FAIL ' "$OUT/$n-$name.log" | tail -1)")
 }
-run_check 1 gpu_tests 420 bash scripts/device_gpu_tests.sh "$STAGED"
+run_check 1 gpu_tests 560 bash scripts/device_gpu_tests.sh "$STAGED"
 run_check 2 kill_resume 330 env CYCLES=75 MAX_STEPS=1500 bash scripts/device/kill_resume.sh "$OUT/kr"
 run_check 3 estimate_accuracy 300 bash scripts/device/estimate_accuracy.sh "$OUT/ea"
 run_check 4 e2e 120 bash scripts/device/e2e_fresh_machine.sh "$OUT/e2e"

@@ -174,7 +174,7 @@ def main():
             cfg = json.load(f)
         cfg.setdefault("fp16", {})["initial_scale_power"] = args.initial_scale_power
         os.makedirs(args.output_dir, exist_ok=True)
-        ds_config = os.path.join(args.output_dir, "ds_config_bench.json")
+        ds_config = os.path.join(args.output_dir, f"ds_config_bench_rank{RANK}.json")  # one per rank: no torn reads
         with open(ds_config, "w") as f:
             json.dump(cfg, f, indent=2)
 

@@ -56,7 +56,8 @@ ds_of() {
   esac
 }
 # SKIP_ONE=1: the N-GPU runs only (their memory against `t5train estimate --num_gpus N`)
-ns="1 $GPUS"; [ "${SKIP_ONE:-0}" = 1 ] && ns=$GPUS
+ns="1"; for n in $GPUS; do [ "$n" != 1 ] && ns="$ns $n"; done  # 1 GPU first, once
+[ "${SKIP_ONE:-0}" = 1 ] && ns=${ns#1}
 for c in $CASES; do
   for n in $ns; do
     if [ "$n" = 1 ]; then launch=("$BIN"); else launch=("$BIN" --num_gpus "$n"); fi
@@ -84,13 +85,13 @@ def log_values(d, key):
     except OSError:
         return []
 def step_s(d):
-    ms = log_values(d, "step_ms")
+    ms = [v for v in log_values(d, "step_ms") if v is not None]
     return statistics.median(ms[2:]) / 1000 if len(ms) > 3 else None
 def extras(d):  # MFU (median after the first two steps) and rank 0's GPU peak
     mfu = [v for v in log_values(d, "mfu")[2:] if v is not None]
     peak = [v for v in log_values(d, "gpu_mem_peak_gib") if v is not None]
     return {"mfu": round(statistics.median(mfu), 4) if mfu else None, "gpu_peak_gib": max(peak) if peak else None}
-for c, n in [(c, n) for c in cases for n in counts]:
+for c, n in [(c, n) for c in cases for n in counts if n > 1]:
     f = (n - 1) / n
     bw = busbw(n)
     t1, tn = step_s(f"{c}_1gpu"), step_s(f"{c}_{n}gpu")
