@@ -576,8 +576,13 @@ Dataset* dataset_open(const DataOptions* opt, DataSplit split, const Tokenizer* 
             ds->cache_path = str_printf("%s/%s-%s-%s%s-%016llx.tokens", dir, base, data_split_name(split), opt->source_lang,
                                         opt->target_lang, (unsigned long long)name_h);
             int r = cache_open(ds->cache_path, key, max_src, max_tgt, ds, why, sizeof why);
-            if (r == 1) ds->from_cache = true;
-            else if (t5_mkdir_p(dir) != 0) {
+            if (r == 1) {
+                ds->from_cache = true;
+            } else if (opt->cache_read_only) {  // tokenize in memory, write nothing
+                snprintf(why, sizeof why, "no cache written: read-only");
+                free(ds->cache_path);
+                ds->cache_path = NULL;
+            } else if (t5_mkdir_p(dir) != 0) {
                 t5_warn("cannot create token cache directory %s: %s (tokenizing in memory)", dir, strerror(errno));
                 free(ds->cache_path);
                 ds->cache_path = NULL;

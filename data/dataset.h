@@ -51,6 +51,7 @@ typedef struct {
     int num_threads;             // <= 0: all cores (OpenMP)
     const char* cache_dir;       // NULL: $T5TRAIN_CACHE or ~/.cache/t5train/tokens
     bool no_cache;               // tokenize in memory, never read or write a cache
+    bool cache_read_only;        // use a valid cache, never create or write one (a dry run)
     bool quiet;                  // no progress lines on stderr
     // batching (dataloader.h)
     int train_batch_size;        // per device, 8

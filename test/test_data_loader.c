@@ -1,6 +1,6 @@
 /*
  * test_data_loader.c: the token cache (reuse, rebuild on a changed source, a truncated or
- * corrupt cache) and batching (exact padding / labels / -100 / shift-right, sharding covers the
+ * corrupt cache, read-only for a dry run) and batching (exact padding / labels / -100 / shift-right, sharding covers the
  * data once per epoch, resume from a saved state, max_samples, drop_last, group_by_length) and the
  * activation lengths the trainer and the planner size for (the longest example, capped, rounded to 8).
  */
@@ -73,6 +73,17 @@ static void test_cache_reuse_and_rebuild(void** state) {
         if (!mem) fail_msg("%s", err);
         assert_null(dataset_cache_path(mem));
     }
+    {  // read-only (a dry run): no cache yet, so it tokenizes in memory and creates nothing, not even the folder
+        DataOptions r = o;
+        r.cache_read_only = true;
+        Dataset* ro = dataset_open(&r, DATA_SPLIT_TRAIN, NULL, err, sizeof err);
+        if (!ro) fail_msg("%s", err);
+        assert_false(dataset_from_cache(ro));
+        assert_null(dataset_cache_path(ro));
+        assert_false(t5_path_exists(cache));
+        assert_same_data(ro, mem);
+        dataset_close(ro);
+    }
     Dataset* a = dataset_open(&o, DATA_SPLIT_TRAIN, NULL, err, sizeof err);
     if (!a) fail_msg("%s", err);
     assert_false(dataset_from_cache(a));
@@ -86,6 +97,15 @@ static void test_cache_reuse_and_rebuild(void** state) {
     assert_same_data(a, mem);
     assert_same_data(b, mem);
     dataset_close(b);
+    {  // read-only with a valid cache: it is used
+        DataOptions r = o;
+        r.cache_read_only = true;
+        b = dataset_open(&r, DATA_SPLIT_TRAIN, NULL, err, sizeof err);
+        if (!b) fail_msg("%s", err);
+        assert_true(dataset_from_cache(b));
+        assert_same_data(b, mem);
+        dataset_close(b);
+    }
 
     // truncated cache: detected and rebuilt
     struct stat st;

@@ -654,8 +654,8 @@ static void run_preflight(const RunConfig* c, const TrainerArgs* a) {
 // The lengths the trainer will size the activations for (dataset_activation_lengths over the splits it opens), into
 // a->plan_src_len / plan_tgt_len, so that the planner (the automatic plan, the fixed plan's check, the out-of-memory
 // advice) sizes the run the trainer makes rather than the max lengths: the homework data's longest source is ~1/5
-// of the default 1024. Tokenizes now (the trainer then opens the token cache); a dry run tokenizes in memory and
-// writes no cache. Only where a GPU will be planned for; without one, and for splits a dry run would download, the
+// of the default 1024. Tokenizes now (the trainer then opens the token cache); a dry run reads a valid cache or
+// tokenizes in memory, and writes none. Only where a GPU will be planned for; without one, and for splits a dry run would download, the
 // planner keeps the caps.
 static void run_data_lengths(const RunConfig* c, TrainerArgs* a) {
     int ndev = 0;
@@ -667,7 +667,7 @@ static void run_data_lengths(const RunConfig* c, TrainerArgs* a) {
     const bool used[3] = {a->do_train, a->do_eval || a->eval_strategy != TRAINER_INTERVAL_NO, a->do_predict};
     static char err[2048];
     DataOptions o = a->data;
-    o.no_cache = c->dry_run;
+    o.cache_read_only = c->dry_run;
     o.quiet = t5_rank != 0;
     Tokenizer* tok = tokenizer_open(o.tokenizer_path, err, sizeof err);
     if (!tok) t5_die(T5_EXIT_USAGE, "tokenizer: %s", err);
