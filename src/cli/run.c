@@ -568,7 +568,8 @@ static void preflight_data(const RunConfig* c, const TrainerArgs* a) {
     static const char* const keys[3] = {"train_file", "validation_file", "test_file"};
     static const char* const what[3] = {"training data", "evaluation data", "prediction data"};
     const char* files[3] = {c->train_file, c->validation_file, c->test_file};
-    bool used[3] = {a->do_train, a->do_eval || a->eval_strategy != TRAINER_INTERVAL_NO, a->do_predict};
+    bool used[3];
+    trainer_splits_used(a, used);
     for (int i = 0; i < 3; i++) {
         if (files[i][0] && (used[i] || i == 0)) preflight_file(keys[i], files[i], c->source_lang, c->target_lang);
         if (!used[i]) continue;
@@ -664,7 +665,8 @@ static void run_data_lengths(const RunConfig* c, TrainerArgs* a) {
         return;
     }
     if (data_pending) return;
-    const bool used[3] = {a->do_train, a->do_eval || a->eval_strategy != TRAINER_INTERVAL_NO, a->do_predict};
+    bool used[3];
+    trainer_splits_used(a, used);
     static char err[2048];
     DataOptions o = a->data;
     o.cache_read_only = c->dry_run;

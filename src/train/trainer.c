@@ -501,6 +501,12 @@ static void model_setup(Trainer* t) {
     t->norm_plan = global_norm_plan_create(&gb, 1);
 }
 
+void trainer_splits_used(const TrainerArgs* a, bool used[3]) {
+    used[0] = a->do_train;
+    used[1] = a->do_eval || a->eval_strategy != TRAINER_INTERVAL_NO;
+    used[2] = a->do_predict;
+}
+
 // A split that cannot be read or tokenized, or is empty, is an input error (exit 2), as when run.c meets it first
 static void data_setup(Trainer* t) {
     const TrainerArgs* a = t->a;
@@ -512,7 +518,9 @@ static void data_setup(Trainer* t) {
     eval_data.world_size = 1;
     t->tok = tokenizer_open(a->data.tokenizer_path, err, sizeof err);
     if (!t->tok) t5_die(T5_EXIT_FAILURE, "%s", err);
-    if (a->do_train) {
+    bool used[3];
+    trainer_splits_used(a, used);
+    if (used[DATA_SPLIT_TRAIN]) {
         t->train_ds = dataset_open(&a->data, DATA_SPLIT_TRAIN, t->tok, err, sizeof err);
         if (!t->train_ds) t5_die(T5_EXIT_USAGE, "training data: %s", err);
         if (dataset_size(t->train_ds) == 0)
@@ -520,7 +528,7 @@ static void data_setup(Trainer* t) {
         t->train_dl = dataloader_open(t->train_ds, &a->data, true, err, sizeof err);
         if (!t->train_dl) t5_die(T5_EXIT_FAILURE, "training data: %s", err);
     }
-    if (a->do_eval || a->eval_strategy != TRAINER_INTERVAL_NO) {
+    if (used[DATA_SPLIT_VALIDATION]) {
         t->eval_ds = dataset_open(&a->data, DATA_SPLIT_VALIDATION, t->tok, err, sizeof err);
         if (!t->eval_ds) t5_die(T5_EXIT_USAGE, "evaluation data: %s", err);
         if (dataset_size(t->eval_ds) == 0)
@@ -528,7 +536,7 @@ static void data_setup(Trainer* t) {
         t->eval_dl = dataloader_open(t->eval_ds, &eval_data, false, err, sizeof err);
         if (!t->eval_dl) t5_die(T5_EXIT_FAILURE, "evaluation data: %s", err);
     }
-    if (a->do_predict) {
+    if (used[DATA_SPLIT_TEST]) {
         t->pred_ds = dataset_open(&a->data, DATA_SPLIT_TEST, t->tok, err, sizeof err);
         if (!t->pred_ds) t5_die(T5_EXIT_USAGE, "prediction data: %s", err);
         if (dataset_size(t->pred_ds) == 0)

@@ -131,6 +131,9 @@ void trainer_args_default(TrainerArgs* a);
 // Runs training (do_train), evaluation (do_eval: loss, + BLEU with predict_with_generate) and prediction
 // (do_predict on the test split: predict_results.json, generated_predictions.txt) on the GPU. Returns the process exit code; errors are
 // fatal (t5_die with a one-line message).
+// The splits a run opens (DataSplit order: train with do_train, validation with do_eval or an evaluation strategy,
+// test with do_predict): the trainer's data, run.c's pre-flight checks and the planner's lengths all follow this.
+void trainer_splits_used(const TrainerArgs* a, bool used[3]);
 int trainer_run(const TrainerArgs* a);
 
 // ---- pure loop arithmetic (HF Trainer._inner_training_loop), unit-tested on the CPU
