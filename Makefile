@@ -238,11 +238,13 @@ bench: $(BENCH_BINS) $(BIN)
 # the test runner prints one line "N passed, N failed, N skipped" and exits non-zero on failure;
 # scripts/check_floors.sh (TAP, one test) fails when a source file includes from a higher floor
 FLOOR_CHECK := scripts/check_floors.sh
+# the long-run comparison's tools (Python, standard library only; TAP like the rest)
+PY_TESTS := test/test_long_run_tools.py
 test: $(TEST_BINS) $(BIN)
-	@T5TRAIN_BIN=$(abspath $(BIN)) bash test/run_tests.sh $(TEST_BINS) $(FLOOR_CHECK)
+	@T5TRAIN_BIN=$(abspath $(BIN)) bash test/run_tests.sh $(TEST_BINS) $(FLOOR_CHECK) $(PY_TESTS)
 
 test-cpu: $(CPU_TESTS) $(BIN)
-	@T5TRAIN_BIN=$(abspath $(BIN)) bash test/run_tests.sh $(CPU_TESTS) $(FLOOR_CHECK)
+	@T5TRAIN_BIN=$(abspath $(BIN)) bash test/run_tests.sh $(CPU_TESTS) $(FLOOR_CHECK) $(PY_TESTS)
 
 test-gpu: $(GPU_TESTS) $(BIN)
 	@T5TRAIN_BIN=$(abspath $(BIN)) T5TRAIN_REQUIRE_GPU=1 bash test/run_tests.sh $(GPU_TESTS)

@@ -1,0 +1,99 @@
+"""settings.py: the settings of the long-run comparison (issue 27), shared by run.py and compare.py.
+
+Every setting trains a t5-small-shaped model from the random init of make_init.py (the same folder on both
+sides for a seed) for MAX_STEPS optimizer steps and evaluates every eval_steps. Values that are not listed
+are the COMMON ones. "ds" names a DeepSpeed config (DS_CONFIGS): then both sides take it with --deepspeed
+(the HF side through DeepSpeed 0.19.8) and the precision flag (--fp16) as users pass them.
+
+How the learning rate and warm-up were chosen: docs/training_results.md section 4.
+"""
+import copy
+
+MAX_STEPS = 3000
+
+COMMON = dict(shape="v10", task=None, precision="fp32", ds=None, gpus=1, batch=32, ga=1,
+              lr=5e-4, warmup=500, max_steps=MAX_STEPS, eval_steps=250, logging_steps=50, eval_batch=64,
+              max_source_length=128, max_target_length=128, prefix="translate English to Romanian: ",
+              generate=False, max_eval_samples=None, dropout=None, sides=("t5train", "hf"), hf_args=(),
+              t5train_from=None)
+
+SETTINGS = {
+    "fp32": {},
+    "bf16": {"precision": "bf16"},
+    # DeepSpeed 0.19.8 at stage 0 with fp16 never scales the loss in engine.backward (only ZeRO optimizers do) but
+    # FP16_Optimizer.step divides the gradients by the loss scale: updates 65536x too small (DeepSpeed PR #8393,
+    # open). Measured: docs/training_results.md section 4. The fp16 comparison therefore runs at stage 2:
+    "fp16_stage0": {"precision": "fp16", "ds": "fp16_stage0"},
+    "fp16": {"precision": "fp16", "ds": "zero2_no_offload"},
+    "ga4_bf16": {"precision": "bf16", "batch": 8, "ga": 4},
+    # transformers 5.17's Trainer passes num_items_in_batch to T5, whose forward takes **kwargs but ignores it: the
+    # micro-batch losses are then summed, not averaged (the gradient and the logged loss are 4x with accumulation 4,
+    # Nx on N processes). The same HF runs with the Trainer's averaging (model_accepts_loss_kwargs False), against
+    # ga4_bf16's t5train runs:
+    "ga4_bf16_hf_mean": {"precision": "bf16", "batch": 8, "ga": 4, "sides": ("hf",), "t5train_from": "ga4_bf16",
+                         "hf_args": ("--hf_model_accepts_loss_kwargs", "false")},
+    "zero3_offload_fp16": {"precision": "fp16", "ds": "zero3_offload"},
+    "zero2_2gpu_fp16": {"precision": "fp16", "ds": "zero2_offload", "gpus": 2, "batch": 16},
+    "v11_bf16": {"precision": "bf16", "shape": "v11"},
+    # the learnable tasks (make_data.py): generation + BLEU on the first 500 newsdev2016 sources at every eval
+    "task_reverse_bf16": {"precision": "bf16", "task": "reverse_codes", "prefix": "encode: ", "eval_steps": 500,
+                          "generate": True, "max_eval_samples": 500},
+    "task_codes_bf16": {"precision": "bf16", "task": "codes", "prefix": "encode: ", "eval_steps": 500,
+                        "generate": True, "max_eval_samples": 500},
+    "task_swap_bf16": {"precision": "bf16", "task": "swap_codes", "prefix": "encode: ", "eval_steps": 500,
+                       "generate": True, "max_eval_samples": 500},
+    # t5train against itself, fp32 without dropout (the ranks' dropout streams differ from one GPU's): the
+    # same global batch of 32 on stage 0, stage 3 with both offloads, and 2 GPUs x 16 at stage 2; the DeepSpeed
+    # configs without their "scheduler" section, so that every run has the HF linear schedule of exact_stage0
+    "exact_stage0": {"dropout": 0.0, "sides": ("t5train",)},
+    "exact_zero3_offload": {"dropout": 0.0, "ds": "zero3_offload_hf_schedule", "sides": ("t5train",)},
+    "exact_2gpu_stage2": {"dropout": 0.0, "ds": "zero2_no_offload_hf_schedule", "gpus": 2, "batch": 16,
+                          "sides": ("t5train",)},
+}
+
+_FP16 = {"enabled": "auto", "loss_scale": 0, "loss_scale_window": 1000, "initial_scale_power": 16,
+         "hysteresis": 2, "min_loss_scale": 1}
+_OPT = {"type": "AdamW", "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}}
+_SCHED = {"type": "WarmupLR", "params": {"warmup_min_lr": "auto", "warmup_max_lr": "auto", "warmup_num_steps": "auto"}}
+_TAIL = {"gradient_accumulation_steps": "auto", "gradient_clipping": "auto", "steps_per_print": 2000,
+         "train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto", "wall_clock_breakdown": False}
+_BF16 = {"enabled": "auto"}
+
+
+def _cfg(zero):
+    c = {"fp16": dict(_FP16), "bf16": dict(_BF16), "optimizer": copy.deepcopy(_OPT), "scheduler": copy.deepcopy(_SCHED),
+         "zero_optimization": zero}
+    c.update(_TAIL)
+    return c
+
+
+# configs/ds_config_zero3.json and ds_config_zero2.json as users bring them (fp16 "auto", AdamW, WarmupLR), plus
+# "bf16": {"enabled": "auto"}; fp16_stage0 is the same file at stage 0; zero2_no_offload drops the offload section
+DS_CONFIGS = {
+    "fp16_stage0": _cfg({"stage": 0}),
+    "zero3_offload": _cfg({"stage": 3, "offload_optimizer": {"device": "cpu", "pin_memory": True},
+                           "offload_param": {"device": "cpu", "pin_memory": True}, "overlap_comm": True,
+                           "contiguous_gradients": True, "sub_group_size": 1e9, "reduce_bucket_size": "auto",
+                           "stage3_prefetch_bucket_size": "auto", "stage3_param_persistence_threshold": "auto",
+                           "stage3_max_live_parameters": 1e9, "stage3_max_reuse_distance": 1e9,
+                           "stage3_gather_16bit_weights_on_model_save": True}),
+    "zero2_offload": _cfg({"stage": 2, "offload_optimizer": {"device": "cpu", "pin_memory": True},
+                           "allgather_partitions": True, "allgather_bucket_size": 2e8, "overlap_comm": True,
+                           "reduce_scatter": True, "reduce_bucket_size": "auto", "contiguous_gradients": True}),
+    "zero2_no_offload": _cfg({"stage": 2, "allgather_partitions": True, "allgather_bucket_size": 2e8,
+                              "overlap_comm": True, "reduce_scatter": True, "reduce_bucket_size": "auto",
+                              "contiguous_gradients": True}),
+}
+
+
+for _name in ("zero3_offload", "zero2_no_offload"):
+    DS_CONFIGS[_name + "_hf_schedule"] = {k: v for k, v in DS_CONFIGS[_name].items() if k != "scheduler"}
+
+
+def setting(name):
+    if name not in SETTINGS:
+        raise SystemExit(f"unknown setting '{name}' (known: {', '.join(SETTINGS)})")
+    s = dict(COMMON)
+    s.update(SETTINGS[name])
+    s["name"] = name
+    return s
