@@ -201,6 +201,12 @@ $(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(Q)$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
 
+# the commit goes into version.o (t5train --version, t5train env); version.o is rebuilt when it changes
+GIT_COMMIT := $(shell git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)
+$(shell mkdir -p $(BUILD) && (echo '$(GIT_COMMIT)' | cmp -s - $(BUILD)/git_commit || echo '$(GIT_COMMIT)' > $(BUILD)/git_commit))
+$(BUILD)/src/cli/version.o: $(BUILD)/git_commit
+$(BUILD)/src/cli/version.o: CFLAGS += -DT5_GIT_COMMIT=\"$(GIT_COMMIT)\"
+
 $(LIB): $(OBJS)
 	$(say) "Archiving $@"
 	@rm -f $@

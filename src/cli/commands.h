@@ -14,6 +14,8 @@ int bleu_main(int argc, char** argv);
 int dump_grads_main(int argc, char** argv);
 // ./t5train estimate --model NAME|DIR [--num_gpus N] [--batch N] ... (src/cli/estimate_cmd.c, planner.c)
 int estimate_main(int argc, char** argv);
+// ./t5train env [--output_dir DIR] [--cache_dir DIR] [--data_dir DIR] [--json]: ds_report's counterpart (src/cli/env_cmd.c)
+int env_main(int argc, char** argv);
 // ./t5train --num_gpus N [--master_port P] ARGS...: N ranks of `t5train ARGS...` on this host (src/cli/launch_cmd.c)
 #include <stdbool.h>
 bool launch_num_gpus_given(int argc, char** argv);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "commands.h"
+#include "version.h"
 #include "../base/common.h"
 #include "../base/signals.h"
 
@@ -24,10 +25,12 @@ static const Subcommand SUBCOMMANDS[] = {
     {"dump-grads", dump_grads_main, "one forward+backward on a JSON batch; write loss, logits, grads"},
     {"launch-check", launch_check_main, "each rank of a launch bootstraps (MPI / rendezvous, NCCL) and prints its place"},
     {"estimate", estimate_main, "memory per ZeRO plan (GPU, host), fits here?, step time; DeepSpeed's numbers"},
+    {"env", env_main, "versions, GPUs, memory, free disk, libraries and variables (DeepSpeed's ds_report)"},
 };
 
 static void print_usage(void) {
     printf("usage: t5train [--config FILE] [--deepspeed FILE] [flags...]   train / evaluate (see --help)\n");
+    printf("       t5train --version                  version, git commit, CUDA / cuBLASLt / NCCL / MPI versions\n");
     for (size_t i = 0; i < T5_ARRAY_LEN(SUBCOMMANDS); i++)
         printf("       t5train %-10s ...   %s\n", SUBCOMMANDS[i].name, SUBCOMMANDS[i].help);
 }
@@ -55,6 +58,13 @@ int main(int argc, char** argv) {
     // SIGINT/SIGTERM outside the training loop: stop at once, remove the files being written (signals.h)
     signals_install_immediate();
     // a first argument that is a flag or a .json file (HF's `run_translation.py job.json`) is a run
+    if (argc == 2 && strcmp(argv[1], "--version") == 0) {
+        ReportItem items[16];
+        int n = 0;
+        version_items(items, &n, (int)T5_ARRAY_LEN(items));
+        report_print(stdout, items, n);
+        return T5_EXIT_OK;
+    }
     size_t n1 = argc >= 2 ? strlen(argv[1]) : 0;
     bool is_json = n1 > 5 && strcmp(argv[1] + n1 - 5, ".json") == 0;
     if (argc >= 2 && argv[1][0] != '-' && !is_json) {

@@ -50,6 +50,8 @@ class DataArgs:
     # false: the Trainer divides each micro-batch's loss by gradient_accumulation_steps and does not multiply it by
     # the number of processes (transformers < 4.46 semantics, DeepSpeed's and t5train's); None: as the Trainer decides
     hf_model_accepts_loss_kwargs: Optional[bool] = None
+    # transformers' attention implementation for T5 ("eager", "sdpa"; None: transformers' default)
+    attn_implementation: Optional[str] = None
 
 
 def read_jsonl(path, src, tgt, limit):
@@ -76,6 +78,8 @@ def main():
     set_seed(args.seed)
     tokenizer = AutoTokenizer.from_pretrained(d.tokenizer_name or d.model_name_or_path)
     overrides = {} if d.dropout_rate is None else {"dropout_rate": d.dropout_rate}
+    if d.attn_implementation:
+        overrides["attn_implementation"] = d.attn_implementation
     model = T5ForConditionalGeneration.from_pretrained(d.model_name_or_path, **overrides)
 
     def preprocess(pairs):

@@ -25,6 +25,10 @@ SETTINGS = {
     # open). Measured: docs/training_results.md section 4. The fp16 comparison therefore runs at stage 2:
     "fp16_stage0": {"precision": "fp16", "ds": "fp16_stage0"},
     "fp16": {"precision": "fp16", "ds": "zero2_no_offload"},
+    # HF bf16 went NaN at steps 650-950 in 3 of 3 seeds with transformers' default attention (training_results.md
+    # section 6); the same HF runs with the eager attention, against bf16's t5train runs, tell whether it is SDPA's
+    "bf16_hf_eager": {"precision": "bf16", "sides": ("hf",), "t5train_from": "bf16",
+                      "hf_args": ("--attn_implementation", "eager")},
     "ga4_bf16": {"precision": "bf16", "batch": 8, "ga": 4},
     # transformers 5.17's Trainer passes num_items_in_batch to T5, whose forward takes **kwargs but ignores it: the
     # micro-batch losses are then summed, not averaged (the gradient and the logged loss are 4x with accumulation 4,
