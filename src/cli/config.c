@@ -502,7 +502,13 @@ void config_print_help(FILE* f) {
     fprintf(f, "\nAliases:");
     for (int i = 0; i < CONFIG_NUM_ALIASES; i++)
         if (!strchr(CONFIG_ALIASES[i].alias, '.')) fprintf(f, " --%s = --%s;", CONFIG_ALIASES[i].alias, CONFIG_ALIASES[i].key);
-    fprintf(f, "\n\nDeepSpeed config keys (in the deepspeed JSON; \"auto\" where marked):\n");
+    fprintf(f, "\n\nHF flags without a t5train key (accepted: no effect here, with a note; refused: only the default is "
+               "accepted):\n");
+    for (int i = 0; i < CONFIG_NUM_FOREIGN; i++) {
+        const ForeignKey* k = &CONFIG_FOREIGN_KEYS[i];
+        fprintf(f, "  --%-36s %s: %s\n", k->key, k->action == FOREIGN_NOOP ? "accepted" : "refused", k->reason);
+    }
+    fprintf(f, "\nDeepSpeed config keys (in the deepspeed JSON; \"auto\" where marked):\n");
     for (int i = 0; i < CONFIG_NUM_KEYS; i++) {
         const ConfigKey* k = &CONFIG_KEYS[i];
         if (!is_ds_key(k) || k->kind == CONFIG_SECTION) continue;

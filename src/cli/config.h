@@ -34,7 +34,8 @@ extern "C" {
 #define CONFIG_STR_LEN 512   // longest string value (paths, names) + 1
 #define CONFIG_MAX_KEYS 256  // capacity of the per-key bookkeeping arrays (>= table size)
 #define CONFIG_ERR_LEN 2048  // size of the error buffers the functions below write to
-#define CONFIG_NOTE_LEN 160
+#define CONFIG_NOTE_LEN 320
+#define CONFIG_FOREIGN_MAX 128  // entries of CONFIG_FOREIGN_KEYS (config_foreign.c)
 
 // Where a key's value came from. A DeepSpeed key that is absent from the DeepSpeed JSON keeps
 // CONFIG_SRC_DEFAULT (DeepSpeed's own default applies, as with the HF Trainer).
@@ -341,9 +342,31 @@ typedef struct {
     int64_t train_samples;              // -1 while unknown
     bool resolved;
     uint8_t src[CONFIG_MAX_KEYS];       // ConfigSource per table key
-    char notes[8][CONFIG_NOTE_LEN];     // why something stays unresolved, implied choices
+    char notes[24][CONFIG_NOTE_LEN];    // why something stays unresolved, implied choices
     int num_notes;
+    uint8_t foreign_set[CONFIG_FOREIGN_MAX];  // no-op HF / DeepSpeed keys that were given (config_foreign.c)
 } RunConfig;
+
+// ---- HF / DeepSpeed flags and keys without a key here (src/cli/config_foreign.c): never "unknown"
+typedef enum {
+    FOREIGN_NOOP = 0,  // accepted whatever its value; one note says why it has no effect
+    FOREIGN_REFUSE,    // its default (null, false, zero, empty, or a value of `fine`) accepted; else "not implemented"
+} ForeignAction;
+
+typedef struct {
+    const char* key;       // a top-level HF flag ("tf32") or a "deepspeed.*" key
+    int kind;              // ConfigKind: how the command line reads it (CONFIG_BOOL: the flag alone is true)
+    ForeignAction action;
+    const char* fine;      // FOREIGN_REFUSE: further accepted values, '|'-separated
+    const char* reason;    // FOREIGN_NOOP: why it has no effect; FOREIGN_REFUSE: the error
+} ForeignKey;
+
+extern const ForeignKey CONFIG_FOREIGN_KEYS[];
+extern const int CONFIG_NUM_FOREIGN;
+// index in CONFIG_FOREIGN_KEYS, or -1
+int config_foreign_index(const char* key);
+// a value given to foreign key fi (as command-line text): 0, or T5_EXIT_USAGE with "<where>: <reason>"
+int config_foreign_apply(RunConfig* c, int fi, const char* text, const char* where, char* err, size_t errlen);
 
 // ---- the table of keys (src/cli/config_table.c)
 typedef enum {

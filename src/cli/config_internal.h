@@ -31,5 +31,9 @@ bool enum_choice(const ConfigKey* k, int idx, char* buf, size_t n);
 // "command line: --flag"). Returns 0 or T5_EXIT_USAGE.
 int config_set_json(RunConfig* c, int ki, const json_t* v, ConfigSource src, const char* where, char* err,
                     size_t n);
+// config_foreign_apply for a JSON value (a config or DeepSpeed file)
+int config_foreign_apply_json(RunConfig* c, int fi, const json_t* v, const char* where, char* err, size_t n);
+// one note per no-op foreign key that was given (config_resolve, after it clears the notes)
+void config_foreign_notes(RunConfig* c);
 // every deepspeed.* key back to its default, no DeepSpeed file
 void config_reset_deepspeed(RunConfig* c);

@@ -102,7 +102,13 @@ static int apply_object(RunConfig* c, const json_t* obj, const char* prefix, siz
         char where[1024];
         snprintf(where, sizeof where, "%s: %s", file, full + strip);
         int ki = config_key_index(full);
-        if (ki < 0) return unknown_key_error(file, full, strip, err, n);
+        if (ki < 0) {
+            int fi = config_foreign_index(full);  // an HF / DeepSpeed key t5train has no key for (config_foreign.c)
+            if (fi < 0) return unknown_key_error(file, full, strip, err, n);
+            int rc = config_foreign_apply_json(c, fi, v, where, err, n);
+            if (rc) return rc;
+            continue;
+        }
         const ConfigKey* k = &CONFIG_KEYS[ki];
         if (k->kind == CONFIG_DEEPSPEED) {
             if (json_is_string(v)) {
@@ -214,11 +220,11 @@ static int parse_bool_word(const char* s) {
     return -1;
 }
 
-typedef enum { FLAG_KEY = 0, FLAG_CONFIG, FLAG_DRY_RUN, FLAG_HELP, FLAG_DATASET } FlagKind;
+typedef enum { FLAG_KEY = 0, FLAG_CONFIG, FLAG_DRY_RUN, FLAG_HELP, FLAG_DATASET, FLAG_FOREIGN } FlagKind;
 
 typedef struct {
     FlagKind kind;
-    int ki;              // FLAG_KEY: key index
+    int ki;              // FLAG_KEY: key index; FLAG_FOREIGN: index in CONFIG_FOREIGN_KEYS
     char name[128];      // normalized, without dashes
     const char* value;   // NULL for a bare boolean flag
     bool negated;        // --no_<bool>
@@ -298,16 +304,17 @@ static int tokenize_args(int argc, char** argv, ParsedFlag* flags, int* nflags, 
                     f->negated = true;
                 }
             }
-            if (ki < 0) {
+            int fi = ki < 0 && !f->negated && !strchr(f->name, '.') ? config_foreign_index(f->name) : -1;
+            if (ki < 0 && fi < 0) {
                 char best[128];
                 closest_flag(f->name, best, sizeof best);
                 if (best[0])
                     return t5_errf(err, n, T5_EXIT_USAGE, "unknown flag --%s (did you mean --%s?)", f->name, best);
                 return t5_errf(err, n, T5_EXIT_USAGE, "unknown flag --%s (see t5train --help)", f->name);
             }
-            f->kind = FLAG_KEY;
-            f->ki = ki;
-            is_bool = CONFIG_KEYS[ki].kind == CONFIG_BOOL;
+            f->kind = ki >= 0 ? FLAG_KEY : FLAG_FOREIGN;
+            f->ki = ki >= 0 ? ki : fi;
+            is_bool = ki >= 0 ? CONFIG_KEYS[ki].kind == CONFIG_BOOL : CONFIG_FOREIGN_KEYS[fi].kind == CONFIG_BOOL;
             if (f->negated && eq)
                 return t5_errf(err, n, T5_EXIT_USAGE, "--%s takes no value", f->name);
         }
@@ -447,6 +454,8 @@ int config_parse_args(RunConfig* c, int argc, char** argv, char* err, size_t err
                     }
                 }
             }
+        } else if (f->kind == FLAG_FOREIGN) {
+            if ((rc = config_foreign_apply(c, f->ki, f->value ? f->value : "true", where, err, errlen))) goto done;
         } else if (f->kind == FLAG_KEY && f->ki != dk) {
             const ConfigKey* k = &CONFIG_KEYS[f->ki];
             json_t* v;

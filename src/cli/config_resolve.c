@@ -330,6 +330,7 @@ static int check_adafactor_options(RunConfig* c, char* err, size_t n) {
 
 int config_resolve(RunConfig* c, char* err, size_t n) {
     c->num_notes = 0;
+    config_foreign_notes(c);
     if (c->world_size < 1) c->world_size = 1;
     const int kdt = config_key_index("do_train"), kde = config_key_index("do_eval"),
               kdp = config_key_index("do_predict");

@@ -1,0 +1,161 @@
+/*
+ * test_config_foreign.c: no flag of run_translation.py / Seq2SeqTrainingArguments is "unknown" (issue 32).
+ * test/fixtures/config/hf_args.tsv is written by scripts/list_hf_args.py from the installed transformers (5.17 when
+ * committed); every name in it must be a t5train key, an alias, or an entry of src/cli/config_foreign.c. The
+ * entries behave as documented there: a no-op is accepted with a note, a refused one accepts HF's default (read
+ * from the same file) and stops with "not implemented yet" on anything else, from the command line and from files.
+ */
+#include "t5test.h"
+
+#include "../src/cli/config.h"
+
+static RunConfig cfg;  // large: static
+static char err[1024];
+
+static int parse_line(const char* line) {
+    char* argv[64];
+    int argc = t5test_argv(line, argv, 64);
+    config_init(&cfg);
+    err[0] = 0;
+    return config_parse_args(&cfg, argc, argv, err, sizeof err);
+}
+
+typedef struct {
+    char name[96], kind[16], def[128];
+} HfArg;
+
+static int read_hf_args(HfArg* out, int cap) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/test/fixtures/config/hf_args.tsv", t5test_repo_dir());
+    FILE* f = fopen(path, "r");
+    if (!f) fail_msg("cannot open %s", path);
+    char line[1024];
+    int n = 0;
+    while (fgets(line, sizeof line, f) && n < cap) {
+        if (line[0] == '#' || line[0] == '\n') continue;
+        if (sscanf(line, "%95[^\t]\t%15[^\t]\t%127[^\t]", out[n].name, out[n].kind, out[n].def) == 3) n++;
+    }
+    fclose(f);
+    return n;
+}
+
+static void test_every_hf_flag_is_known(void** state) {
+    (void)state;
+    static HfArg a[400];
+    int n = read_hf_args(a, 400), missing = 0;
+    assert_true(n > 100);  // Seq2SeqTrainingArguments alone has over 100 fields
+    char list[4096] = "";
+    for (int i = 0; i < n; i++) {
+        if (config_key_index(a[i].name) >= 0 || config_foreign_index(a[i].name) >= 0) continue;
+        missing++;
+        strncat(list, " ", sizeof list - strlen(list) - 1);
+        strncat(list, a[i].name, sizeof list - strlen(list) - 1);
+    }
+    if (missing) fail_msg("%d HF flags are unknown to t5train:%s", missing, list);
+}
+
+static void test_table_is_consistent(void** state) {
+    (void)state;
+    assert_true(CONFIG_NUM_FOREIGN <= CONFIG_FOREIGN_MAX);
+    for (int i = 0; i < CONFIG_NUM_FOREIGN; i++) {
+        const ForeignKey* k = &CONFIG_FOREIGN_KEYS[i];
+        if (config_key_index(k->key) >= 0) fail_msg("%s is both a key and a foreign key", k->key);
+        if (config_foreign_index(k->key) != i) fail_msg("%s is listed twice", k->key);
+        if (!k->reason || strlen(k->reason) < 10) fail_msg("%s has no reason", k->key);
+    }
+}
+
+// HF's own default of every refused flag is accepted (a launch script that spells a default out still runs)
+static void test_hf_defaults_accepted(void** state) {
+    (void)state;
+    static HfArg a[400];
+    int n = read_hf_args(a, 400);
+    int checked = 0;
+    for (int i = 0; i < n; i++) {
+        int fi = config_foreign_index(a[i].name);
+        if (fi < 0) continue;
+        char text[128];
+        const char* d = a[i].def;
+        size_t l = strlen(d);
+        if (l >= 2 && d[0] == '"' && d[l - 1] == '"') snprintf(text, sizeof text, "%.*s", (int)l - 2, d + 1);
+        else snprintf(text, sizeof text, "%s", d);
+        config_init(&cfg);
+        int rc = config_foreign_apply(&cfg, fi, text, a[i].name, err, sizeof err);
+        if (rc) fail_msg("HF's default of %s (%s) is refused: %s", a[i].name, d, err);
+        checked++;
+    }
+    assert_true(checked >= 60);
+}
+
+static void test_command_line(void** state) {
+    (void)state;
+    // no-ops: accepted, noted once the config is resolved
+    assert_int_equal(parse_line("--torch_compile --ddp_timeout 7200 --seed 3"), 0);
+    assert_int_equal(cfg.foreign_set[config_foreign_index("torch_compile")], 1);
+    assert_int_equal(cfg.foreign_set[config_foreign_index("ddp_timeout")], 1);
+    assert_int_equal(cfg.seed, 3);  // the bare boolean flag did not swallow the next flag
+    assert_int_equal(parse_line("--torch_compile true --seed 4"), 0);
+    assert_int_equal(cfg.seed, 4);
+    // refused: the default spelled out is fine, anything else is "not implemented yet" (exit 2)
+    const char* fine[] = {"--tf32 false", "--tf32=False", "--log_level info", "--log_level passive", "--eval_delay 0",
+                          "--include_num_input_tokens_seen no", "--ddp_backend nccl", "--push_to_hub false"};
+    for (size_t i = 0; i < sizeof fine / sizeof *fine; i++)
+        if (parse_line(fine[i])) fail_msg("'%s' refused: %s", fine[i], err);
+    const char* refused[] = {"--tf32", "--tf32 true", "--log_level debug", "--eval_delay 5", "--push_to_hub",
+                             "--auto_find_batch_size", "--token hf_x", "--ddp_backend gloo", "--use_cpu"};
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+        int rc = parse_line(refused[i]);
+        if (rc != 2) fail_msg("'%s' gave %d, want 2", refused[i], rc);
+        if (!strstr(err, "--") || (!strstr(err, "not implemented") && !strstr(err, "t5train")))
+            fail_msg("'%s': %s", refused[i], err);
+    }
+    // a flag nobody defines is still unknown
+    assert_int_equal(parse_line("--torch_compiled"), 2);
+    assert_non_null(strstr(err, "unknown flag --torch_compiled"));
+}
+
+static void test_config_file(void** state) {
+    (void)state;
+    config_init(&cfg);
+    assert_int_equal(config_load_string(&cfg,
+                                        "{\"push_to_hub\": false, \"fsdp\": \"\", \"debug\": [], \"tf32\": null, "
+                                        "\"remove_unused_columns\": false, \"gradient_checkpointing_kwargs\": "
+                                        "{\"use_reentrant\": false}}",
+                                        "job.json", err, sizeof err),
+                     0);
+    assert_int_equal(cfg.foreign_set[config_foreign_index("remove_unused_columns")], 1);
+    assert_int_equal(cfg.foreign_set[config_foreign_index("gradient_checkpointing_kwargs")], 1);
+    config_init(&cfg);
+    assert_int_not_equal(config_load_string(&cfg, "{\"push_to_hub\": true}", "job.json", err, sizeof err), 0);
+    assert_non_null(strstr(err, "job.json: push_to_hub: not implemented yet"));
+    config_init(&cfg);
+    assert_int_not_equal(config_load_string(&cfg, "{\"fsdp\": \"full_shard\"}", "job.json", err, sizeof err), 0);
+    assert_non_null(strstr(err, "FSDP"));
+}
+
+// the binary: a no-op flag's note is printed with the resolved config; the value of a secret flag never is
+static void test_binary_notes(void** state) {
+    (void)state;
+    char out[1 << 16], cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "'%s' --model t5-small --init random --dataset_name wmt16 --dataset_config ro-en --source_lang en "
+             "--target_lang ro --do_train --output_dir '%s/o' --data_dir '%s/nodata' --torch_compile "
+             "--hub_token hf_SECRET_VALUE --dry_run 2>&1",
+             t5test_bin(), t5test_tmpdir(), t5test_tmpdir());
+    t5test_run(out, sizeof out, "%s", cmd);
+    assert_non_null(strstr(out, "note: torch_compile: accepted, no effect: the model is compiled CUDA already"));
+    assert_null(strstr(out, "hf_SECRET_VALUE"));
+    assert_null(strstr(out, "unknown flag"));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_every_hf_flag_is_known),
+        cmocka_unit_test(test_table_is_consistent),
+        cmocka_unit_test(test_hf_defaults_accepted),
+        cmocka_unit_test(test_command_line),
+        cmocka_unit_test(test_config_file),
+        cmocka_unit_test(test_binary_notes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
