@@ -4,6 +4,8 @@
  * committed); every name in it must be a t5train key, an alias, or an entry of src/cli/config_foreign.c. The
  * entries behave as documented there: a no-op is accepted with a note, a refused one accepts HF's default (read
  * from the same file) and stops with "not implemented yet" on anything else, from the command line and from files.
+ * The same for DeepSpeed: test/fixtures/config/ds_keys.tsv (scripts/list_ds_keys.py, from the installed DeepSpeed)
+ * against the deepspeed.* keys, aliases and entries (an entry for a section covers the keys inside it).
  */
 #include "t5test.h"
 
@@ -52,6 +54,111 @@ static void test_every_hf_flag_is_known(void** state) {
         strncat(list, a[i].name, sizeof list - strlen(list) - 1);
     }
     if (missing) fail_msg("%d HF flags are unknown to t5train:%s", missing, list);
+}
+
+typedef struct {
+    char key[160], def[512], where[64];
+} DsKey;
+
+static int read_ds_keys(DsKey* out, int cap) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/test/fixtures/config/ds_keys.tsv", t5test_repo_dir());
+    FILE* f = fopen(path, "r");
+    if (!f) fail_msg("cannot open %s", path);
+    char line[2048];
+    int n = 0;
+    while (fgets(line, sizeof line, f) && n < cap) {
+        if (line[0] == '#' || line[0] == '\n') continue;
+        char* a = strtok(line, "\t\n");
+        char* b = strtok(NULL, "\t\n");
+        char* c = strtok(NULL, "\t\n");
+        if (!a || !b || !c) continue;
+        snprintf(out[n].key, sizeof out[n].key, "deepspeed.%.140s", a);
+        snprintf(out[n].def, sizeof out[n].def, "%.500s", b);
+        snprintf(out[n].where, sizeof out[n].where, "%.60s", c);
+        n++;
+    }
+    fclose(f);
+    return n;
+}
+
+// a key is known when it, or a section above it, is a foreign entry, or when it is a key or alias
+static bool ds_known(const char* key) {
+    if (config_key_index(key) >= 0) return true;
+    char k[160];
+    snprintf(k, sizeof k, "%.159s", key);
+    for (;;) {
+        if (config_foreign_index(k) >= 0) return true;
+        char* dot = strrchr(k, '.');
+        if (!dot || dot - k <= 9) return false;  // stop at "deepspeed"
+        *dot = 0;
+    }
+}
+
+static void test_every_ds_key_is_known(void** state) {
+    (void)state;
+    static DsKey a[600];
+    int n = read_ds_keys(a, 600), missing = 0;
+    assert_true(n > 150);
+    char list[4096] = "";
+    for (int i = 0; i < n; i++) {
+        if (ds_known(a[i].key)) continue;
+        missing++;
+        strncat(list, " ", sizeof list - strlen(list) - 1);
+        strncat(list, a[i].key, sizeof list - strlen(list) - 1);
+    }
+    if (missing) fail_msg("%d DeepSpeed keys are unknown to t5train:%s", missing, list);
+    // DeepSpeed's own default of every refused key it names one for (its pydantic models) is accepted
+    int checked = 0;
+    for (int i = 0; i < n; i++) {
+        int fi = config_foreign_index(a[i].key);
+        if (fi < 0 || strcmp(a[i].where, "dict") == 0) continue;
+        char text[512];
+        const char* d = a[i].def;
+        size_t l = strlen(d);
+        if (l >= 2 && d[0] == '"' && d[l - 1] == '"') snprintf(text, sizeof text, "%.*s", (int)l - 2, d + 1);
+        else if (d[0] == '{') snprintf(text, sizeof text, "%s", "{}");  // a default object: the section as given
+        else snprintf(text, sizeof text, "%s", d);
+        config_init(&cfg);
+        if (config_foreign_apply(&cfg, fi, text, a[i].key, err, sizeof err))
+            fail_msg("DeepSpeed's default of %s (%s) is refused: %s", a[i].key, d, err);
+        checked++;
+    }
+    assert_true(checked >= 25);
+}
+
+static void test_deepspeed_file(void** state) {
+    (void)state;
+    config_init(&cfg);
+    int rc = config_load_string(&cfg,
+                                "{\"deepspeed\": {\"flops_profiler\": {\"enabled\": false, \"profile_step\": 1}, "
+                                "\"wandb\": {\"enabled\": false}, \"tensorboard\": {}, \"compile\": {\"deepcompile\": true}, "
+                                "\"bfloat16\": {\"enabled\": false}, \"zero_optimization\": {\"stage\": 3, "
+                                "\"zero_quantized_weights\": false, \"zero_hpz_partition_size\": 1, "
+                                "\"max_live_parameters\": 5e8, \"memory_efficient_linear\": true}}}",
+                                "job.json", err, sizeof err);
+    if (rc) fail_msg("a DeepSpeed config with defaults of keys t5train lacks is refused: %s", err);
+    // DeepSpeed's field name is an alias of t5train's stage3_* key: honoured
+    assert_int_equal(cfg.ds.zero_optimization.stage3_max_live_parameters, 500000000);
+    assert_int_equal(cfg.foreign_set[config_foreign_index("deepspeed.compile")], 1);
+    const char* refused[][2] = {
+        {"{\"deepspeed\": {\"flops_profiler\": {\"enabled\": true}}}", "flops_profiler"},
+        {"{\"deepspeed\": {\"pipeline\": {\"stages\": 2}}}", "pipeline"},
+        {"{\"deepspeed\": {\"zero_optimization\": {\"zero_quantized_weights\": true}}}", "ZeRO++ quantized weights"},
+        {"{\"deepspeed\": {\"zero_optimization\": {\"zero_hpz_partition_size\": 8}}}", "ZeRO++ hierarchical"},
+        {"{\"deepspeed\": {\"zero_optimization\": {\"zenflow\": {\"topk_ratio\": 0.1}}}}", "ZenFlow"},
+        {"{\"deepspeed\": {\"bf16\": {\"enabled\": true, \"check_grad_overflow\": false}}}", "overflow check"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+        config_init(&cfg);
+        rc = config_load_string(&cfg, refused[i][0], "job.json", err, sizeof err);
+        if (rc != 2 || !strstr(err, refused[i][1]) || !strstr(err, "not implemented"))
+            fail_msg("%s: rc %d, '%s'", refused[i][0], rc, err);
+    }
+    // a key DeepSpeed does not have either is still unknown
+    config_init(&cfg);
+    assert_int_equal(config_load_string(&cfg, "{\"deepspeed\": {\"flops_profiller\": {}}}", "job.json", err, sizeof err), 2);
+    assert_non_null(strstr(err, "unknown key"));
 }
 
 static void test_table_is_consistent(void** state) {
@@ -156,6 +263,8 @@ int main(void) {
         cmocka_unit_test(test_command_line),
         cmocka_unit_test(test_config_file),
         cmocka_unit_test(test_binary_notes),
+        cmocka_unit_test(test_every_ds_key_is_known),
+        cmocka_unit_test(test_deepspeed_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

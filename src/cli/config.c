@@ -506,6 +506,7 @@ void config_print_help(FILE* f) {
                "accepted):\n");
     for (int i = 0; i < CONFIG_NUM_FOREIGN; i++) {
         const ForeignKey* k = &CONFIG_FOREIGN_KEYS[i];
+        if (strncmp(k->key, DS_PREFIX, DS_PREFIX_LEN) == 0) continue;
         fprintf(f, "  --%-36s %s: %s\n", k->key, k->action == FOREIGN_NOOP ? "accepted" : "refused", k->reason);
     }
     fprintf(f, "\nDeepSpeed config keys (in the deepspeed JSON; \"auto\" where marked):\n");
@@ -513,6 +514,14 @@ void config_print_help(FILE* f) {
         const ConfigKey* k = &CONFIG_KEYS[i];
         if (!is_ds_key(k) || k->kind == CONFIG_SECTION) continue;
         fprintf(f, "  %-64s default %s%s\n", k->key + DS_PREFIX_LEN, k->def, (k->flags & CONFIG_F_AUTO) ? ", auto ok" : "");
+    }
+    fprintf(f, "\nDeepSpeed keys without a t5train engine (accepted: no effect here; refused: only the default, or a "
+               "section with \"enabled\": false, is accepted):\n");
+    for (int i = 0; i < CONFIG_NUM_FOREIGN; i++) {
+        const ForeignKey* k = &CONFIG_FOREIGN_KEYS[i];
+        if (strncmp(k->key, DS_PREFIX, DS_PREFIX_LEN) != 0) continue;
+        fprintf(f, "  %-50s %s: %s\n", k->key + DS_PREFIX_LEN, k->action == FOREIGN_NOOP ? "accepted" : "refused",
+                k->reason);
     }
 }
 

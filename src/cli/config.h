@@ -35,7 +35,7 @@ extern "C" {
 #define CONFIG_MAX_KEYS 256  // capacity of the per-key bookkeeping arrays (>= table size)
 #define CONFIG_ERR_LEN 2048  // size of the error buffers the functions below write to
 #define CONFIG_NOTE_LEN 320
-#define CONFIG_FOREIGN_MAX 128  // entries of CONFIG_FOREIGN_KEYS (config_foreign.c)
+#define CONFIG_FOREIGN_MAX 256  // entries of CONFIG_FOREIGN_KEYS (config_foreign.c)
 
 // Where a key's value came from. A DeepSpeed key that is absent from the DeepSpeed JSON keeps
 // CONFIG_SRC_DEFAULT (DeepSpeed's own default applies, as with the HF Trainer).

@@ -6,7 +6,9 @@
  *   - refused: its engine does not exist yet; the default value (and null / false / the values in `fine`) is
  *     accepted silently, anything else stops with "not implemented yet: <reason>".
  * test_config_foreign checks that every flag of test/fixtures/config/hf_args.tsv (written by scripts/list_hf_args.py
- * from the installed transformers) is a key, an alias, or listed here. DeepSpeed's keys: not listed yet.
+ * from the installed transformers) and every DeepSpeed key of test/fixtures/config/ds_keys.tsv (scripts/list_ds_keys.py,
+ * from the installed DeepSpeed) is a key, an alias, or listed here (a section listed here covers its keys). A
+ * DeepSpeed section counts as its "enabled" value when it has one.
  */
 #include <math.h>
 #include <stdio.h>
@@ -65,7 +67,7 @@ const ForeignKey CONFIG_FOREIGN_KEYS[] = {
     {"logging_nan_inf_filter", B, NOOP, "",
      "a non-finite loss is never averaged into the log: fp16 skips the step (DeepSpeed's OVERFLOW line), bf16 and "
      "fp32 stop with an error"},
-    {"include_num_input_tokens_seen", S, REFUSE, "no", "not implemented yet: --include_num_input_tokens_seen"},
+    {"include_num_input_tokens_seen", S, REFUSE, "no|false|False", "not implemented yet: --include_num_input_tokens_seen"},
     {"log_level", S, REFUSE, "passive|info", "not implemented yet: log levels other than info (t5train logs HF's info lines)"},
     {"log_level_replica", S, NOOP, "", "ranks other than 0 print errors only"},
     {"disable_tqdm", B, REFUSE, "", "not implemented yet: --disable_tqdm (the progress bar always prints)"},
@@ -75,7 +77,7 @@ const ForeignKey CONFIG_FOREIGN_KEYS[] = {
     {"trackio_static_space_id", S, NOOP, "", TRACKIO},
     {"skip_memory_metrics", B, NOOP, "", "t5train does not add HF's memory-tracker metrics to the results files"},
     // ---- evaluation
-    {"eval_delay", F, REFUSE, "0", "not implemented yet: --eval_delay"},
+    {"eval_delay", F, REFUSE, "0|0.0", "not implemented yet: --eval_delay"},
     {"prediction_loss_only", B, REFUSE, "",
      "not implemented yet: --prediction_loss_only (predict_with_generate false gives a loss-only evaluation)"},
     {"eval_on_start", B, REFUSE, "", "not implemented yet: --eval_on_start"},
@@ -122,6 +124,100 @@ const ForeignKey CONFIG_FOREIGN_KEYS[] = {
     {"generation_config", S, REFUSE, "",
      "not implemented yet: a separate generation config (the model's generation_config.json and the generation_* "
      "flags are read)"},
+
+    // ---- DeepSpeed 0.19.8: sections t5train has no engine for (accepted when absent, empty or "enabled": false)
+#define DS "deepspeed."
+#define SECTION(name, why) {DS name, S, REFUSE, "", "not implemented yet: DeepSpeed's " name " (" why ")"}
+    SECTION("autotuning", "--zero_plan auto plans the run: docs/estimate.md"),
+    SECTION("comet", "the monitors t5train writes: --report_to tensorboard, csv"),
+    SECTION("csv_monitor", "--report_to csv writes output_dir/log_history.csv"),
+    SECTION("tensorboard", "--report_to tensorboard writes event files under --logging_dir"),
+    SECTION("wandb", "no network on these machines; --report_to tensorboard, csv"),
+    SECTION("comms_logger", "the collectives are timed in the step breakdown"),
+    SECTION("flops_profiler", "trainer_log.jsonl logs model FLOPs and MFU"),
+    SECTION("compression_training", "no quantization-aware training or pruning"),
+    SECTION("curriculum_learning", "the data order is HF's random sampler"),
+    SECTION("data_efficiency", "the data order is HF's random sampler"),
+    SECTION("eigenvalue", "no eigenvalue-based schedules"),
+    SECTION("elasticity", "the world size is fixed at launch"),
+    SECTION("hybrid_engine", "no RLHF inference engine"),
+    SECTION("nebula", "checkpoints are written by t5train itself: docs/checkpoints.md"),
+    SECTION("datastates_ckpt", "checkpoints are written by t5train itself: docs/checkpoints.md"),
+    SECTION("pipeline", "no pipeline parallelism"),
+    SECTION("progressive_layer_drop", "no layer drop"),
+    SECTION("quantize_training", "no quantized training"),
+    SECTION("sparse_attention", "T5's attention is dense"),
+    SECTION("tensor_parallel", "no tensor parallelism"),
+    SECTION("weight_quantization", "no quantized weights"),
+    SECTION("expert_parallel", "T5 has no experts"),
+    SECTION("torch_autocast", "the fp16 / bf16 sections set the precision"),
+    {DS "compile", S, NOOP, "", TORCH_COMPILE},
+    {DS "aio", S, NOOP, "", "the async I/O settings of NVMe offload, which is not implemented yet"},
+    {DS "timers", S, NOOP, "", "t5train times every step itself (step_ms in trainer_log.jsonl)"},
+    {DS "graph_harvesting", B, NOOP, "", "t5train captures its own CUDA graphs"},
+    {DS "disable_allgather", B, NOOP, "", "a legacy option of DeepSpeed's engine"},
+    {DS "disable_python_gc", S, NOOP, "", "there is no Python garbage collector in t5train"},
+    {DS "dataloader_drop_last", B, NOOP, "", "DeepSpeed's own dataloader is not used (HF's dataloader_drop_last is)"},
+    {DS "vocabulary_size", I, NOOP, "", "the vocabulary size is read from the model's config.json"},
+    {DS "log_level", S, NOOP, "", "DeepSpeed's Python logger level; t5train prints DeepSpeed's lines (OVERFLOW) always"},
+    {DS "managed_gradient_accumulation", B, NOOP, "", "t5train always accumulates gradient_accumulation_steps itself"},
+    {DS "use_data_before_expert_parallelism", B, NOOP, "", "T5 has no experts"},
+    {DS "seq_parallel_communication_data_type", S, NOOP, "", "there is no sequence parallelism"},
+    {DS "gradient_allreduce_op", S, REFUSE, "mean", "not implemented yet: gradient_allreduce_op sum (ranks' gradients are averaged)"},
+    // ---- DeepSpeed 0.19.8: keys inside sections t5train has
+    {DS "bf16.bf16_master_weights_and_grads", B, REFUSE, "", "not implemented yet: bf16 master weights (the master is fp32)"},
+    {DS "bf16.bf16_optimizer_states", B, REFUSE, "", "not implemented yet: bf16 optimizer states (Adam's are fp32)"},
+    {DS "bf16.immediate_grad_update", B, REFUSE, "", "not implemented yet: bf16 immediate_grad_update"},
+    {DS "bf16.check_grad_overflow", B, REFUSE, "true",
+     "not implemented yet: bf16 without the overflow check (a non-finite bf16 gradient stops the run)"},
+    {DS "checkpoint.checkpoint_serialization", B, NOOP, "", "t5train's checkpoint writer is its own: docs/checkpoints.md"},
+    {DS "checkpoint.parallel_write", S, NOOP, "", "t5train's checkpoint writer is its own: docs/checkpoints.md"},
+    {DS "checkpoint.writer", S, NOOP, "", "t5train's checkpoint writer is its own: docs/checkpoints.md"},
+    {DS "data_types.buffer_dtype", S, REFUSE, "", "not implemented yet: data_types.buffer_dtype"},
+    {DS "data_types.param_dtype", S, REFUSE, "", "not implemented yet: data_types.param_dtype (fp16 / bf16 set it)"},
+    {DS "data_types.keep_in_fp32_modules", S, REFUSE, "[]", "not implemented yet: data_types.keep_in_fp32_modules"},
+    {DS "optimizer.legacy_fusion", B, NOOP, "", "t5train's AdamW is one fused kernel"},
+    // ---- zero_optimization
+#define ZO DS "zero_optimization."
+#define ZPP "not implemented yet: ZeRO++ "
+    {ZO "zero_quantized_weights", B, REFUSE, "", ZPP "quantized weights"},
+    {ZO "zero_quantized_nontrainable_weights", B, REFUSE, "", ZPP "quantized non-trainable weights"},
+    {ZO "zero_quantized_gradients", B, REFUSE, "", ZPP "quantized gradients"},
+    {ZO "zero_hpz_partition_size", I, REFUSE, "1", ZPP "hierarchical partitioning (zero_hpz_partition_size)"},
+    {ZO "zeropp_loco_param", S, REFUSE, "", ZPP "LoCo"},
+    {ZO "mics_shard_size", I, REFUSE, "-1", "not implemented yet: MiCS"},
+    {ZO "mics_hierarchical_params_gather", B, REFUSE, "", "not implemented yet: MiCS"},
+    {ZO "zenflow", S, REFUSE, "", "not implemented yet: ZenFlow (issue 28)"},
+    {ZO "cpu_offload", B, REFUSE, "", "DeepSpeed's deprecated name: write offload_optimizer: {\"device\": \"cpu\"}"},
+    {ZO "cpu_offload_param", B, REFUSE, "", "DeepSpeed's deprecated name: write offload_param: {\"device\": \"cpu\"}"},
+    {ZO "cpu_offload_use_pin_memory", B, REFUSE, "",
+     "DeepSpeed's deprecated name: write pin_memory inside offload_optimizer / offload_param"},
+    {ZO "legacy_stage1", B, REFUSE, "", "not implemented yet: DeepSpeed's legacy stage 1"},
+    {ZO "stage3_allgather_sequential", B, REFUSE, "", "not implemented yet: sequential all-gathers"},
+    {ZO "allgather_sequential", B, REFUSE, "", "not implemented yet: sequential all-gathers"},
+    {ZO "stage3_use_all_reduce_for_fetch_params", B, REFUSE, "", "not implemented yet: all-reduce to fetch parameters"},
+    {ZO "use_all_reduce_for_fetch_params", B, REFUSE, "", "not implemented yet: all-reduce to fetch parameters"},
+    {ZO "stage3_module_granularity_threshold", I, REFUSE, "", "not implemented yet: module granularity (T5's units are fixed)"},
+    {ZO "module_granularity_threshold", I, REFUSE, "", "not implemented yet: module granularity (T5's units are fixed)"},
+    {ZO "stage3_model_persistence_threshold", I, REFUSE, "9223372036854775807|9.2233720368547758e+18",
+     "not implemented yet: a model-wide persistence limit (stage3_param_persistence_threshold is honoured)"},
+    {ZO "model_persistence_threshold", I, REFUSE, "9223372036854775807|9.2233720368547758e+18",
+     "not implemented yet: a model-wide persistence limit (stage3_param_persistence_threshold is honoured)"},
+    {ZO "pipeline_loading_checkpoint", B, REFUSE, "", "not implemented yet: pipeline_loading_checkpoint"},
+    {ZO "parameter_alignment", B, REFUSE, "", "not implemented yet: parameter_alignment"},
+    {ZO "compute_grad_norm", B, NOOP, "", "the gradient norm is always computed (it is logged as grad_norm)"},
+    {ZO "enable_sanity_checks", B, NOOP, "", "a debug check of DeepSpeed's Python partitioner"},
+    {ZO "leaf_module", S, NOOP, "", "T5's ZeRO-3 units are fixed (docs/zero.md)"},
+    {ZO "log_trace_cache_warnings", B, NOOP, "", "t5train's stage 3 unit order is static (no trace cache)"},
+    {ZO "memory_efficient_linear", B, NOOP, "", "t5train's linear layers keep only what their backward reads"},
+    {ZO "override_module_apply", B, NOOP, "", "a PyTorch module hook of DeepSpeed's stage 3"},
+    {ZO "save_muon_momentum_buffer_in_memory", B, NOOP, "", "Muon is not an optimizer here"},
+    {ZO "use_multi_rank_bucket_allreduce", B, NOOP, "", "t5train's reductions are its own buckets (reduce_bucket_size)"},
+    {ZO "offload_optimizer.cpuadam_cores_perc", F, REFUSE, "0.8",
+     "not implemented yet: cpuadam_cores_perc (the CPU AdamW uses this rank's share of the cores)"},
+    {ZO "offload_optimizer.pipeline_read", B, REFUSE, "", "not implemented yet: NVMe offload (issue 28)"},
+    {ZO "offload_optimizer.pipeline_write", B, REFUSE, "", "not implemented yet: NVMe offload (issue 28)"},
+    {ZO "offload_optimizer.super_offload", B, REFUSE, "", "not implemented yet: SuperOffload"},
 };
 const int CONFIG_NUM_FOREIGN = (int)(sizeof CONFIG_FOREIGN_KEYS / sizeof CONFIG_FOREIGN_KEYS[0]);
 
@@ -133,7 +229,9 @@ int config_foreign_index(const char* key) {
 
 // a JSON value as the text a command line would hold ("true", "0", "[]", the string itself)
 static void value_text(const json_t* v, char* out, size_t n) {
-    if (json_is_string(v)) snprintf(out, n, "%s", json_string_value(v));
+    const json_t* en = json_is_object(v) ? json_object_get(v, "enabled") : NULL;
+    if (en && json_is_boolean(en)) snprintf(out, n, "%s", json_is_true(en) ? "true" : "false");  // a section
+    else if (json_is_string(v)) snprintf(out, n, "%s", json_string_value(v));
     else if (json_is_true(v)) snprintf(out, n, "true");
     else if (json_is_false(v)) snprintf(out, n, "false");
     else if (json_is_null(v)) snprintf(out, n, "null");
@@ -142,14 +240,17 @@ static void value_text(const json_t* v, char* out, size_t n) {
     else snprintf(out, n, json_object_size(v) ? "{...}" : "{}");
 }
 
-// the values a refused key may hold: null, false, empty, zero, or one of `fine` ('|'-separated)
+// the values a refused key may hold: null, empty, one of `fine` ('|'-separated), and, when `fine` is empty
+// (the default is off), false and zero
 static bool fine_value(const ForeignKey* k, const char* s) {
-    if (!s[0] || strcmp(s, "null") == 0 || strcmp(s, "None") == 0 || strcmp(s, "false") == 0 ||
-        strcmp(s, "False") == 0)
+    if (!s[0] || strcmp(s, "null") == 0 || strcmp(s, "None") == 0 || strcmp(s, "{}") == 0 || strcmp(s, "[]") == 0)
         return true;
-    char* end;
-    double d = strtod(s, &end);
-    if (end != s && !*end && d == 0 && k->kind != CONFIG_STR) return true;
+    if (!k->fine[0]) {
+        if (strcmp(s, "false") == 0 || strcmp(s, "False") == 0) return true;
+        char* end;
+        double d = strtod(s, &end);
+        if (end != s && !*end && d == 0 && k->kind != CONFIG_STR) return true;
+    }
     size_t len = strlen(s);
     for (const char* p = k->fine; *p;) {
         const char* bar = strchr(p, '|');

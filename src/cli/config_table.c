@@ -337,5 +337,15 @@ const ConfigAlias CONFIG_ALIASES[] = {
     {"revision", "model_revision"},                    // huggingface_hub's / from_pretrained's name
     {"deepspeed.zero_optimization.stage3_gather_fp16_weights_on_model_save",
      "deepspeed.zero_optimization.stage3_gather_16bit_weights_on_model_save"},  // DeepSpeed's older name
+    // DeepSpeed's pydantic field names, which it accepts beside the stage3_* aliases (populate_by_name)
+    {"deepspeed.zero_optimization.gather_16bit_weights_on_model_save",
+     "deepspeed.zero_optimization.stage3_gather_16bit_weights_on_model_save"},
+    {"deepspeed.zero_optimization.max_live_parameters", "deepspeed.zero_optimization.stage3_max_live_parameters"},
+    {"deepspeed.zero_optimization.max_reuse_distance", "deepspeed.zero_optimization.stage3_max_reuse_distance"},
+    {"deepspeed.zero_optimization.param_persistence_threshold",
+     "deepspeed.zero_optimization.stage3_param_persistence_threshold"},
+    {"deepspeed.zero_optimization.prefetch_bucket_size", "deepspeed.zero_optimization.stage3_prefetch_bucket_size"},
+    {"deepspeed.bfloat16", "deepspeed.bf16"},  // DeepSpeed's older section name
+    {"deepspeed.bfloat16.enabled", "deepspeed.bf16.enabled"},
 };
 const int CONFIG_NUM_ALIASES = (int)(sizeof CONFIG_ALIASES / sizeof CONFIG_ALIASES[0]);
