@@ -197,6 +197,34 @@ static void test_deepspeed_file(void** state) {
     assert_non_null(strstr(err, "unknown key"));
 }
 
+// DeepSpeed's tensorboard / csv_monitor sections turn on t5train's writers; logging_dir from output_path/job_name
+static void test_deepspeed_monitors(void** state) {
+    (void)state;
+    char ds[1024], line[2048];
+    snprintf(ds, sizeof ds, "%s/ds_monitors.json", t5test_tmpdir());
+    t5test_write_file(ds, "{\"tensorboard\": {\"enabled\": true, \"output_path\": \"/tmp/tb_logs\", \"job_name\": \"t5\"}, "
+                          "\"csv_monitor\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 0}}");
+    const char* base = "--model_name_or_path t5-small --do_train --dataset_name wmt16 --dataset_config_name ro-en "
+                       "--source_lang en --target_lang ro";
+    snprintf(line, sizeof line, "%s --output_dir %s/m1 --deepspeed %s", base, t5test_tmpdir(), ds);
+    assert_int_equal(parse_line(line), 0);
+    if (config_resolve(&cfg, err, sizeof err)) fail_msg("resolve: %s", err);
+    assert_string_equal(cfg.logging_dir, "/tmp/tb_logs/t5");
+    assert_string_equal(cfg.report_to, "csv,tensorboard");
+    // an explicit logging_dir wins, as for HF's own writer
+    snprintf(line, sizeof line, "%s --output_dir %s/m2 --deepspeed %s --logging_dir /tmp/mine", base, t5test_tmpdir(), ds);
+    assert_int_equal(parse_line(line), 0);
+    if (config_resolve(&cfg, err, sizeof err)) fail_msg("resolve: %s", err);
+    assert_string_equal(cfg.logging_dir, "/tmp/mine");
+    // disabled: nothing changes
+    t5test_write_file(ds, "{\"tensorboard\": {\"enabled\": false, \"output_path\": \"/tmp/tb_logs\"}}");
+    snprintf(line, sizeof line, "%s --output_dir %s/m3 --deepspeed %s", base, t5test_tmpdir(), ds);
+    assert_int_equal(parse_line(line), 0);
+    if (config_resolve(&cfg, err, sizeof err)) fail_msg("resolve: %s", err);
+    assert_string_equal(cfg.report_to, "none");
+    assert_null(strstr(cfg.logging_dir, "tb_logs"));
+}
+
 static void test_table_is_consistent(void** state) {
     (void)state;
     assert_true(CONFIG_NUM_FOREIGN <= CONFIG_FOREIGN_MAX);
@@ -302,6 +330,7 @@ int main(void) {
         cmocka_unit_test(test_every_ds_key_is_known),
         cmocka_unit_test(test_deepspeed_defaults),
         cmocka_unit_test(test_deepspeed_file),
+        cmocka_unit_test(test_deepspeed_monitors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -211,6 +211,15 @@ typedef struct {
     int grad_accum_dtype;  // CommDataType values (null = the model dtype)
 } DsDataTypes;
 
+// DeepSpeed's tensorboard / csv_monitor sections (monitor/config.py): t5train's report writers, into
+// output_path/job_name (tensorboard: the logging_dir unless one is given)
+typedef struct {
+    bool present;
+    bool enabled;                       // false
+    char output_path[CONFIG_STR_LEN];   // ""
+    char job_name[CONFIG_STR_LEN];      // "DeepSpeedJobName"
+} DsMonitor;
+
 typedef struct {
     int64_t train_batch_size;                // "auto" -> micro * accumulation * world size
     int64_t train_micro_batch_size_per_gpu;  // "auto" -> per_device_train_batch_size
@@ -235,6 +244,8 @@ typedef struct {
     DsZero zero_optimization;
     DsCheckpoint checkpoint;
     DsActivationCheckpointing activation_checkpointing;
+    DsMonitor tensorboard;
+    DsMonitor csv_monitor;
 } DsConfig;
 
 // ---- the whole run

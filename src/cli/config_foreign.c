@@ -130,8 +130,6 @@ const ForeignKey CONFIG_FOREIGN_KEYS[] = {
 #define SECTION(name, why) {DS name, S, REFUSE, "", "not implemented yet: DeepSpeed's " name " (" why ")"}
     SECTION("autotuning", "--zero_plan auto plans the run: docs/estimate.md"),
     SECTION("comet", "the monitors t5train writes: --report_to tensorboard, csv"),
-    SECTION("csv_monitor", "--report_to csv writes output_dir/log_history.csv"),
-    SECTION("tensorboard", "--report_to tensorboard writes event files under --logging_dir"),
     SECTION("wandb", "no network on these machines; --report_to tensorboard, csv"),
     SECTION("comms_logger", "the collectives are timed in the step breakdown"),
     SECTION("flops_profiler", "trainer_log.jsonl logs model FLOPs and MFU"),

@@ -401,6 +401,19 @@ int config_resolve(RunConfig* c, char* err, size_t n) {
         c->data_seed = c->seed;
         c->src[config_key_index("data_seed")] = CONFIG_SRC_DERIVED;
     }
+    const DsMonitor* tb = &c->ds.tensorboard;
+    if (c->has_deepspeed && tb->enabled && !c->logging_dir[0]) {  // DeepSpeed's monitor folder: output_path/job_name
+        size_t lp = strlen(tb->output_path);
+        const char* sep = lp && tb->output_path[lp - 1] != '/' ? "/" : "";
+        if (lp + strlen(sep) + strlen(tb->job_name) >= sizeof c->logging_dir)
+            return t5_errf(err, n, T5_EXIT_USAGE, "deepspeed.tensorboard: output_path/job_name is longer than %zu bytes",
+                           sizeof c->logging_dir - 1);
+        size_t ls = strlen(sep);
+        memcpy(c->logging_dir, tb->output_path, lp);
+        memcpy(c->logging_dir + lp, sep, ls);
+        memcpy(c->logging_dir + lp + ls, tb->job_name, strlen(tb->job_name) + 1);
+        c->src[config_key_index("logging_dir")] = CONFIG_SRC_DERIVED;
+    }
     if (!c->logging_dir[0]) {  // HF 4.x default_logdir(): output_dir/runs/<date>_<host>
         report_default_logging_dir(c->logging_dir, sizeof c->logging_dir, c->output_dir, time(NULL));
         c->src[config_key_index("logging_dir")] = CONFIG_SRC_DERIVED;
@@ -409,6 +422,16 @@ int config_resolve(RunConfig* c, char* err, size_t n) {
         unsigned mask;
         char rerr[512];
         if (report_to_parse(c->report_to, &mask, rerr, sizeof rerr)) return t5_errf(err, n, T5_EXIT_USAGE, "%s", rerr);
+        if (c->has_deepspeed && tb->enabled && !(mask & REPORT_TENSORBOARD)) {
+            mask |= REPORT_TENSORBOARD;
+            add_note(c, "deepspeed.tensorboard: TensorBoard events in %s, with HF's tags (report_to gains tensorboard)",
+                     c->logging_dir);
+        }
+        if (c->has_deepspeed && c->ds.csv_monitor.enabled && !(mask & REPORT_CSV)) {
+            mask |= REPORT_CSV;
+            add_note(c, "deepspeed.csv_monitor: output_dir/log_history.csv, HF's keys as columns (DeepSpeed writes one "
+                        "file per metric under output_path/job_name)");
+        }
         char norm[sizeof c->report_to];
         report_to_format(norm, sizeof norm, mask);
         if (strcmp(norm, c->report_to) != 0) {
