@@ -11,7 +11,7 @@
 # side), SEEDS, T5_JOBS / HF_JOBS (runs at once per side; default 2 / 9),
 # LIMIT (seconds for all runs; the runs still going are stopped then and their partial logs kept; default 500),
 # SMOKE (settings run for 30 steps on the HF side only, before the real ones: a check of the DeepSpeed paths),
-# SIDES (default "t5train hf"), WORK (default /tmp/long_run). Writes $OUT/runs.tar.gz (every run's
+# SIDES (default "t5train hf"), T5_FIRST=1 (t5train's runs alone first, then HF's), WORK (default /tmp/long_run). Writes $OUT/runs.tar.gz (every run's
 # trainer_log.jsonl, run_summary.json, log.txt tail and results files); compare.py reads it back here.
 set -u
 OUT=${1:?usage: device.sh OUT}
@@ -27,6 +27,7 @@ export LD_LIBRARY_PATH="$PWD/.devlibs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" PYTH
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 mkdir -p "$WORK" "$OUT"
+./t5train env > "$OUT/t5train_env.txt" 2>&1  # the machine, as a bug report would give it (docs/env.md)
 
 # DeepSpeed, when a setting names a ds config; its ops (fused_adam for stage 0, cpu_adam for the offloads) are
 # built once here, in the background, while the t5train runs start
@@ -54,6 +55,8 @@ pids=()
 if [[ " $SIDES " == *" t5train "* ]]; then
   timeout $(left) $RUN --settings $T5_SETTINGS --sides t5train --t5_jobs ${T5_JOBS:-2} > "$WORK/t5train.log" 2>&1 &
   pids+=($!)
+  # T5_FIRST=1: the t5train runs alone on the GPU first (their wall-clock then is a whole run's, alone), then HF's
+  if [ "${T5_FIRST:-0}" = 1 ]; then wait "${pids[@]}"; pids=(); fi
 fi
 if [[ " $SIDES " == *" hf "* ]]; then
   # the HF runs without DeepSpeed start at once, the others once DeepSpeed's ops are built
