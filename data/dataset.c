@@ -525,6 +525,12 @@ static uint64_t file_key(const char* path, uint64_t h) {
 // ----------------------------------------------------------------------------
 // open
 
+char* dataset_default_cache_dir(void) {
+    const char* c = getenv("T5TRAIN_CACHE");
+    if (c) return strdup_check(c);
+    return getenv("HOME") ? str_printf("%s/.cache/t5train/tokens", getenv("HOME")) : NULL;
+}
+
 Dataset* dataset_open(const DataOptions* opt, DataSplit split, const Tokenizer* tok_in, char* err, size_t errlen) {
     char *src_path = NULL, *tgt_path = NULL, fmt = 0;
     if (dataset_resolve_files(opt, split, &src_path, &tgt_path, &fmt, err, errlen)) return NULL;
@@ -568,8 +574,7 @@ Dataset* dataset_open(const DataOptions* opt, DataSplit split, const Tokenizer* 
     if (!opt->no_cache) {
         char* dir = NULL;
         if (opt->cache_dir) dir = strdup_check(opt->cache_dir);
-        else if (getenv("T5TRAIN_CACHE")) dir = strdup_check(getenv("T5TRAIN_CACHE"));
-        else if (getenv("HOME")) dir = str_printf("%s/.cache/t5train/tokens", getenv("HOME"));
+        else dir = dataset_default_cache_dir();
         if (dir) {
             const char* base = strrchr(src_path, '/');
             base = base ? base + 1 : src_path;

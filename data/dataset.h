@@ -74,6 +74,9 @@ typedef struct Dataset Dataset;
 // NULL (opened from opt->tokenizer_path). NULL + err (one sentence naming the file/line, or every
 // place searched) on failure.
 Dataset* dataset_open(const DataOptions* opt, DataSplit split, const Tokenizer* tok, char* err, size_t errlen);
+// The token cache folder when DataOptions.cache_dir is NULL: $T5TRAIN_CACHE, else ~/.cache/t5train/tokens;
+// NULL without HOME. Caller frees.
+char* dataset_default_cache_dir(void);
 void dataset_close(Dataset* ds);
 
 int64_t dataset_size(const Dataset* ds);

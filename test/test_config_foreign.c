@@ -26,6 +26,15 @@ static int parse_line(const char* line) {
     return config_parse_args(&cfg, argc, argv, err, sizeof err);
 }
 
+// a default as a listed file holds it (JSON) -> the text a command line would give: a string unquoted, a default
+// object as "{}" (the section as given)
+static void default_text(const char* d, char* out, size_t n) {
+    size_t l = strlen(d);
+    if (l >= 2 && d[0] == '"' && d[l - 1] == '"') snprintf(out, n, "%.*s", (int)l - 2, d + 1);
+    else if (d[0] == '{') snprintf(out, n, "{}");
+    else snprintf(out, n, "%s", d);
+}
+
 typedef struct {
     char name[96], kind[16], def[128];
 } HfArg;
@@ -118,14 +127,10 @@ static void test_every_ds_key_is_known(void** state) {
         int fi = config_foreign_index(a[i].key);
         if (fi < 0 || strcmp(a[i].where, "dict") == 0) continue;
         char text[512];
-        const char* d = a[i].def;
-        size_t l = strlen(d);
-        if (l >= 2 && d[0] == '"' && d[l - 1] == '"') snprintf(text, sizeof text, "%.*s", (int)l - 2, d + 1);
-        else if (d[0] == '{') snprintf(text, sizeof text, "%s", "{}");  // a default object: the section as given
-        else snprintf(text, sizeof text, "%s", d);
+        default_text(a[i].def, text, sizeof text);
         config_init(&cfg);
         if (config_foreign_apply(&cfg, fi, text, a[i].key, err, sizeof err))
-            fail_msg("DeepSpeed's default of %s (%s) is refused: %s", a[i].key, d, err);
+            fail_msg("DeepSpeed's default of %s (%s) is refused: %s", a[i].key, a[i].def, err);
         checked++;
     }
     assert_true(checked >= 25);
@@ -246,13 +251,10 @@ static void test_hf_defaults_accepted(void** state) {
         int fi = config_foreign_index(a[i].name);
         if (fi < 0) continue;
         char text[128];
-        const char* d = a[i].def;
-        size_t l = strlen(d);
-        if (l >= 2 && d[0] == '"' && d[l - 1] == '"') snprintf(text, sizeof text, "%.*s", (int)l - 2, d + 1);
-        else snprintf(text, sizeof text, "%s", d);
+        default_text(a[i].def, text, sizeof text);
         config_init(&cfg);
         int rc = config_foreign_apply(&cfg, fi, text, a[i].name, err, sizeof err);
-        if (rc) fail_msg("HF's default of %s (%s) is refused: %s", a[i].name, d, err);
+        if (rc) fail_msg("HF's default of %s (%s) is refused: %s", a[i].name, a[i].def, err);
         checked++;
     }
     assert_true(checked >= 60);

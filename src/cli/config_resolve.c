@@ -403,15 +403,13 @@ int config_resolve(RunConfig* c, char* err, size_t n) {
     }
     const DsMonitor* tb = &c->ds.tensorboard;
     if (c->has_deepspeed && tb->enabled && !c->logging_dir[0]) {  // DeepSpeed's monitor folder: output_path/job_name
-        size_t lp = strlen(tb->output_path);
-        const char* sep = lp && tb->output_path[lp - 1] != '/' ? "/" : "";
-        if (lp + strlen(sep) + strlen(tb->job_name) >= sizeof c->logging_dir)
+        char* dir = tb->output_path[0] ? t5_path_join(tb->output_path, tb->job_name) : strdup_check(tb->job_name);
+        bool fits = strlen(dir) < sizeof c->logging_dir;
+        if (fits) snprintf(c->logging_dir, sizeof c->logging_dir, "%s", dir);
+        free(dir);
+        if (!fits)
             return t5_errf(err, n, T5_EXIT_USAGE, "deepspeed.tensorboard: output_path/job_name is longer than %zu bytes",
                            sizeof c->logging_dir - 1);
-        size_t ls = strlen(sep);
-        memcpy(c->logging_dir, tb->output_path, lp);
-        memcpy(c->logging_dir + lp, sep, ls);
-        memcpy(c->logging_dir + lp + ls, tb->job_name, strlen(tb->job_name) + 1);
         c->src[config_key_index("logging_dir")] = CONFIG_SRC_DERIVED;
     }
     if (!c->logging_dir[0]) {  // HF 4.x default_logdir(): output_dir/runs/<date>_<host>

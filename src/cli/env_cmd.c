@@ -1,7 +1,7 @@
 /*
  * env_cmd.c: `t5train env`, what DeepSpeed's ds_report tells its users, for a bug report or a first look at
  * a new machine: the versions (version.c), the GPUs and whether this binary runs on them, the CPU and its
- * CPU-AdamW path, host memory and the locked-memory limit, free disk where the run will read and write, the
+ * CPU-AdamW path, the host memory the planner counts on and the locked-memory limit, free disk where the run will read and write, the
  * download libraries, and the environment variables t5train reads.
  *
  *   t5train env [--output_dir DIR] [--cache_dir DIR] [--data_dir DIR] [--json]
@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,8 @@
 #include "../download/hub_cache.h"
 #include "../download/wmt16_sources.h"
 #include "../zero/cpu_adam.h"
+#include "../zero/host_mem.h"
+#include "../../data/dataset.h"
 
 #ifndef T5_GPU_ARCH
 #define T5_GPU_ARCH "unknown"
@@ -99,18 +102,13 @@ static void cpu_and_memory(Report* r) {
     }
     ADD(r, "CPU", "%ld cores online, %s, CPU AdamW path %s", sysconf(_SC_NPROCESSORS_ONLN), model,
         cpu_adam_simd_name(cpu_adam_detect_simd()));
-    double total = 0, avail = 0;
-    f = fopen("/proc/meminfo", "r");
-    if (f) {
-        char key[64];
-        double kb;
-        while (fscanf(f, "%63s %lf kB\n", key, &kb) == 2) {
-            if (strcmp(key, "MemTotal:") == 0) total = kb * 1024;
-            if (strcmp(key, "MemAvailable:") == 0) avail = kb * 1024;
-        }
-        fclose(f);
-    }
-    ADD(r, "host memory", "%.1f GiB total, %.1f GiB available", total / GIB, avail / GIB);
+    // what the planner and the offload buffers count on (cgroup-aware, T5TRAIN_HOST_MEM_GIB overrides it); MemTotal is
+    // not shown: on some VMs it grows as memory is touched (host_mem.h)
+    size_t avail = host_mem_available();
+    if (avail == SIZE_MAX)
+        ADD(r, "host memory", "unknown (no /proc/meminfo or cgroup limit)");
+    else
+        ADD(r, "host memory", "%.1f GiB available to this process (what the planner counts on)", avail / GIB);
     struct rlimit rl;
     if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
         ADD(r, "locked-memory limit", "%.1f MiB (ulimit -l; CUDA pins pin_memory's buffers through its driver)",
@@ -153,13 +151,12 @@ static void folders(Report* r, const char* output_dir, const char* cache_dir, co
         disk(r, "data folder", p);
     else
         ADD(r, "data folder", "unknown: %s", err);
-    const char* tc = getenv("T5TRAIN_CACHE");
-    const char* home = getenv("HOME");
-    if (tc && tc[0])
-        snprintf(p, sizeof p, "%s", tc);
+    char* tc = dataset_default_cache_dir();
+    if (tc)
+        disk(r, "token cache", tc);
     else
-        snprintf(p, sizeof p, "%s/.cache/t5train/tokens", home ? home : ".");
-    disk(r, "token cache", p);
+        ADD(r, "token cache", "none (neither T5TRAIN_CACHE nor HOME is set: the token cache is off)");
+    free(tc);
     disk(r, "output_dir", output_dir);
 }
 
