@@ -19,7 +19,8 @@ t5train (--train_file x.jsonl) and the HF side read:
 The tasks: the English sentence split on whitespace, each of the CODES most frequent words of the training
 English side (lower-cased, ties broken alphabetically) replaced by a fixed code "w<rank>" (so "the" becomes
 "w0"), other words copied as they are; then "reverse_codes" reverses the word order, "swap_codes" swaps
-neighbouring words (a local reordering) and "codes" keeps the order. The transformation needs no knowledge
+neighbouring words (a local reordering) and "codes" keeps the order. "short_reverse_codes" is reverse_codes on
+each sentence cut into consecutive pieces of at most 8 words (one example per piece). The transformation needs no knowledge
 beyond the sentence itself, so unseen words in newsdev2016 are still learnable (they are copied).
 """
 import argparse
@@ -32,7 +33,8 @@ import shutil
 EXTRA = [("mlqe-pe-ro-en", "train"), ("mlqe-pe-ro-en", "dev"), ("mlqe-pe-ro-en", "test20"),
          ("tatoeba", "tatoeba-test-v2021-03-30"), ("flores101", "devtest"), ("ntrex128", "newstest2019")]
 CODES = 100
-TASKS = ["reverse_codes", "codes", "swap_codes"]
+SHORT = 8  # words per source piece of the "short_" tasks
+TASKS = ["reverse_codes", "codes", "swap_codes", "short_reverse_codes"]
 
 
 def read_lines(path):
@@ -54,7 +56,17 @@ def code_table(sentences, n):
     return {w: f"w{i}" for i, (w, _) in enumerate(ranked)}
 
 
+def sources(sentence, task):
+    """The task's sources from one English sentence: the sentence itself, or for a "short_" task its words in
+    consecutive pieces of at most SHORT (the last piece the remainder)."""
+    if not task.startswith("short_"):
+        return [sentence]
+    w = sentence.split()
+    return [" ".join(w[i:i + SHORT]) for i in range(0, len(w), SHORT)]
+
+
 def transform(sentence, codes, task):
+    task = task.removeprefix("short_")
     words = [codes.get(w.lower(), w) for w in sentence.split()]
     if task == "reverse_codes":
         words.reverse()
@@ -95,9 +107,9 @@ def main():
     write_jsonl(os.path.join(a.out, "validation.jsonl"), val)
     codes = code_table([en for en, _ in train], CODES)
     for task in TASKS:
-        write_jsonl(os.path.join(a.out, f"task_{task}_train.jsonl"), [(en, transform(en, codes, task)) for en, _ in train])
-        write_jsonl(os.path.join(a.out, f"task_{task}_validation.jsonl"),
-                    [(en, transform(en, codes, task)) for en, _ in val])
+        for split, pairs in (("train", train), ("validation", val)):
+            write_jsonl(os.path.join(a.out, f"task_{task}_{split}.jsonl"),
+                        [(src, transform(src, codes, task)) for en, _ in pairs for src in sources(en, task)])
     tok = os.path.join(a.out, "tokenizer")
     os.makedirs(tok, exist_ok=True)
     shutil.copy(os.path.join(a.shared, "t5-spiece", "spiece.model"), tok)
@@ -112,7 +124,8 @@ def main():
         json.dump(manifest, f, indent=1)
     print(f"make_data: {len(train)} train pairs, {len(val)} validation pairs, tasks {', '.join(TASKS)} -> {a.out}")
     for t in TASKS:
-        print(f"  {t}: {val[2][0]!r}\n    -> {transform(val[2][0], codes, t)!r}")
+        src = sources(val[2][0], t)[0]
+        print(f"  {t}: {src!r}\n    -> {transform(src, codes, t)!r}")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ COMMON = dict(shape="v10", task=None, precision="fp32", ds=None, gpus=1, batch=3
               lr=5e-4, warmup=500, max_steps=MAX_STEPS, eval_steps=250, logging_steps=50, eval_batch=64,
               max_source_length=128, max_target_length=128, prefix="translate English to Romanian: ",
               generate=False, max_eval_samples=None, dropout=None, sides=("t5train", "hf"), hf_args=(),
-              t5train_from=None)
+              t5train_from=None, optim="adamw_torch")
 
 SETTINGS = {
     "fp32": {},
@@ -54,6 +54,20 @@ SETTINGS = {
     "exact_2gpu_stage2": {"dropout": 0.0, "ds": "zero2_no_offload_hf_schedule", "gpus": 2, "batch": 16,
                           "sides": ("t5train",)},
 }
+
+# The task search (t5train alone; docs/training_results.md section 6): at lr 5e-4 no task was learned in 3,000
+# steps. T5's init (embeddings N(0, 1), no 1/sqrt(d) in attention) was made for Adafactor, whose updates scale with
+# the parameter, so the search tries larger AdamW rates and Adafactor; "short_" tasks cut each sentence into
+# pieces of at most 8 words (make_data.py). Names: sweep_<task>_<optim>_<lr>.
+_TASK = {"precision": "bf16", "prefix": "encode: ", "eval_steps": 500, "generate": True, "max_eval_samples": 500,
+         "sides": ("t5train",)}
+for _task, _optim, _lr in [("codes", "adamw", 1e-3), ("codes", "adamw", 2e-3), ("codes", "adamw", 3e-3),
+                           ("codes", "adafactor", 1e-3), ("codes", "adafactor", 3e-3),
+                           ("reverse_codes", "adamw", 2e-3), ("reverse_codes", "adafactor", 3e-3),
+                           ("swap_codes", "adamw", 2e-3), ("short_reverse_codes", "adamw", 2e-3),
+                           ("short_reverse_codes", "adafactor", 3e-3)]:
+    SETTINGS[f"sweep_{_task}_{_optim}_{_lr:g}"] = dict(_TASK, task=_task, lr=_lr,
+                                                        optim="adafactor" if _optim == "adafactor" else "adamw_torch")
 
 _FP16 = {"enabled": "auto", "loss_scale": 0, "loss_scale_window": 1000, "initial_scale_power": 16,
          "hysteresis": 2, "min_loss_scale": 1}
