@@ -11,7 +11,8 @@
 # side), SEEDS, T5_JOBS / HF_JOBS (runs at once per side; default 2 / 9),
 # LIMIT (seconds for all runs; the runs still going are stopped then and their partial logs kept; default 500),
 # SMOKE (settings run for 30 steps on the HF side only, before the real ones: a check of the DeepSpeed paths),
-# SIDES (default "t5train hf"), T5_FIRST=1 (t5train's runs alone first, then HF's), WORK (default /tmp/long_run). Writes $OUT/runs.tar.gz (every run's
+# SIDES (default "t5train hf"), T5_FIRST=1 (t5train's runs alone first, then HF's), T5_AFTER (t5train settings run
+# beside HF's, after T5_FIRST's), WORK (default /tmp/long_run). Writes $OUT/runs.tar.gz (every run's
 # trainer_log.jsonl, run_summary.json, log.txt tail and results files); compare.py reads it back here.
 set -u
 OUT=${1:?usage: device.sh OUT}
@@ -78,10 +79,14 @@ print(' '.join(s for s in '$HF_SETTINGS'.split() if S.setting(s.split(':')[0])['
     pids+=($!)
   fi
 fi
+if [ -n "${T5_AFTER:-}" ] && [[ " $SIDES " == *" t5train "* ]]; then
+  timeout $(left) $RUN --settings $T5_AFTER --sides t5train --t5_jobs ${T5_JOBS:-2} > "$WORK/t5train_after.log" 2>&1 &
+  pids+=($!)
+fi
 for p in "${pids[@]}"; do wait $p; done
 # timeout stops run.py; the runs it started are stopped here (their logs so far are kept)
 pkill -f hf_side.py; pkill -f 'torchrun'; pkill -x t5train; sleep 2
-echo "== runs"; cat "$WORK"/t5train.log "$WORK"/hf.log "$WORK"/hf_ds.log 2>/dev/null | grep -v '^ *File\|^Traceback\|^ *\^\|^    '
+echo "== runs"; cat "$WORK"/t5train.log "$WORK"/t5train_after.log "$WORK"/hf.log "$WORK"/hf_ds.log 2>/dev/null | grep -v '^ *File\|^Traceback\|^ *\^\|^    '
 cd "$WORK"
 for d in runs/*/* smoke/*/*; do  # the log's tail only (HF's are long)
   [ -f "$d/log.txt" ] && tail -c 20000 "$d/log.txt" > "$d/log_tail.txt"
