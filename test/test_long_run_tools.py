@@ -18,6 +18,7 @@ sys.path.insert(0, os.path.join(ROOT, "test", "bench", "long_run"))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
 import compare  # noqa: E402
+import keep  # noqa: E402
 import make_data  # noqa: E402
 import plot_loss  # noqa: E402
 import run  # noqa: E402
@@ -42,6 +43,12 @@ def task_transformations():
     assert make_data.transform(s, codes, "swap_codes") == "cat w0 a w1 dog"
     # ties broken alphabetically
     assert make_data.code_table(["b a"], 1) == {"a": "w0"}
+    # "short_" tasks: pieces of at most SHORT words, the last the remainder; each transformed on its own
+    long = " ".join(f"x{i}" for i in range(2 * make_data.SHORT + 3))
+    pieces = make_data.sources(long, "short_reverse_codes")
+    assert [len(p.split()) for p in pieces] == [make_data.SHORT, make_data.SHORT, 3], pieces
+    assert " ".join(pieces) == long and make_data.sources(long, "codes") == [long]
+    assert make_data.transform("the x1 and", codes, "short_reverse_codes") == "w1 x1 w0"
 
 
 @test
@@ -108,8 +115,15 @@ def compare_folders():
             {n: compare.load_setting(f"{d}/{n}") for n in ("exact_stage0", "exact_zero3_offload", "exact_2gpu_stage2")})}
         assert ex["exact_zero3_offload"]["bit_identical"] and ex["exact_zero3_offload"]["ok"]
         assert not ex["exact_2gpu_stage2"]["bit_identical"] and not ex["exact_2gpu_stage2"]["ok"]  # 2e-6 > 1e-6
-        md = compare.markdown(list(res.values()), list(ex.values()))
+        # a failed run (rc 1) is left out of the comparison and listed with its error line
+        write_run(f"{d}/fp16/hf_s1", {50: 6.0}, {50: 5.5}, {"rc": 1, "last_logged_step": 50, "error": "Exception: min scale"})
+        write_run(f"{d}/fp16/t5train_s1", {50: 6.0}, {50: 5.5}, {})
+        fp16 = compare.load_setting(f"{d}/fp16")
+        assert not fp16["hf"] and [{k: v for k, v in x.items() if k != "log"} for x in fp16["failed"]] == [{"setting": "fp16", "side": "hf", "seed": 1,
+                                                      "last_logged_step": 50, "error": "Exception: min scale"}]
+        md = compare.markdown(list(res.values()), list(ex.values()), fp16["failed"])
         assert "| fp32 | 3 / 3 | 2/2 |" in md and "FAIL" in md, md
+        assert "| fp16 hf seed 1 | 50 | Exception: min scale |" in md, md
 
 
 @test
@@ -147,8 +161,38 @@ def run_commands():
     # every run against itself keeps exact_stage0's linear schedule: no DeepSpeed scheduler section
     for name in ("exact_zero3_offload", "exact_2gpu_stage2"):
         assert "scheduler" not in S.DS_CONFIGS[S.setting(name)["ds"]]
+    # the optimizer reaches both sides only when it is not the default
+    cmd, env = run.command("t5train", S.setting("sweep_codes_adafactor_0.001"), 1, A, "/w/s/t5train_s1")
+    assert cmd[cmd.index("--optim") + 1] == "adafactor" and cmd[cmd.index("--learning_rate") + 1] == "0.001"
+    assert "--optim" not in run.command("hf", S.setting("fp32"), 1, A, "/w/fp32/hf_s1")[0]
     # fp16 beside DeepSpeed runs at a ZeRO stage whose engine scales the loss (DeepSpeed PR #8393)
     assert S.DS_CONFIGS[S.setting("fp16")["ds"]]["zero_optimization"]["stage"] >= 1
+
+
+@test
+def keep_reduces():
+    with tempfile.TemporaryDirectory() as d:
+        run_dir = f"{d}/runs/fp16/hf_s2"
+        os.makedirs(run_dir)
+        with open(f"{run_dir}/trainer_log.jsonl", "w") as f:
+            f.write('{"step": 50, "loss": 5.0, "step_ms": 3.0, "rss_gib": 1.0, "max_steps": 100}\n')
+            f.write('{"step": 60, "event": "overflow", "message": "OVERFLOW"}\n{"step": 70, "event": "eval_start"}\n')
+            f.write('{"step": 100, "eval_loss": 4.0, "eval_bleu": 1.5, "gpu_mem_peak_gib": 2.0}\n')
+        with open(f"{run_dir}/run_summary.json", "w") as f:
+            json.dump({"rc": 1, "max_steps": 100}, f)
+        with open(f"{run_dir}/log_tail.txt", "w") as f:
+            f.write("step 60\n  File x\nException: Current loss scale already at minimum\n")
+        sys.argv = ["keep.py", "--runs", f"{d}/runs", "--dst", f"{d}/kept", "--call", "7", "--shared", "alone",
+                    "--rename", "fp16=fp16_x"]
+        keep.main()
+        with open(f"{d}/kept/fp16_x/hf_s2/trainer_log.jsonl") as f:
+            lines = [json.loads(x) for x in f]
+        assert lines == [{"step": 50, "loss": 5.0, "max_steps": 100}, {"step": 60, "event": "overflow"},
+                         {"step": 100, "eval_loss": 4.0, "eval_bleu": 1.5}], lines
+        with open(f"{d}/kept/fp16_x/hf_s2/run_summary.json") as f:
+            sm = json.load(f)
+        assert sm["device_call"] == 7 and sm["last_logged_step"] == 100 and sm["completed"]
+        assert sm["error"] == "Exception: Current loss scale already at minimum" and not sm["alone_on_gpu"], sm
 
 
 def main():

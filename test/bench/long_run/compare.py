@@ -49,6 +49,7 @@ def verdict(t, h, rel=0.01):
 
 def load_setting(folder):
     runs = {s: {} for s in SIDES}
+    runs["failed"] = []
     for d in sorted(glob.glob(os.path.join(folder, "*_s*"))):
         side, seed = os.path.basename(d).rsplit("_s", 1)
         log = os.path.join(d, "trainer_log.jsonl")
@@ -59,6 +60,9 @@ def load_setting(folder):
             with open(os.path.join(d, "run_summary.json")) as f:
                 sm = json.load(f)
         if (sm.get("rc") or 0) > 0:  # failed; a run stopped by a signal (the call's time limit) is kept, partial
+            runs["failed"].append({"setting": os.path.basename(folder), "side": side, "seed": int(seed),
+                                   "last_logged_step": sm.get("last_logged_step"), "error": sm.get("error"),
+                                   "log": log})
             continue
         r = plot_loss.read(log)
         f = hf_loss_factor(sm) if side == "hf" else 1
@@ -155,7 +159,7 @@ def fmt(v, p=4):
     return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{p}f}"
 
 
-def markdown(results, exact):
+def markdown(results, exact, failed):
     lines = ["| setting | seeds t5train / HF | eval points within bound | worst eval step: t5train vs HF (bound) | "
              "final train loss (window) t5train / HF | skipped steps t5train / HF | wall s, whole run, t5train / HF | "
              "verdict |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -179,6 +183,10 @@ def markdown(results, exact):
         for b in r.get("bleu", []):
             lines.append(f"|   BLEU step {b['step']} | | | t5train {b['t5train_mean']:.2f} vs HF {b['hf_mean']:.2f} "
                          f"(diff {b['diff']:+.2f}) | | | | |")
+    if failed:
+        lines += ["", "| run that failed | last logged step | error |", "| --- | --- | --- |"]
+        for x in failed:
+            lines.append(f"| {x['setting']} {x['side']} seed {x['seed']} | {x['last_logged_step']} | {x['error']} |")
     if exact:
         lines += ["", "| t5train against itself (fp32, dropout 0) | seed | values compared | max rel. diff | "
                   "bit-identical | verdict |", "| --- | --- | --- | --- | --- | --- |"]
@@ -205,27 +213,38 @@ def main():
         if src and src in by_setting and not runs["t5train"]:
             runs["t5train"] = by_setting[src]["t5train"]
     results = []
+    alone = []  # the learnable tasks run by t5train alone (the task search): one picture together
     for name, runs in sorted(by_setting.items()):
         if len(runs["t5train"]) >= 2 and len(runs["hf"]) >= 2:
             results.append(compare_sides(name, runs))
-        if a.img and (runs["t5train"] or runs["hf"]) and not name.startswith("exact_"):
+        if name.startswith(("task_", "sweep_")) and not runs["hf"]:
+            alone += [(f"{name} s{seed}", [x["log"]]) for seed, x in sorted(runs["t5train"].items())]
+        elif a.img and (runs["t5train"] or runs["hf"]) and not name.startswith(("exact_", "zero3_offload_warmuplr")):
             os.makedirs(a.img, exist_ok=True)
             ds = S.SETTINGS.get(name, {}).get("ds")
             hf_label = "HF Seq2SeqTrainer" + (" + DeepSpeed 0.19.8" if ds else "")
             groups = [(lab, [x["log"] for _, x in sorted(runs[s].items())])
                       for s, lab in (("t5train", "t5train"), ("hf", hf_label)) if runs[s]]
+            for s in SIDES:  # failed runs, up to where they stopped
+                logs = [x["log"] for x in runs["failed"] if x["side"] == s]
+                if logs:
+                    groups.append((f"{s if s == 't5train' else hf_label} (failed: stopped)", logs))
             plot_loss.plot(groups, os.path.join(a.img, f"{name}.png"),
                            title=f"{name}: t5-small shape from random init, "
                                  f"{max(len(runs['t5train']), len(runs['hf']))} seeds a side")
+    if a.img and alone:
+        plot_loss.plot(alone, os.path.join(a.img, "tasks_t5train.png"),
+                       title="the learnable tasks, t5train alone: eval loss and BLEU (500 sources) by setting")
     exact = compare_exact(by_setting)
-    md = markdown(results, exact)
+    failed = [{k: v for k, v in x.items() if k != "log"} for runs in by_setting.values() for x in runs["failed"]]
+    md = markdown(results, exact, failed)
     print(md)
     if a.md:
         with open(a.md, "w") as f:
             f.write(md + "\n")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"settings": results, "exact": exact}, f, indent=1)
+            json.dump({"settings": results, "exact": exact, "failed": failed}, f, indent=1)
     bad = [r["setting"] for r in results if not r["ok"]] + [e["setting"] for e in exact if not e["ok"]]
     print(f"compare.py: {len(results) - len([r for r in results if not r['ok']])} settings pass, "
           f"{len(bad)} fail{': ' + ', '.join(bad) if bad else ''}")
