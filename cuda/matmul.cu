@@ -1,7 +1,9 @@
 /*
  * matmul.cu: every GEMM of the model through cuBLASLt (see matmul.cuh for the row-major contract).
  *   D (M,N) = alpha * op(A) (M,K) @ op(B) (K,N) + beta * D, fp32 accumulation (CUBLAS_COMPUTE_32F, also
- *   for fp32 inputs: no TF32, so fp32 runs match PyTorch with TF32 off), alpha/beta fp32.
+ *   for fp32 inputs: no TF32, so fp32 runs match PyTorch with TF32 off), alpha/beta fp32. matmul_set_tf32(true)
+ *   (HF's --tf32, torch.backends.cuda.matmul.allow_tf32) gives fp32-input GEMMs CUBLAS_COMPUTE_32F_FAST_TF32:
+ *   inputs rounded to TF32 (10-bit mantissa) on the tensor cores, fp32 accumulation; 16-bit GEMMs unchanged.
  *   A, B: f32, f16 or bf16 (the same); D: that dtype or f32. beta = 1 is the `+=` of gradients.
  *
  * Row-major onto cuBLASLt's column-major: a row-major (r,c) matrix with row length ld is the same
@@ -50,6 +52,7 @@ typedef struct {
     int ptr_array;      // 1: CUBLASLT_BATCH_MODE_POINTER_ARRAY on A, B, C, D
     int beta_nonzero;
     int epilogue;
+    int tf32;  // fp32 inputs on TF32 tensor cores (matmul_set_tf32); 0 for 16-bit inputs
     int align_a, align_b, align_d;  // bytes, power of two in [2, 256]
 } MatmulKey;
 
@@ -69,6 +72,7 @@ static cublasLtHandle_t matmul_handle = NULL;
 static void* matmul_workspace = NULL;  // MATMUL_WORKSPACE_BYTES of device memory
 static MatmulPlan matmul_cache[MATMUL_CACHE_SIZE];
 static int matmul_cache_next = 0;  // next slot to fill (ring: the oldest entry is recycled)
+static bool matmul_tf32 = false;   // matmul_set_tf32
 
 static cudaDataType_t matmul_cuda_type(DType t) {
     switch (t) {
@@ -126,7 +130,8 @@ static cublasLtMatrixLayout_t matmul_layout(DType dt, int rows, int cols, int ld
 static bool matmul_plan_create(MatmulPlan* p, const MatmulKey* k, uint64_t hash) {
     p->hash = hash;
     p->key = *k;
-    CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->op, k->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
+                                          CUDA_R_32F));
     // column-major view: cuBLASLt A = our B, cuBLASLt B = our A (see the file comment)
     const cublasOperation_t opa = k->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t opb = k->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -194,6 +199,8 @@ static const MatmulPlan* matmul_plan_get(const MatmulKey* k) {
 
 // ---- public API
 
+extern "C" void matmul_set_tf32(bool on) { matmul_tf32 = on; }
+
 extern "C" void matmul_init(void) {
     if (matmul_handle) return;
     CUBLAS_CHECK(cublasLtCreate(&matmul_handle));
@@ -256,6 +263,7 @@ static MatmulKey matmul_key_make(const GemmDesc* g, bool ptr_array) {
     k.ptr_array = ptr_array;
     k.beta_nonzero = g->beta != 0.0f;
     k.epilogue = g->epilogue;
+    k.tf32 = matmul_tf32 && g->dt_ab == DT_F32;
     return k;
 }
 

@@ -40,6 +40,9 @@ typedef struct {
 // Creates the cuBLASLt handle and workspace for the current device (idempotent).
 void matmul_init(void);
 void matmul_shutdown(void);
+// TF32 for the GEMMs with fp32 inputs from the next call on (HF --tf32; default off, PyTorch's default): their
+// inputs are rounded to TF32 on the tensor cores, accumulation stays fp32. 16-bit GEMMs are not affected.
+void matmul_set_tf32(bool on);
 // D = alpha op(A) op(B) + beta D on `stream`. No host synchronisation.
 void matmul(const GemmDesc* g, void* d, const void* a, const void* b, cudaStream_t stream);
 

@@ -697,6 +697,8 @@ T5Model* t5_model_create(const ParamTable* t, ZeroEngine* Z, const T5ModelOption
     return M;
 }
 
+void t5_set_tf32(bool on) { matmul_set_tf32(on); }
+
 void t5_model_destroy(T5Model* M) {
     if (!M) return;
     for (int i = 0; i < T5_MAX_GRAPHS; i++) {

@@ -78,6 +78,9 @@ typedef struct T5Model T5Model;
 // Allocates the activations for the maxima (one arena; the error names the bytes when it does not fit).
 T5Model* t5_model_create(const ParamTable* t, ZeroEngine* Z, const T5ModelOptions* opt, char* err, size_t errlen);
 void t5_model_destroy(T5Model* M);
+// HF --tf32: the GEMMs with fp32 inputs (fp32 runs, fp32 evaluation) on TF32 tensor cores from now on, process-wide
+// (torch.backends.cuda.matmul.allow_tf32). Off by default, as in PyTorch; 16-bit GEMMs are not affected.
+void t5_set_tf32(bool on);
 size_t t5_model_activation_bytes(const T5Model* M);
 // The same arena's bytes computed without a GPU (t5_model_create checks that the two agree): the layout for
 // these options on the attention path given (noperm: cuBLASLt pointer-array GEMMs, the path an H100 takes;

@@ -5,6 +5,9 @@
  * the RELU epilogue; linear_forward/linear_backward (dw assigned over poison, then accumulated: doubles; also
  * with 16-bit dw);
  * a misaligned operand is refused with a message naming it.
+ * matmul_set_tf32 (HF --tf32): fp32 GEMMs then carry TF32's input rounding (max error relative to max |D| between
+ * 2e-5 and 5e-3, where fp32 stays under 1e-5), 16-bit GEMMs give the same bits either way, and turning it off
+ * restores full fp32.
  * matmul_batched_ptr (pointer-array batches with explicit leading dimensions): the attention GEMMs on the
  * heads of (B*T, H*Dk) tensors (S = Q K^T into contiguous (B,H,Tq,Tk), P V and P^T Q written into heads,
  * Tq != Tk, Dk 8 and 4 (8-byte aligned 16-bit heads)), every dtype, against the same fp64 reference.
@@ -382,6 +385,65 @@ static bool run_heads_case(DType dt, int Bn, int H, int Tq, int Tk, int Dk, uint
     return ok;
 }
 
+// max |got - ref| / max |ref| of one (M,N,K) = (64,128,256) NN GEMM in dtype dt (D in dt), inputs uniform [-1, 1]
+static double gemm_rel_err(DType dt, float* got) {
+    const int M = 64, N = 128, K = 256;
+    TRng rng = {77};
+    float* A = host_floats((size_t)M * K);
+    float* B = host_floats((size_t)K * N);
+    double* ref = host_doubles((size_t)M * N);
+    fill_uniform(A, (size_t)M * K, &rng, -1.0f, 1.0f);
+    fill_uniform(B, (size_t)K * N, &rng, -1.0f, 1.0f);
+    host_round_all(dt, A, (size_t)M * K);
+    host_round_all(dt, B, (size_t)K * N);
+    void* dA = dev_upload(dt, A, (size_t)M * K);
+    void* dB = dev_upload(dt, B, (size_t)K * N);
+    void* dD = dev_alloc_poisoned((size_t)M * N * dtype_size(dt));
+    GemmDesc g;
+    memset(&g, 0, sizeof g);
+    g.M = M, g.N = N, g.K = K, g.dt_ab = dt, g.dt_d = dt, g.batch = 1, g.alpha = 1.0f;
+    matmul(&g, dD, dA, dB, 0);
+    dev_download(got, dt, dD, (size_t)M * N);
+    for (size_t i = 0; i < (size_t)M * N; i++) ref[i] = 0.0;
+    ref_gemm(ref, A, B, M, N, K, false, false, 1.0, 0.0);
+    double err = 0.0, mag = 0.0;
+    for (size_t i = 0; i < (size_t)M * N; i++) {
+        err = fmax(err, fabs(got[i] - ref[i]));
+        mag = fmax(mag, fabs(ref[i]));
+    }
+    CUDA_CHECK(cudaFree(dA));
+    CUDA_CHECK(cudaFree(dB));
+    CUDA_CHECK(cudaFree(dD));
+    free(A);
+    free(B);
+    free(ref);
+    return err / mag;
+}
+
+static void test_matmul_tf32(void** state) {
+    (void)state;
+    T5_REQUIRE_GPU();
+    matmul_init();
+    const size_t n = 64 * 128;
+    float* off16 = host_floats(n);
+    float* on16 = host_floats(n);
+    float* f32 = host_floats(n);
+    const double e_off = gemm_rel_err(DT_F32, f32);
+    gemm_rel_err(DT_BF16, off16);
+    matmul_set_tf32(true);
+    const double e_on = gemm_rel_err(DT_F32, f32);
+    gemm_rel_err(DT_BF16, on16);
+    matmul_set_tf32(false);
+    const double e_back = gemm_rel_err(DT_F32, f32);
+    print_message("tf32: fp32 GEMM max error / max |D|: off %.3g, on %.3g, off again %.3g\n", e_off, e_on, e_back);
+    assert_true(e_off < 1e-5 && e_back < 1e-5);
+    assert_true(e_on > 2e-5 && e_on < 5e-3);
+    assert_memory_equal(off16, on16, n * sizeof(float));  // 16-bit GEMMs: the same bits
+    free(off16);
+    free(on16);
+    free(f32);
+}
+
 static void test_matmul_batched_ptr_heads(void** state) {
     (void)state;
     T5_REQUIRE_GPU();
@@ -402,6 +464,7 @@ int main(void) {
         cmocka_unit_test(test_matmul_transposes),       cmocka_unit_test(test_matmul_batched_beta),
         cmocka_unit_test(test_linear_forward_backward), cmocka_unit_test(test_matmul_deterministic),
         cmocka_unit_test(test_matmul_misaligned),       cmocka_unit_test(test_matmul_batched_ptr_heads),
+        cmocka_unit_test(test_matmul_tf32),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

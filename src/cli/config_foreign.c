@@ -46,7 +46,6 @@ const ForeignKey CONFIG_FOREIGN_KEYS[] = {
      "the loss of several ranks is DeepSpeed's mean of the ranks' batch means whatever its value "
      "(docs/training_results.md section 6)"},
     // ---- compute
-    {"tf32", B, REFUSE, "", "not implemented yet: --tf32 (fp32 GEMMs run in full fp32)"},
     {"gradient_checkpointing_kwargs", S, NOOP, "", "t5train's recomputation has no use_reentrant or other variants"},
     {"torch_compile", B, NOOP, "", TORCH_COMPILE},
     {"torch_compile_backend", S, NOOP, "", TORCH_COMPILE},

@@ -139,6 +139,9 @@ const ConfigKey CONFIG_KEYS[] = {
     K_BOOL("bf16", bf16, "false", 0, "bf16 mixed precision"),
     K_BOOL("fp16_full_eval", fp16_full_eval, "false", 0, "evaluate in fp16"),
     K_BOOL("bf16_full_eval", bf16_full_eval, "false", 0, "evaluate in bf16"),
+    K_BOOL("tf32", tf32, "null", NUL,
+           "TF32 tensor cores for the GEMMs with fp32 inputs (torch.backends.cuda.matmul.allow_tf32; null: off, "
+           "PyTorch's default)"),
     K_BOOL("gradient_checkpointing", gradient_checkpointing, "false", AUTO,
            "recompute activations in backward; \"auto\" (with zero_plan auto): on only when the faster plan without it does not fit"),
     K_STR("zero_plan", zero_plan, "null", NUL,

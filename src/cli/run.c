@@ -25,6 +25,7 @@
 #include "../../data/readers.h"
 #include "../../data/tokenizer.h"
 #include "../../model/model_lookup.h"
+#include "../../model/t5.h"
 #include "commands.h"
 #include "../base/oom.h"
 #include "../base/common.h"
@@ -818,6 +819,7 @@ int run_main(int argc, char** argv) {
     copy_str(targs.dump_batches, sizeof targs.dump_batches, dump);
     targs.dump_batches_steps = dump_steps;
 
+    t5_set_tf32(c->tf32);
     rc = trainer_run(&targs);
     comm_finish(comm);
     return rc;
