@@ -272,6 +272,24 @@ static void test_progress_plain_lines(void** state) {
     free(out);
 }
 
+// --disable_tqdm: no bar line at all, the log lines written through the bar still print
+static void test_progress_disabled(void** state) {
+    (void)state;
+    char* out = NULL;
+    size_t len = 0;
+    FILE* f = open_memstream(&out, &len);
+    ProgressBar p;
+    progress_set_disabled(true);
+    progress_init(&p, f, 100, 0, 1000.0, 0);
+    for (int i = 1; i <= 50; i++) progress_update(&p, i, 1000.0 + i);
+    progress_write(&p, "{'loss': 1.5, 'epoch': 0.5}");
+    progress_close(&p, 1050.0);
+    progress_set_disabled(false);
+    fclose(f);
+    assert_string_equal(out, "{'loss': 1.5, 'epoch': 0.5}\n");
+    free(out);
+}
+
 static void test_progress_tty_redraw(void** state) {
     (void)state;
     int m = posix_openpt(O_RDWR | O_NOCTTY);
@@ -323,6 +341,7 @@ int main(void) {
         cmocka_unit_test(test_step_lines),
         cmocka_unit_test(test_log_files_parse_back),
         cmocka_unit_test(test_progress_plain_lines),
+        cmocka_unit_test(test_progress_disabled),
         cmocka_unit_test(test_progress_tty_redraw),
         cmocka_unit_test(test_host_rss),
     };

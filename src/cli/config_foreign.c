@@ -69,7 +69,6 @@ const ForeignKey CONFIG_FOREIGN_KEYS[] = {
     {"include_num_input_tokens_seen", S, REFUSE, "no|false|False", "not implemented yet: --include_num_input_tokens_seen"},
     {"log_level", S, REFUSE, "passive|info", "not implemented yet: log levels other than info (t5train logs HF's info lines)"},
     {"log_level_replica", S, NOOP, "", "ranks other than 0 print errors only"},
-    {"disable_tqdm", B, REFUSE, "", "not implemented yet: --disable_tqdm (the progress bar always prints)"},
     {"project", S, NOOP, "", TRACKIO},
     {"trackio_space_id", S, NOOP, "", TRACKIO},
     {"trackio_bucket_id", S, NOOP, "", TRACKIO},

@@ -139,6 +139,8 @@ const ConfigKey CONFIG_KEYS[] = {
     K_BOOL("bf16", bf16, "false", 0, "bf16 mixed precision"),
     K_BOOL("fp16_full_eval", fp16_full_eval, "false", 0, "evaluate in fp16"),
     K_BOOL("bf16_full_eval", bf16_full_eval, "false", 0, "evaluate in bf16"),
+    K_BOOL("disable_tqdm", disable_tqdm, "false", 0,
+           "no progress bar (the log lines still print, as HF's PrinterCallback prints them)"),
     K_BOOL("tf32", tf32, "null", NUL,
            "TF32 tensor cores for the GEMMs with fp32 inputs (torch.backends.cuda.matmul.allow_tf32; null: off, "
            "PyTorch's default)"),

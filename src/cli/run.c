@@ -34,6 +34,7 @@
 #include "fetch_inputs.h"
 #include "../train/trainer.h"
 #include "../train/checkpoint.h"
+#include "../report/trainer_log.h"
 #include "../train/best_model.h"
 #include "../base/safetensors.h"
 #include "../base/signals.h"
@@ -820,6 +821,7 @@ int run_main(int argc, char** argv) {
     targs.dump_batches_steps = dump_steps;
 
     t5_set_tf32(c->tf32);
+    progress_set_disabled(c->disable_tqdm);
     rc = trainer_run(&targs);
     comm_finish(comm);
     return rc;

@@ -252,8 +252,17 @@ static void progress_draw(ProgressBar* p, double now) {
     fflush(p->f);
 }
 
+static bool progress_disabled;  // progress_set_disabled
+
+void progress_set_disabled(bool disabled) { progress_disabled = disabled; }
+
 void progress_init(ProgressBar* p, FILE* f, int64_t total, int64_t initial, double now, int ncols) {
     memset(p, 0, sizeof *p);
+    if (progress_disabled) {  // a closed bar: updates and close do nothing, progress_write prints plain lines
+        p->f = f;
+        p->closed = true;
+        return;
+    }
     p->f = f;
     p->tty = isatty(fileno(f));
     p->total = total;

@@ -93,6 +93,9 @@ typedef struct {
     int last_len;           // display width of the last drawn line (for clearing)
 } ProgressBar;
 
+// HF --disable_tqdm, process-wide: bars started from now on draw nothing (progress_write still prints its lines:
+// HF's PrinterCallback prints the same log lines without the bar).
+void progress_set_disabled(bool disabled);
 // Starts a bar at step `initial` of `total`, drawing the empty bar once. ncols: 0 = ask the terminal.
 void progress_init(ProgressBar* p, FILE* f, int64_t total, int64_t initial, double now, int ncols);
 // Sets the step count to n (absolute); redraws when due.
