@@ -32,6 +32,7 @@
 #include "planner.h"
 #include "config.h"
 #include "fetch_inputs.h"
+#include "disk_check.h"
 #include "../train/trainer.h"
 #include "../train/checkpoint.h"
 #include "../report/trainer_log.h"
@@ -429,6 +430,30 @@ static void preflight_note(const char* fmt, ...) {
 
 // the weights' safetensors header against the model config: every tensor of the parameter table is
 // there with its shape (a tied lm_head may be absent), nothing else but HF's known aliases
+// the saves against output_dir's free space (issue 28 item 4), once the ZeRO stage is known: refused with exit 2
+// before anything is created, a dry run included; a warning when no save_total_limit bounds the checkpoints
+static void preflight_disk(const TrainerArgs* a, int world_size) {
+    SavePlan plan;
+    SaveBytes b;
+    disk_save_plan(a, world_size, &plan);
+    disk_save_bytes(&plan, &b);
+    if (b.need == 0) return;
+    uint64_t free_bytes;
+    char where[4096], err[4600];
+    if (disk_free_bytes(a->output_dir, &free_bytes, where, sizeof where, err, sizeof err)) {
+        t5_warn("the free disk space was not checked: %s", err);
+        return;
+    }
+    bool warn;
+    int rc = disk_check_saves(&b, free_bytes, where, &warn, err, sizeof err);
+    if (rc) t5_die(rc, "%s", err);
+    if (warn && t5_rank == 0)
+        t5_warn("no save_total_limit: every checkpoint of %.2f GB stays in output_dir (%.2f GB free on %s)",
+                (double)b.checkpoint / 1e9, (double)free_bytes / 1e9, where);
+    preflight_note("disk: %.2f GB free on %s, the saves need %.2f GB%s", (double)free_bytes / 1e9, where,
+                   (double)b.need / 1e9, b.unbounded ? " and one checkpoint more per save" : "");
+}
+
 static void preflight_weights(const TrainerArgs* a) {
     char err[1024];
     ParamTable t;
@@ -778,6 +803,7 @@ int run_main(int argc, char** argv) {
     // a fixed plan predicted not to fit: refused now, before anything is allocated or created (issue 17 item 4);
     // the automatic plan has already been fitted
     if (strcmp(c->zero_plan, "auto") != 0 && c->do_train) planner_check_run(&targs);
+    preflight_disk(&targs, c->world_size);
     if (c->dry_run) {
         if (t5_rank != 0) return T5_EXIT_OK;  // several ranks: rank 0 reports (each ran every check)
         for (int i = 0; i < preflight_count; i++) printf("dry run: checked %s\n", preflight_done[i]);
