@@ -275,7 +275,7 @@ static void test_command_line(void** state) {
     for (size_t i = 0; i < sizeof fine / sizeof *fine; i++)
         if (parse_line(fine[i])) fail_msg("'%s' refused: %s", fine[i], err);
     const char* refused[] = {"--log_level debug", "--eval_delay 5", "--push_to_hub",
-                             "--auto_find_batch_size", "--token hf_x", "--ddp_backend gloo", "--use_cpu"};
+                             "--token hf_x", "--ddp_backend gloo", "--use_cpu"};
     for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
         int rc = parse_line(refused[i]);
         if (rc != 2) fail_msg("'%s' gave %d, want 2", refused[i], rc);
@@ -288,6 +288,9 @@ static void test_command_line(void** state) {
     assert_int_equal(parse_line("--tf32=False"), 0);
     assert_false(cfg.tf32);
     assert_int_equal(parse_line("--tf32 maybe"), 2);
+    // --auto_find_batch_size and --disable_tqdm likewise
+    assert_int_equal(parse_line("--auto_find_batch_size --disable_tqdm"), 0);
+    assert_true(cfg.auto_find_batch_size && cfg.disable_tqdm);
     // a flag nobody defines is still unknown
     assert_int_equal(parse_line("--torch_compiled"), 2);
     assert_non_null(strstr(err, "unknown flag --torch_compiled"));

@@ -12,6 +12,8 @@
  * multi-GPU issue's plans too: stages 0-3 of t5-base on two GPUs (`--num_gpus 2`, rank 0's GPU, bf16). One-GPU runs
  * use the first visible GPU: CUDA's used memory is per device, so another process on another GPU does not count.
  * scripts/device/estimate_accuracy.sh is the same comparison with nvidia-smi sampling, for t5-11b and other batches.
+ * --auto_find_batch_size (a dry run, t5-3b stage 0 bf16 at micro-batch 2048, which no GPU holds): refused without
+ * it, and with it lowered by x 0.9 steps to a micro-batch the plan check accepts.
  */
 #include "t5test.h"
 
@@ -160,8 +162,35 @@ static void test_two_gpu_plans(void** state) {
     assert_int_equal(bad, 0);
 }
 
+static void test_auto_find_batch_size(void** state) {
+    (void)state;
+    T5_REQUIRE_GPU();
+    T5_REQUIRE_DATA();
+    const char* d = t5test_data_dir();
+    static char flags[4096];
+    snprintf(flags, sizeof flags,
+             "--model_name_or_path t5-3b --init random --tokenizer_name %s/t5-spiece/spiece.model "
+             "--train_file %s/wmt16-ro-en/validation.en --source_lang en --target_lang ro --bf16 "
+             "--per_device_train_batch_size 2048 --max_source_length 128 --max_target_length 128 --pad_to_max_length "
+             "--do_train --max_steps 4 --save_strategy no --output_dir %s/afbs --dry_run",
+             d, d, t5test_tmpdir());
+    int rc = t5test_run(g_out, sizeof g_out, "%s %s 2>&1", t5test_bin(), flags);
+    if (rc != 1 || !strstr(g_out, "predicted not to fit")) fail_msg("micro-batch 2048 not refused (%d):\n%s", rc, g_out);
+    rc = t5test_run(g_out, sizeof g_out, "%s %s --auto_find_batch_size 2>&1", t5test_bin(), flags);
+    const char* line = strstr(g_out, "auto_find_batch_size: per_device_train_batch_size 2048 -> ");
+    if (rc != 0 || !line) fail_msg("--auto_find_batch_size (%d):\n%s", rc, g_out);
+    const int b = atoi(line + strlen("auto_find_batch_size: per_device_train_batch_size 2048 -> "));
+    print_message("t5-3b bf16 stage 0, 128 + 128: --auto_find_batch_size picked micro-batch %d\n", b);
+    // one of accelerate's steps from 2048 (int(b x 0.9) each), below 2048
+    int s = 2048;
+    while (s > b) s = (int)(s * 0.9);
+    assert_int_equal(s, b);
+    assert_true(b > 0 && b < 2048);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_auto_find_batch_size),
         cmocka_unit_test(test_one_gpu_plans),
         cmocka_unit_test(test_two_gpu_plans),
     };

@@ -322,6 +322,7 @@ typedef struct {
     int64_t data_seed;                  // -1 = null -> seed
     bool fp16, bf16;
     bool fp16_full_eval, bf16_full_eval;
+    bool auto_find_batch_size;  // HF --auto_find_batch_size: the micro-batch lowered to fit (planner_find_batch)
     bool disable_tqdm;  // HF --disable_tqdm: no progress bar (progress_set_disabled)
     bool tf32;  // HF --tf32 (null: false): fp32-input GEMMs on TF32 tensor cores (t5_set_tf32)
     bool gradient_checkpointing;

@@ -55,9 +55,6 @@ const ForeignKey CONFIG_FOREIGN_KEYS[] = {
     {"use_cache", B, NOOP, "", "training never uses the KV cache and generation always does"},
     {"neftune_noise_alpha", F, REFUSE, "", "not implemented yet: NEFTune embedding noise"},
     {"torch_empty_cache_steps", I, NOOP, "", "t5train allocates its buffers once; there is no caching allocator to empty"},
-    {"auto_find_batch_size", B, REFUSE, "",
-     "not implemented yet: --auto_find_batch_size (per_device_train_batch_size auto with --zero_plan auto picks the "
-     "largest batch that fits: docs/estimate.md)"},
     {"use_cpu", B, REFUSE, "", "t5train trains on NVIDIA GPUs only"},
     {"full_determinism", B, NOOP, "",
      "runs are deterministic already (fixed kernels and reduction orders, counter-based dropout)"},

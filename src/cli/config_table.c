@@ -139,6 +139,9 @@ const ConfigKey CONFIG_KEYS[] = {
     K_BOOL("bf16", bf16, "false", 0, "bf16 mixed precision"),
     K_BOOL("fp16_full_eval", fp16_full_eval, "false", 0, "evaluate in fp16"),
     K_BOOL("bf16_full_eval", bf16_full_eval, "false", 0, "evaluate in bf16"),
+    K_BOOL("auto_find_batch_size", auto_find_batch_size, "false", 0,
+           "lower per_device_train_batch_size (x 0.9 at a time, as accelerate) until the memory estimate fits this "
+           "GPU and host (HF retries after out-of-memory errors)"),
     K_BOOL("disable_tqdm", disable_tqdm, "false", 0,
            "no progress bar (the log lines still print, as HF's PrinterCallback prints them)"),
     K_BOOL("tf32", tf32, "null", NUL,

@@ -418,6 +418,29 @@ int planner_fixed_plan_check(const PlanInput* in, const ZeroOptions* cur, size_t
     return 1;
 }
 
+int planner_find_batch(const TrainerArgs* a, FILE* log) {
+    PlanInput in;
+    planner_input_from_args(a, &in);
+    int n = 0;
+    size_t fr = 0, tot = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0 || cudaMemGetInfo(&fr, &tot) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return in.batch;
+    }
+    static char buf[2048];
+    const int first = in.batch;
+    for (int b = first; b > 0; b = (int)(b * 0.9)) {
+        in.batch = b;
+        if (planner_fixed_plan_check(&in, &a->zero, fr, tot, host_mem_available(), buf, sizeof buf) == 0) {
+            if (b != first && log)
+                fprintf(log, "auto_find_batch_size: per_device_train_batch_size %d -> %d (the largest of %d x 0.9^k "
+                        "predicted to fit this GPU and host)\n", first, b, first);
+            return b;
+        }
+    }
+    return 0;
+}
+
 void planner_check_run(const TrainerArgs* a) {
     const char* skip = getenv("T5TRAIN_SKIP_PLAN_CHECK");
     if (skip && !strcmp(skip, "1")) return;

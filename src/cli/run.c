@@ -744,6 +744,23 @@ static int run_strip_hooks(int argc, char** argv, char* dump, size_t cap, int64_
     return k;
 }
 
+// --auto_find_batch_size with a fixed plan: the micro-batch lowered until the estimate fits (planner_find_batch),
+// then the config resolved again from raw with it (batch sizes, steps), as the automatic plan does
+static void run_find_batch(RunConfig* c, const RunConfig* raw, TrainerArgs* targs) {
+    const int b = planner_find_batch(targs, t5_rank == 0 ? stdout : NULL);
+    if (b == 0 || b == c->per_device_train_batch_size) return;  // none fits: planner_check_run says so next
+    char err[CONFIG_ERR_LEN];
+    const int ls = targs->plan_src_len, lt = targs->plan_tgt_len;
+    *c = *raw;
+    c->per_device_train_batch_size = b;
+    c->src[config_key_index("per_device_train_batch_size")] = CONFIG_SRC_DERIVED;
+    int rc = config_resolve(c, err, sizeof err);
+    if (rc) t5_die(rc, "%s", err);
+    run_build_trainer_args(c, targs);
+    targs->plan_src_len = ls;
+    targs->plan_tgt_len = lt;
+}
+
 int run_main(int argc, char** argv) {
     static RunConfig cfg;  // large (paths): static, not on the stack
     static TrainerArgs targs;
@@ -798,6 +815,7 @@ int run_main(int argc, char** argv) {
             planner_pick_apply(&pick, &targs.zero, NULL);
         }
     }
+    if (c->auto_find_batch_size && c->do_train && strcmp(c->zero_plan, "auto") != 0) run_find_batch(c, &raw, &targs);
     targs.oom_advice = planner_oom_advice;  // out of memory explained (issue 17)
     t5_oom_set_advice(planner_oom_advice, &targs);  // the same, for an allocation failing during the run (oom.h)
     // a fixed plan predicted not to fit: refused now, before anything is allocated or created (issue 17 item 4);
