@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# gpu_tests_2gpu.sh STAGED [OUT]: `make test-gpu` on a machine with two GPUs in about half the time, from binaries
+# staged elsewhere (scripts/device_gpu_tests.sh --stage STAGED).
+#   1. the single-GPU programs, two at a time: each GPU takes the next program from one queue
+#      (CUDA_VISIBLE_DEVICES=0 or 1; test_gpu_estimate's one-GPU plans among them, its two-GPU test skips there);
+#   2. with both GPUs visible: test_gpu_multi and test_gpu_estimate's two-GPU plans (T5TRAIN_ESTIMATE_MODELS=none).
+# The transformers checkpoints of test_gpu_hf_checkpoints are written once, first. Prints every program's block as
+# test/run_tests.sh does and the sum: "N passed, N failed, N skipped"; exits 1 when a test failed.
+# Environment: T5TRAIN_DATA (t5-spiece/, wmt16-ro-en/), .devlibs on LD_LIBRARY_PATH as device_gpu_tests.sh sets it.
+set -u
+cd "$(dirname "$0")/../.."
+STAGED=$(realpath "${1:?usage: gpu_tests_2gpu.sh STAGED [OUT]}")
+OUT=${2:-${TMPDIR:-/tmp}/gpu_tests_2gpu}
+mkdir -p "$OUT"
+if [ -d .devlibs ]; then export LD_LIBRARY_PATH="$PWD/.devlibs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; fi
+export T5TRAIN_BIN=$STAGED/t5train T5TRAIN_REQUIRE_GPU=1
+nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader
+if [ -z "${T5TRAIN_HF_CASES:-}" ] && python3 -c 'import torch, transformers' 2>/dev/null; then
+  if PYTHONUNBUFFERED=1 python3 scripts/make_hf_checkpoint_cases.py --out "$OUT/hf_cases" > "$OUT/hf_cases.log" 2>&1; then
+    export T5TRAIN_HF_CASES=$OUT/hf_cases
+  else
+    echo "make_hf_checkpoint_cases.py failed (test_gpu_hf_checkpoints will skip): see $OUT/hf_cases.log"
+  fi
+fi
+# the queue: the longest first (test_gpu_estimate trains t5-small ... t5-3b), then the rest by name
+ls "$STAGED"/test_gpu_* | grep -v test_gpu_multi | awk '/test_gpu_estimate/ {print; next} {r[++n]=$0} END {for (i=1;i<=n;i++) print r[i]}' \
+  > "$OUT/queue"
+: > "$OUT/taken"
+worker() {  # GPU: takes programs from the queue until it is empty
+  local gpu=$1 prog
+  while true; do
+    prog=$(flock "$OUT/queue" bash -c 'p=$(head -1 "$0"); [ -n "$p" ] && sed -i 1d "$0"; echo "$p"' "$OUT/queue")
+    [ -z "$prog" ] && return
+    CUDA_VISIBLE_DEVICES=$gpu bash test/run_tests.sh "$prog" > "$OUT/$(basename "$prog").log" 2>&1
+  done
+}
+t0=$SECONDS
+worker 0 & w0=$!
+worker 1 & w1=$!
+wait $w0 $w1
+echo "phase 1 (single-GPU programs, two at a time): $((SECONDS - t0)) s"
+t1=$SECONDS
+bash test/run_tests.sh "$STAGED/test_gpu_multi" > "$OUT/test_gpu_multi.log" 2>&1
+T5TRAIN_ESTIMATE_MODELS=none bash test/run_tests.sh "$STAGED/test_gpu_estimate" > "$OUT/test_gpu_estimate_2gpu.log" 2>&1
+echo "phase 2 (both GPUs): $((SECONDS - t1)) s"
+passed=0; failed=0; skipped=0
+for log in "$OUT"/test_gpu_*.log; do
+  grep -v -E '^[0-9]+ passed, [0-9]+ failed' "$log"
+  read -r p f s < <(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -1 | awk '{print $1, $3, $5}')
+  passed=$((passed + ${p:-0})); failed=$((failed + ${f:-1})); skipped=$((skipped + ${s:-0}))
+done
+echo "$passed passed, $failed failed, $skipped skipped"
+[ "$failed" -eq 0 ]
