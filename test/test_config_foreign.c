@@ -136,8 +136,8 @@ static void test_every_ds_key_is_known(void** state) {
     assert_true(checked >= 25);
 }
 
-// t5train's default of every key it shares with DeepSpeed's models is DeepSpeed's; the one known exception is the
-// offload sections' pin_memory (DeepSpeed 0.19.8: true; t5train: false until its pageable path is fast, issue 28)
+// t5train's default of every key it shares with DeepSpeed's models is DeepSpeed's (the offload sections' pin_memory
+// included: true, as DeepSpeed 0.19.8, issue 28)
 static void test_deepspeed_defaults(void** state) {
     (void)state;
     static DsKey a[600];
@@ -146,7 +146,6 @@ static void test_deepspeed_defaults(void** state) {
     for (int i = 0; i < n; i++) {
         int ki = config_key_index(a[i].key);
         if (ki < 0 || strcmp(a[i].where, "dict") == 0 || CONFIG_KEYS[ki].kind == CONFIG_SECTION) continue;
-        if (strstr(a[i].key, ".pin_memory")) continue;
         json_t* ours = json_loads(CONFIG_KEYS[ki].def, JSON_DECODE_ANY, NULL);
         json_t* theirs = json_loads(a[i].def, JSON_DECODE_ANY, NULL);
         if (!ours || !theirs) fail_msg("%s: defaults not JSON: '%s' / '%s'", a[i].key, CONFIG_KEYS[ki].def, a[i].def);
