@@ -241,15 +241,10 @@ void* zero_flat_grad(ZeroEngine* Z);  // (flat_numel) zero_grad_dtype
 // chunks. Synchronises the stream.
 void zero_grads_to_host_f32(ZeroEngine* Z, float* out, cudaStream_t stream);
 
-// ---- several ranks (ZeroOptions.world > 1): the data-parallel collectives the trainer needs besides the engine's own
+// ---- several ranks (ZeroOptions.world > 1); the trainer's own collectives (barrier, agree, rank 0's value, the loss
+// sum) are src/launch/comm.h's
 // stage 0: buf (n, dt; the gradient the trainer's optimizer reads) := the mean over the ranks (pre-divided, summed)
 void zero_dp_allreduce_mean(ZeroEngine* Z, void* buf, DType dt, size_t n, cudaStream_t stream);
-// in place on the device, in stream order: the sum over the ranks
-void zero_all_reduce_sum_f32(ZeroEngine* Z, float* d, size_t n, cudaStream_t stream);
-// host decisions every rank takes alike (synchronous): rank 0's value; true when every rank passes true
-int zero_from_rank0(ZeroEngine* Z, int v, cudaStream_t stream);
-bool zero_agree(ZeroEngine* Z, bool mine, cudaStream_t stream);
-void zero_barrier(ZeroEngine* Z, cudaStream_t stream);
 // Saving with several ranks at stages 1-3: every rank calls it (a collective); on the ranks with keep, zero_master_read
 // then reads any range of any unit (a host copy of the whole fp32 model) until zero_gather_masters_free.
 void zero_gather_masters(ZeroEngine* Z, bool keep, cudaStream_t stream);

@@ -668,7 +668,7 @@ static int opt_state_consume(void* ctx, const void* data, size_t off, size_t n) 
 }
 
 // Several ranks: rank 0's value of a host decision on every rank (a collective; one rank: v itself)
-static int from_rank0(Trainer* t, int v) { return zero_from_rank0(t->Z, v, t->s); }
+static int from_rank0(Trainer* t, int v) { return comm_from_rank0(t->a->zero.comm, v, t->s); }
 
 // The model's weights as model.safetensors (+ config.json) into dir: rank 0 writes; with several ranks at stages 1-3
 // every rank first joins the gather of the fp32 masters.
@@ -732,9 +732,9 @@ static void save_checkpoint(Trainer* t) {
         t5_die(T5_EXIT_FAILURE, "saving checkpoint-%lld: %s", (long long)step, err);
     // several ranks: every rank's files are written before rank 0 completes the checkpoint, and it is in place
     // before any rank goes on (a resume never sees half of it)
-    zero_barrier(t->Z, t->s);
+    comm_barrier_on(t->a->zero.comm, t->s);
     if (t->writer && checkpoint_commit(&w, err, sizeof err)) t5_die(T5_EXIT_FAILURE, "%s", err);
-    zero_barrier(t->Z, t->s);
+    comm_barrier_on(t->a->zero.comm, t->s);
     char line[4200];
     snprintf(line, sizeof line, "Saving model checkpoint to %s (%.1f s)", w.final_dir, trainer_log_now() - t0);
     trainer_log_line(&t->log, line);
@@ -1041,7 +1041,7 @@ static double train_step(Trainer* t, int64_t n_micro, double* norm_out, bool* sk
         global_norm_compute(t->norm_plan, t->d_norm2, t->d_overflow, t->s);
     }
     if (t->world > 1) {  // the logged loss: the mean over the ranks (after the norm's wait for every reduction)
-        zero_all_reduce_sum_f32(t->Z, t->d_losses, (size_t)n_micro, t->s);
+        comm_all_reduce_sum_f32(t->a->zero.comm, t->d_losses, (size_t)n_micro, t->s);
         CUDA_CHECK(cudaMemcpyAsync(t->h_loss, t->d_losses, (size_t)n_micro * sizeof(float), cudaMemcpyDeviceToHost,
                                    t->s));
     }
@@ -1229,7 +1229,7 @@ int trainer_run(const TrainerArgs* a) {
         t->st.dtype = (int32_t)a->dtype;
         t->rng.seed = a->seed;
         if (t->writer) checkpoint_remove_stale(a->output_dir, stderr);
-        zero_barrier(t->Z, t->s);  // several ranks: nothing is read before rank 0 settled the leftovers
+        comm_barrier_on(t->a->zero.comm, t->s);  // several ranks: nothing is read before rank 0 settled the leftovers
         if (a->resume_from_checkpoint[0]) {
             char* dir = checkpoint_resolve_resume(a->resume_from_checkpoint, a->output_dir, stderr, err, sizeof err);
             if (!dir) t5_die(T5_EXIT_FAILURE, "%s", err);
@@ -1357,7 +1357,7 @@ int trainer_run(const TrainerArgs* a) {
             }
             bool stop_now = signals_stop_requested() || (a->stop_after_steps > 0 && step >= a->stop_after_steps);
             // several ranks: a signal may reach the ranks at different steps; every rank stops after the same one
-            if (t->world > 1) stop_now = !zero_agree(t->Z, !stop_now, t->s);
+            if (t->world > 1) stop_now = !comm_agree(t->a->zero.comm, !stop_now, t->s);
             if (signals_stop_requested()) {
                 char msg[256];
                 signals_format_stop_message(msg, sizeof msg, signals_stop_signal(), step);

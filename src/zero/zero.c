@@ -5,7 +5,6 @@
  */
 #include "../../model/zero.h"
 
-#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -455,18 +454,6 @@ void zero_dp_allreduce_mean(ZeroEngine* Z, void* buf, DType dt, size_t n, cudaSt
     scale_inplace(buf, dt, n, 1.0f / (float)Z->coll.world, s);
     zcoll_all_reduce(&Z->coll, buf, n, dt, ncclSum, s, "the gradient all-reduce");
 }
-
-void zero_all_reduce_sum_f32(ZeroEngine* Z, float* d, size_t n, cudaStream_t s) {
-    if (Z->coll.world == 1) return;
-    zcoll_all_reduce(&Z->coll, d, n, DT_F32, ncclSum, s, "an all-reduce of the step's statistics");
-}
-
-int zero_from_rank0(ZeroEngine* Z, int v, cudaStream_t s) {
-    return zcoll_host_i32(&Z->coll, Z->coll.rank == 0 ? v : INT_MIN, ncclMax, s);
-}
-
-bool zero_agree(ZeroEngine* Z, bool mine, cudaStream_t s) { return zcoll_agree(&Z->coll, mine, s); }
-void zero_barrier(ZeroEngine* Z, cudaStream_t s) { zcoll_barrier(&Z->coll, s); }
 
 void zero_gather_masters(ZeroEngine* Z, bool keep, cudaStream_t s) {
     if (Z->coll.world == 1 || !Z->P) return;  // one rank, or stage 0: every rank holds every master
