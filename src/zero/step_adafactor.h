@@ -28,8 +28,12 @@ bool zp_ada_gpu_step(ZeroPart* P, const ZeroStepArgs* a, cudaStream_t s);
 // One CPU unit's step (the optimizer thread): every tensor of unit u, its 16-bit host weights written in the same
 // pass. The caller publishes the unit.
 void zp_ada_cpu_unit(ZeroPart* P, int u, const ZeroStepArgs* a);
-// The state in the checkpoint layout (model/zero.h zero_adafactor_state_*).
+// The state in the checkpoint layout (model/zero.h zero_adafactor_state_*); the caller waited for the optimizer
+// thread (zp_optimizer_wait), the GPU units' kernels are waited for here.
 size_t zp_ada_state_floats(const ZeroPart* P);
 void zp_ada_state_io(ZeroPart* P, size_t offset, size_t n, float* host, bool to_host);
-// The lr tensor i used in the last step (waits for it).
+// The unit of tensor i (ZeroOptions.tensors order).
+int zp_ada_tensor_unit(const ZeroPart* P, int tensor);
+// The lr tensor i used in the last step: a GPU tensor waits for the plan's stream; a CPU tensor's step must be done
+// (zp_optimizer_ada_lr waits for its unit).
 float zp_ada_last_lr(ZeroPart* P, int tensor);

@@ -117,6 +117,7 @@ ZeroEngine* zero_create_opts(const ZeroOptions* o, int num_units, const size_t* 
     }
     ZeroPart* P = zp_create(o, num_units, unit_numel, unit_name, err, errlen);
     if (!P) return NULL;
+    zp_step_init(P);  // the optimizer above the partition's buffers (part_step.c)
     ZeroEngine* Z = engine_new(o->stage, o->working_dtype, o->grad_dtype, num_units, unit_numel, unit_name);
     Z->P = P;
     Z->coll = P->coll;
@@ -128,6 +129,7 @@ bool zero_owns_optimizer(const ZeroEngine* Z) { return Z->P != NULL; }
 
 void zero_destroy(ZeroEngine* Z) {
     if (!Z) return;
+    if (Z->P) zp_step_free(Z->P);
     zp_destroy(Z->P);
     free(Z->gathered);
     if (Z->working && Z->working != Z->master) cudaFree(Z->working);
@@ -247,6 +249,7 @@ float* zero_master(ZeroEngine* Z, int unit) {
 
 void zero_sync_working(ZeroEngine* Z, cudaStream_t stream) {
     if (Z->P) {
+        zp_optimizer_wait(Z->P);
         zp_sync_working(Z->P, stream);
         return;
     }
@@ -337,6 +340,7 @@ void zero_opt_state_read(ZeroEngine* Z, int which, size_t offset, size_t n, floa
     if (!Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_opt_state_read at ZeRO stage 0");
     if (Z->P->ada) t5_die(T5_EXIT_FAILURE, "internal: zero_opt_state_read (Adam m, v) on an Adafactor engine "
                                            "(its state: zero_adafactor_state_read)");
+    zp_optimizer_wait(Z->P);
     zp_state_read(Z->P, which, offset, n, host_out);
 }
 
@@ -344,6 +348,7 @@ void zero_opt_state_write(ZeroEngine* Z, int which, size_t offset, size_t n, con
     if (!Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_opt_state_write at ZeRO stage 0");
     if (Z->P->ada) t5_die(T5_EXIT_FAILURE, "internal: zero_opt_state_write (Adam m, v) on an Adafactor engine "
                                            "(its state: zero_adafactor_state_write)");
+    zp_optimizer_wait(Z->P);
     zp_state_write(Z->P, which, offset, n, host_in);
 }
 
@@ -351,17 +356,19 @@ size_t zero_adafactor_state_floats(const ZeroEngine* Z) { return Z->P ? zp_ada_s
 
 void zero_adafactor_state_read(ZeroEngine* Z, size_t offset, size_t n, float* host_out) {
     if (!Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_adafactor_state_read at ZeRO stage 0 (the trainer's state)");
+    zp_optimizer_wait(Z->P);  // the CPU units' state: the optimizer thread is idle
     zp_ada_state_io(Z->P, offset, n, host_out, true);
 }
 
 void zero_adafactor_state_write(ZeroEngine* Z, size_t offset, size_t n, const float* host_in) {
     if (!Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_adafactor_state_write at ZeRO stage 0 (the trainer's state)");
+    zp_optimizer_wait(Z->P);
     zp_ada_state_io(Z->P, offset, n, (float*)host_in, false);
 }
 
 float zero_adafactor_last_lr(ZeroEngine* Z, int tensor) {
     if (!Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_adafactor_last_lr at ZeRO stage 0 (the trainer steps)");
-    return zp_ada_last_lr(Z->P, tensor);
+    return zp_optimizer_ada_lr(Z->P, tensor);
 }
 
 bool zero_hold_begin(ZeroEngine* Z, cudaStream_t stream) { return Z->P ? zp_hold_begin(Z->P, stream) : true; }
