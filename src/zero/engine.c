@@ -206,7 +206,6 @@ void engine_stats(Engine* E, bool settle, EngineStats* out) {
     if (settle) zero_optimizer_wait(E->Z);
     zero_stats(E->Z, &out->zero);
     out->numel = E->numel;
-    out->applied_steps = E->sch.applied_steps;
 }
 
 double engine_logged_lr(Engine* E, double lr, cudaStream_t s) {

@@ -89,7 +89,6 @@ typedef struct {
 typedef struct {
     ZeroStats zero;            // the parameters' engine (model/zero.h)
     size_t numel;              // parameters in the flat layout (units padded to 8)
-    int64_t applied_steps;     // updates applied (skipped ones not counted)
 } EngineStats;
 
 // The engine of the plan: parameters at o->zero.stage (zeroed; the weights come with engine_load_weights), the loss
