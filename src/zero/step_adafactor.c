@@ -1,7 +1,7 @@
 /*
  * step_adafactor.c: transformers' Adafactor in the partitioned engine (see step_adafactor.h).
  *
- * The arithmetic is the trainer's stage 0 Adafactor's, tensor by tensor: the GPU units take the same fused plan
+ * The arithmetic is stage 0's Adafactor's (step0.c), tensor by tensor: the GPU units take the same fused plan
  * (cuda/adafactor.cu: every tensor is stepped independently, so a plan over a subset of the tensors does to each of
  * them what the stage 0 plan over all of them does), the CPU units cpu_adafactor_step (the reference the GPU kernels
  * were verified against: the same fp32 operations; the fp64 sums are added in another order, which can change an fp32

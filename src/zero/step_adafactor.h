@@ -2,14 +2,14 @@
  * step_adafactor.h: transformers' Adafactor as the partitioned engine's optimizer (ZeroOptions.optimizer
  * ZERO_OPTIM_ADAFACTOR), internal to src/zero/. docs/zero.md "Adafactor in the engine" has the whole picture.
  *
- * Per tensor (a ZeroTensor: rows x cols factored, or a vector), stepped exactly as the trainer's stage 0 Adafactor:
+ * Per tensor (a ZeroTensor: rows x cols factored, or a vector), stepped exactly as stage 0's Adafactor (step0.c):
  *   GPU-stepped units: one fused plan (cuda/adafactor.cu) over every tensor of those units, on the compute stream,
  *     the 16-bit weights written straight into the unit's GPU partition / resident copy (as the fused AdamW);
  *   CPU-stepped units (offload_optimizer, the `ratio` split): the engine's optimizer thread runs
  *     cpu_adafactor_step (src/zero/cpu_adafactor.c) tensor by tensor, unit by unit, and publishes each unit's 16-bit
  *     weights as the CPU AdamW does.
  * State: per tensor in ZeroOptions.tensors order exp_avg_sq_row + exp_avg_sq_col (a matrix) or exp_avg_sq (a vector),
- * then exp_avg with beta1: the trainer's stage 0 layout. It lives in the buffers Adam's m would use (P->d_m for the GPU
+ * then exp_avg with beta1: stage 0's layout. It lives in the buffers Adam's m would use (P->d_m for the GPU
  * units, P->h_m for the CPU units; v is empty), sized by src/zero/estimate.c.
  *
  * One rank only: every tensor must lie whole in this rank's partition (zp_ada_create refuses a split one; W > 1 is

@@ -316,12 +316,12 @@ void zero_set_micro_step(ZeroEngine* Z, int micro, int n_micro) {
 }
 
 void zero_grad_norm(ZeroEngine* Z, float* d_norm2, int* d_overflow, cudaStream_t stream) {
-    if (!Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_grad_norm at ZeRO stage 0 (the trainer takes the norm)");
+    if (!Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_grad_norm at ZeRO stage 0 (step0.c takes the norm)");
     zp_grad_norm(Z->P, d_norm2, d_overflow, stream);
 }
 
 void zero_optimizer_step(ZeroEngine* Z, const ZeroStepArgs* a, cudaStream_t stream) {
-    if (!Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_optimizer_step at ZeRO stage 0 (the trainer steps)");
+    if (!Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_optimizer_step at ZeRO stage 0 (step0.c steps)");
     zp_optimizer_step(Z->P, a, stream);
 }
 
@@ -355,19 +355,19 @@ void zero_opt_state_write(ZeroEngine* Z, int which, size_t offset, size_t n, con
 size_t zero_adafactor_state_floats(const ZeroEngine* Z) { return Z->P ? zp_ada_state_floats(Z->P) : 0; }
 
 void zero_adafactor_state_read(ZeroEngine* Z, size_t offset, size_t n, float* host_out) {
-    if (!Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_adafactor_state_read at ZeRO stage 0 (the trainer's state)");
+    if (!Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_adafactor_state_read at ZeRO stage 0 (step0.c's state)");
     zp_optimizer_wait(Z->P);  // the CPU units' state: the optimizer thread is idle
     zp_ada_state_io(Z->P, offset, n, host_out, true);
 }
 
 void zero_adafactor_state_write(ZeroEngine* Z, size_t offset, size_t n, const float* host_in) {
-    if (!Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_adafactor_state_write at ZeRO stage 0 (the trainer's state)");
+    if (!Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_adafactor_state_write at ZeRO stage 0 (step0.c's state)");
     zp_optimizer_wait(Z->P);
     zp_ada_state_io(Z->P, offset, n, (float*)host_in, false);
 }
 
 float zero_adafactor_last_lr(ZeroEngine* Z, int tensor) {
-    if (!Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_adafactor_last_lr at ZeRO stage 0 (the trainer steps)");
+    if (!Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_adafactor_last_lr at ZeRO stage 0 (step0.c steps)");
     return zp_optimizer_ada_lr(Z->P, tensor);
 }
 
