@@ -16,7 +16,7 @@
  *                          fp16/bf16 gradients, fp32 accumulation inside every kernel, one rounding per
  *                          element), or fp32 (zero_create_ex). Every backward WRITES each gradient (its
  *                          first contribution uses =, later ones +=), so a step needs no clearing pass;
- *                          gradient accumulation over micro-batches is the trainer's (an fp32 sum).
+ *                          gradient accumulation over micro-batches is stage 0's optimizer's (src/zero/step0.c, an fp32 sum).
  * All units' buffers of one kind are carved from one allocation, unit after unit, so the
  * optimizer and the gradient norm can see them as one flat vector (zero_flat_*).
  *
@@ -60,7 +60,7 @@ typedef struct {
                            // (HF: ndim >= 2); 0, 0: a vector (1-D). Only Adafactor reads it.
 } ZeroTensor;
 
-// The optimizer the engine steps at stages 1-3 (ZeroOptions.optimizer; the values of the trainer's TrainerOptimizer).
+// The optimizer the engine steps (ZeroOptions.optimizer; the values of the trainer's TrainerOptimizer).
 enum { ZERO_OPTIM_ADAMW = 0, ZERO_OPTIM_ADAFACTOR = 1 };
 
 // transformers' Adafactor param group (Adafactor(...) arguments as Python values; src/zero/cpu_adafactor.h has the
@@ -128,7 +128,7 @@ void zero_options_default(ZeroOptions* o);  // DeepSpeed's defaults, stage 0, on
 ZeroEngine* zero_create_opts(const ZeroOptions* o, int num_units, const size_t* unit_numel,
                              const char* const* unit_name, char* err, size_t errlen);
 int zero_stage(const ZeroEngine* Z);
-// True when the engine runs the optimizer itself (stages 1-3); stage 0 leaves it to the trainer.
+// True when the partitioned engine runs the optimizer (stages 1-3); stage 0's is src/zero/step0.c, over the flat buffers.
 bool zero_owns_optimizer(const ZeroEngine* Z);
 void zero_destroy(ZeroEngine* Z);
 
@@ -172,7 +172,7 @@ void zero_unit_owned(const ZeroEngine* Z, int unit, size_t* lo, size_t* hi);
 // Working := round(master) for every unit (after loading or an optimizer step). No-op in fp32 at stage 0.
 void zero_sync_working(ZeroEngine* Z, cudaStream_t stream);
 
-// ---- stages 1-3: the engine's optimizer step (the trainer keeps the loss scaler and the schedule)
+// ---- stages 1-3: the engine's optimizer step (src/zero/engine.c keeps the loss scaler, the trainer the schedule)
 
 // After the last micro-batch's backward: the squared global norm of the accumulated (scaled) gradient and the
 // non-finite flag, on the device, in stream order (all-reduced over the ranks).
@@ -201,7 +201,7 @@ void zero_optimizer_skip(ZeroEngine* Z, cudaStream_t stream);
 size_t zero_partition_numel(const ZeroEngine* Z);
 void zero_opt_state_read(ZeroEngine* Z, int which, size_t offset, size_t n, float* host_out);
 void zero_opt_state_write(ZeroEngine* Z, int which, size_t offset, size_t n, const float* host_in);
-// Adafactor (stages 1-3): its state as flat fp32 in the trainer's stage 0 checkpoint layout (blob "adafactor"): per
+// Adafactor (stages 1-3): its state as flat fp32 in stage 0's checkpoint layout (blob "adafactor"): per
 // tensor in ZeroOptions.tensors order, exp_avg_sq_row (rows) + exp_avg_sq_col (cols) for a matrix or exp_avg_sq
 // (numel) for a vector, then exp_avg (numel) with beta1. Floats [offset, offset + n); synchronous, bounded memory.
 size_t zero_adafactor_state_floats(const ZeroEngine* Z);
@@ -241,15 +241,10 @@ void* zero_flat_grad(ZeroEngine* Z);  // (flat_numel) zero_grad_dtype
 // chunks. Synchronises the stream.
 void zero_grads_to_host_f32(ZeroEngine* Z, float* out, cudaStream_t stream);
 
-// ---- several ranks (ZeroOptions.world > 1): the data-parallel collectives the trainer needs besides the engine's own
-// stage 0: buf (n, dt; the gradient the trainer's optimizer reads) := the mean over the ranks (pre-divided, summed)
+// ---- several ranks (ZeroOptions.world > 1); the trainer's own collectives (barrier, agree, rank 0's value, the loss
+// sum) are src/launch/comm.h's
+// stage 0: buf (n, dt; the gradient stage 0's optimizer reads, src/zero/step0.c) := the mean over the ranks (pre-divided, summed)
 void zero_dp_allreduce_mean(ZeroEngine* Z, void* buf, DType dt, size_t n, cudaStream_t stream);
-// in place on the device, in stream order: the sum over the ranks
-void zero_all_reduce_sum_f32(ZeroEngine* Z, float* d, size_t n, cudaStream_t stream);
-// host decisions every rank takes alike (synchronous): rank 0's value; true when every rank passes true
-int zero_from_rank0(ZeroEngine* Z, int v, cudaStream_t stream);
-bool zero_agree(ZeroEngine* Z, bool mine, cudaStream_t stream);
-void zero_barrier(ZeroEngine* Z, cudaStream_t stream);
 // Saving with several ranks at stages 1-3: every rank calls it (a collective); on the ranks with keep, zero_master_read
 // then reads any range of any unit (a host copy of the whole fp32 model) until zero_gather_masters_free.
 void zero_gather_masters(ZeroEngine* Z, bool keep, cudaStream_t stream);

@@ -9,7 +9,7 @@
 #include <math.h>
 
 #include "../src/base/common.h"
-#include "../src/train/loss_scaler.h"
+#include "../src/zero/loss_scaler.h"
 
 // Parses the "config k=v ..." line into a LossScalerConfig with the presence flags set.
 static void parse_config(const char* line, LossScalerConfig* c) {

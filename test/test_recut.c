@@ -8,7 +8,7 @@
 #include <math.h>
 
 #include "../src/base/common.h"
-#include "../src/train/recut.h"
+#include "../src/zero/recut.h"
 
 static const size_t NUMEL[] = {16, 40, 8, 1000, 24};
 #define NU ((int)T5_ARRAY_LEN(NUMEL))

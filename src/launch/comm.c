@@ -3,6 +3,7 @@
  */
 #include "comm.h"
 
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../base/check.h"
 #include "../base/common.h"
 #include "bootstrap.h"
 
@@ -267,6 +269,36 @@ void comm_collective_enqueued(LaunchComm* c, const char* name, cudaStream_t s) {
         comm_fail(c, msg);
     }
 }
+
+void comm_all_reduce_sum_f32(LaunchComm* c, float* d, size_t n, cudaStream_t s) {
+    if (!c || c->world == 1) return;
+    static const char* name = "an all-reduce of the step's statistics";
+    comm_check(c, ncclAllReduce(d, d, n, ncclFloat32, ncclSum, c->nccl, s), name);
+    comm_collective_enqueued(c, name, s);
+}
+
+int comm_host_i32(LaunchComm* c, int v, ncclRedOp_t op, cudaStream_t s) {
+    if (!c || c->world == 1) return v;
+    static const char* name = "an all-reduce of a host decision";
+    int* d = NULL;
+    CUDA_CHECK(cudaMallocAsync((void**)&d, sizeof(int), s));
+    CUDA_CHECK(cudaMemcpyAsync(d, &v, sizeof v, cudaMemcpyHostToDevice, s));
+    comm_check(c, ncclAllReduce(d, d, 1, ncclInt32, op, c->nccl, s), name);
+    comm_collective_enqueued(c, name, s);
+    int out = 0;
+    CUDA_CHECK(cudaMemcpyAsync(&out, d, sizeof out, cudaMemcpyDeviceToHost, s));
+    CUDA_CHECK(cudaFreeAsync(d, s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    return out;
+}
+
+int comm_from_rank0(LaunchComm* c, int v, cudaStream_t s) {
+    return comm_host_i32(c, !c || c->rank == 0 ? v : INT_MIN, ncclMax, s);
+}
+
+bool comm_agree(LaunchComm* c, bool mine, cudaStream_t s) { return comm_host_i32(c, mine ? 1 : 0, ncclMin, s) != 0; }
+
+void comm_barrier_on(LaunchComm* c, cudaStream_t s) { (void)comm_agree(c, true, s); }
 
 void comm_finish(LaunchComm* c) {
     if (!c) return;

@@ -16,6 +16,8 @@
  * world_size 1: no NCCL communicator at all (comm_nccl returns NULL), nothing to watch.
  */
 #pragma once
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include <cuda_runtime.h>
@@ -44,6 +46,19 @@ ncclComm_t comm_nccl(const LaunchComm* c);  // NULL for one rank
 ncclComm_t comm_nccl_second(LaunchComm* c);
 // Every rank reaches this point (an all-reduce on its own stream, synchronous). One rank: nothing.
 void comm_barrier(LaunchComm* c);
+// ---- the trainer's collectives: on comm_nccl's communicator, ordered on stream s after the work before them
+// (c NULL or one rank: local, no NCCL). The host ones are synchronous: decisions every rank takes alike.
+// d (n) fp32 on the device, in place: the sum over the ranks (the step's losses)
+void comm_all_reduce_sum_f32(LaunchComm* c, float* d, size_t n, cudaStream_t s);
+// v reduced over the ranks by op (ncclMax, ncclMin, ...), on the host
+int comm_host_i32(LaunchComm* c, int v, ncclRedOp_t op, cudaStream_t s);
+// rank 0's v on every rank
+int comm_from_rank0(LaunchComm* c, int v, cudaStream_t s);
+// true only when every rank passes true
+bool comm_agree(LaunchComm* c, bool mine, cudaStream_t s);
+// every rank reaches this point, after the work already on s (comm_barrier: on a stream of its own)
+void comm_barrier_on(LaunchComm* c, cudaStream_t s);
+
 // An NCCL call's return value: anything but success ends every rank naming the collective (comm_fail).
 void comm_check(LaunchComm* c, ncclResult_t r, const char* collective);
 

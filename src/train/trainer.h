@@ -1,6 +1,6 @@
 /*
- * trainer.h: the single-GPU training loop (ZeRO stage 0), as HF run_translation.py + Seq2SeqTrainer (+ the
- * DeepSpeed engine when a deepspeed section drives the run) do it.
+ * trainer.h: the training loop, as HF run_translation.py + Seq2SeqTrainer (+ the DeepSpeed engine when a deepspeed
+ * section drives the run) do it; the ZeRO engine (src/zero/engine.h) holds parameters and optimizer at every stage.
  *
  * One optimizer update ("step", HF's global_step) =
  *     for each of n micro-batches (n = gradient_accumulation_steps, fewer only for the last update of an epoch):
@@ -38,7 +38,7 @@
 #include "../../model/t5_config.h"
 #include "../../model/zero.h"
 #include "../zero/cpu_adafactor.h"
-#include "loss_scaler.h"
+#include "../zero/loss_scaler.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -80,9 +80,9 @@ typedef struct {
     CpuAdafactorOpts adafactor;
     double clip;                 // global-norm clip (<= 0: off)
     double label_smoothing_factor;   // HF's LabelSmoother epsilon in [0, 1): train and eval loss (0: plain CE)
-    // the ZeRO engine (deepspeed.zero_optimization): stage 0 = the trainer's own fused GPU AdamW; 1-3 = the
-    // engine of src/zero/ steps the optimizer (offloads, buckets, prefetch...). The trainer fills the dtypes,
-    // tensors, trace and Adam constants.
+    // the ZeRO engine (deepspeed.zero_optimization; src/zero/engine.h), which steps the optimizer at every stage
+    // (stage 0: fused GPU AdamW / Adafactor over resident flat buffers; 1-3: partitions, offloads, buckets,
+    // prefetch...). The trainer fills the dtypes and the optimizer's constants; the engine the tensors and traces.
     ZeroOptions zero;
     // LR schedule: an HF name ("linear", "cosine", "constant", ...) or "WarmupLR" / "WarmupDecayLR"
     char sched_name[32];

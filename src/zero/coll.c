@@ -48,22 +48,7 @@ void zcoll_all_reduce_i32(const ZeroColl* c, int* buf, size_t n, ncclRedOp_t op,
     comm_collective_enqueued(c->lc, name, s);
 }
 
-int zcoll_host_i32(const ZeroColl* c, int v, ncclRedOp_t op, cudaStream_t s) {
-    if (c->world == 1) return v;
-    int* d = NULL;
-    CUDA_CHECK(cudaMallocAsync((void**)&d, sizeof(int), s));
-    CUDA_CHECK(cudaMemcpyAsync(d, &v, sizeof v, cudaMemcpyHostToDevice, s));
-    zcoll_all_reduce_i32(c, d, 1, op, s, "an all-reduce of a host decision");
-    int out = 0;
-    CUDA_CHECK(cudaMemcpyAsync(&out, d, sizeof out, cudaMemcpyDeviceToHost, s));
-    CUDA_CHECK(cudaFreeAsync(d, s));
-    CUDA_CHECK(cudaStreamSynchronize(s));
-    return out;
-}
-
-bool zcoll_agree(const ZeroColl* c, bool mine, cudaStream_t s) { return zcoll_host_i32(c, mine ? 1 : 0, ncclMin, s) != 0; }
-
-void zcoll_barrier(const ZeroColl* c, cudaStream_t s) { (void)zcoll_agree(c, true, s); }
+bool zcoll_agree(const ZeroColl* c, bool mine, cudaStream_t s) { return comm_agree(c->lc, mine, s); }
 
 void zcoll_broadcast_group(const ZeroColl* c, ncclComm_t comm, int n, float* const* ptr, const size_t* count,
                            const int* root, cudaStream_t s, const char* name) {

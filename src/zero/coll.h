@@ -43,9 +43,5 @@ void zcoll_broadcast_group(const ZeroColl* c, ncclComm_t comm, int n, float* con
 void zcoll_all_reduce(const ZeroColl* c, void* buf, size_t n, DType t, ncclRedOp_t op, cudaStream_t s,
                       const char* name);
 void zcoll_all_reduce_i32(const ZeroColl* c, int* buf, size_t n, ncclRedOp_t op, cudaStream_t s, const char* name);
-// v reduced over the ranks by op, on the host (synchronous: a host decision every rank must take alike)
-int zcoll_host_i32(const ZeroColl* c, int v, ncclRedOp_t op, cudaStream_t s);
-// true only when every rank passes true (synchronous)
+// true only when every rank passes true (synchronous; src/launch/comm.h comm_agree)
 bool zcoll_agree(const ZeroColl* c, bool mine, cudaStream_t s);
-// every rank reaches this point (synchronous)
-void zcoll_barrier(const ZeroColl* c, cudaStream_t s);

@@ -130,7 +130,7 @@ void zero_estimate_layout(const ZeroOptions* o, const ZeroLayout* L, ZeroMemEsti
                       e->gpu_grads + e->gpu_views + e->gpu_comm;
 }
 
-// stage 0: the engine's master, gradients and working copy (zero.c) and the trainer's Adam m, v (+ fp32 sum)
+// stage 0: the engine's master, gradients and working copy (zero.c) and stage 0's Adam m, v (+ fp32 sum; step0.c)
 static void estimate_stage0(const ZeroOptions* o, int num_units, const size_t* unit_numel, int grad_accum_steps,
                             ZeroMemEstimate* e) {
     memset(e, 0, sizeof *e);
@@ -139,7 +139,7 @@ static void estimate_stage0(const ZeroOptions* o, int num_units, const size_t* u
     for (int u = 0; u < num_units; u++) n += unit_numel[u];
     e->gpu_numel = n;
     e->gpu_master = e->gpu_m = e->gpu_v = n * 4;
-    if (o->optimizer == ZERO_OPTIM_ADAFACTOR) {  // the trainer's fused Adafactor over every tensor
+    if (o->optimizer == ZERO_OPTIM_ADAFACTOR) {  // stage 0's fused Adafactor over every tensor (step0.c)
         size_t g = 0, h = 0;
         adafactor_sizes(o, NULL, &g, &h, &e->gpu_ada_scratch);
         e->gpu_m = g * 4;

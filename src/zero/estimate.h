@@ -4,7 +4,7 @@
  * estimate` / the automatic plan (issue 17) read the same numbers before anything is allocated.
  *
  * What is counted, per rank (this rank's layout, plan.h):
- *   creation time (zp_create / zero_create_ex + the trainer's stage 0 Adam state): fp32 master, Adam m, v and
+ *   creation time (zp_create / zero_create_ex + stage 0's Adam state, step0.c): fp32 master, Adam m, v and
  *     accumulated gradients of the GPU-stepped partitions; the 16-bit weights kept on the GPU (stage 0 working
  *     copy, stage 1/2 every unit resident, stage 3 the partitions not offloaded); the stage 0/1 resident
  *     gradients; the fp32 views; the gradient staging, comm bucket and norm slots; on the host the master,
@@ -38,20 +38,20 @@ typedef struct {
     size_t send_elems, recv_elems;  // several ranks: a reduce-scatter's send buffer and received piece (comm dtype)
     int num_slots;            // reduce buckets over all units (norm slots)
     // GPU, allocated at creation
-    size_t gpu_master, gpu_m, gpu_v;  // fp32 (stage 0: the engine's master and the trainer's Adam m, v)
+    size_t gpu_master, gpu_m, gpu_v;  // fp32 (stage 0: the engine's master and step0.c's Adam m, v)
     // Adafactor (ZeroOptions.optimizer): gpu_m and host_m hold its whole state instead of Adam's m (gpu_v, host_v
     // are 0): per tensor of this rank's partition the row + col statistics of a matrix (rows + cols, also for a
     // slice of one: docs/zero.md), v of a vector, m with beta1; gpu_ada_scratch: the fused GPU plan's scratch
-    // (cuda/adafactor.cu) over the GPU-stepped tensors (stage 0: the trainer's plan over every tensor), in gpu_resident
+    // (cuda/adafactor.cu) over the GPU-stepped tensors (stage 0: step0.c's plan over every tensor), in gpu_resident
     size_t gpu_ada_scratch;
-    size_t gpu_gacc;          // accumulated gradient partitions (stage 0: the trainer's fp32 sum, only with
+    size_t gpu_gacc;          // accumulated gradient partitions (stage 0: step0.c's fp32 sum, only with
                               // gradient accumulation)
     size_t gpu_weights;       // 16-bit weights resident (stage 0: the working copy, none in fp32; 1/2: every
                               // unit; 3: the partitions that stay on the GPU)
     size_t gpu_grads;         // resident gradients (stage 0 and 1)
     size_t gpu_views;         // fp32 views (stages 1-3)
     size_t gpu_comm;          // gradient staging, comm-dtype bucket, norm slots, flags and scratch
-    size_t gpu_resident;      // the sum above: what zp_create allocates (stage 0: zero_create_ex + trainer)
+    size_t gpu_resident;      // the sum above: what zp_create allocates (stage 0: zero_create_ex + step0.c)
     // GPU at run time, from the stream-ordered pool
     size_t gpu_gathered_peak; // stage 3: gathered units at the schedule's peak (persistent units included)
     size_t gpu_grad_peak;     // stages 2/3: per-unit gradient buffers in flight
@@ -91,7 +91,7 @@ size_t zero_adafactor_tensor_floats(const ZeroTensor* t, size_t owned, bool has_
 void zero_estimate_layout(const ZeroOptions* o, const ZeroLayout* L, ZeroMemEstimate* e);
 
 // Everything: builds this rank's layout (o->world, o->rank; any world size) and, at stage 3, simulates one
-// forward + backward over o->trace with the schedule's limits. Stage 0 includes the trainer's Adam m, v and,
+// forward + backward over o->trace with the schedule's limits. Stage 0 includes step0.c's Adam m, v and,
 // when o->grad_accum_steps > 1, its fp32 accumulation buffer. Returns 0, or -1 with a message (bad options).
 int zero_estimate(const ZeroOptions* o, int num_units, const size_t* unit_numel, ZeroMemEstimate* e, char* err,
                   size_t errlen);

@@ -150,26 +150,30 @@ void zero_options_default(ZeroOptions* o) {
 
 static void views_pieces(ZeroPart* P, int u);
 
-ZeroPart* zp_create(const ZeroOptions* o, int num_units, const size_t* unit_numel, const char* const* unit_name,
-                    char* err, size_t errlen) {
-    const double t0 = now_s();
-    if (o->stage < 1 || o->stage > 3) {
-        t5_set_err(err, errlen, "ZeRO stage %d is not 1, 2 or 3", o->stage);
-        return NULL;
-    }
-    if (o->world > 1 && (!o->comm || comm_world_size(o->comm) != o->world || comm_rank(o->comm) != o->rank)) {
-        t5_set_err(err, errlen, "internal: ZeRO over %d ranks without the run's communicator", o->world);
-        return NULL;
-    }
-    if (o->offload_param && o->stage != 3) {
-        t5_set_err(err, errlen, "offload_param needs ZeRO stage 3 (this run is stage %d), as in DeepSpeed", o->stage);
-        return NULL;
-    }
-    if (o->grad_dtype != o->working_dtype && o->grad_dtype != DT_F32) {
-        t5_set_err(err, errlen, "gradients in %s with %s weights are not supported", dtype_name(o->grad_dtype),
-                   dtype_name(o->working_dtype));
-        return NULL;
-    }
+// ---------------------------------------------------------------------------------------------
+// zp_create, step by step: the options checked, the unit tables, the tensors' segments and views, the memory
+// checks against src/zero/estimate.c's sizes (E), the host and device buffers, the per-unit pointers carved from
+// them, the streams and run-time buffers. Each step that can fail returns -1 with err set; zp_create then hands
+// the partly built P to zp_destroy, which frees what each step made.
+
+// The combinations the engine refuses before it allocates anything.
+static int check_options(const ZeroOptions* o, char* err, size_t errlen) {
+    if (o->stage < 1 || o->stage > 3) return t5_set_err(err, errlen, "ZeRO stage %d is not 1, 2 or 3", o->stage);
+    if (o->world > 1 && (!o->comm || comm_world_size(o->comm) != o->world || comm_rank(o->comm) != o->rank))
+        return t5_set_err(err, errlen, "internal: ZeRO over %d ranks without the run's communicator", o->world);
+    if (o->offload_param && o->stage != 3)
+        return t5_set_err(err, errlen, "offload_param needs ZeRO stage 3 (this run is stage %d), as in DeepSpeed",
+                          o->stage);
+    if (o->grad_dtype != o->working_dtype && o->grad_dtype != DT_F32)
+        return t5_set_err(err, errlen, "gradients in %s with %s weights are not supported", dtype_name(o->grad_dtype),
+                          dtype_name(o->working_dtype));
+    return 0;
+}
+
+// P with its options (the caller's arrays not kept; stages 2/3: a copy of the gradient trace), dtypes, layout L,
+// collectives, and per unit: pnumel, name, opt_cpu. NULL with err set when the layout cannot be built.
+static ZeroPart* part_new(const ZeroOptions* o, int num_units, const size_t* unit_numel, const char* const* unit_name,
+                          char* err, size_t errlen) {
     ZeroPart* P = calloc_check(1, sizeof *P);
     P->o = *o;
     P->o.tensors = NULL;
@@ -192,10 +196,11 @@ ZeroPart* zp_create(const ZeroOptions* o, int num_units, const size_t* unit_nume
     CUDA_CHECK(cudaGetDevice(&P->device));
     if (zero_layout_build(&P->L, o->world, o->rank, num_units, unit_numel, o->sub_group_size,
                           o->offload_optimizer ? o->ratio : 0.0, err, errlen)) {
+        free(P->gtrace);
         free(P);
         return NULL;
     }
-    ZeroLayout* L = &P->L;
+    const ZeroLayout* L = &P->L;
     zcoll_init(&P->coll, o->world > 1 ? o->comm : NULL);
     P->pnumel = malloc_check((size_t)num_units * sizeof *P->pnumel);
     for (int u = 0; u < num_units; u++) P->pnumel[u] = L->part[u] * (size_t)L->world;
@@ -207,15 +212,17 @@ ZeroPart* zp_create(const ZeroOptions* o, int num_units, const size_t* unit_nume
         P->name[u] = strdup_check(unit_name && unit_name[u] ? unit_name[u] : buf);
         P->u[u].opt_cpu = L->group_cpu[L->unit_group[u]];
     }
-    // segments (owned part of each tensor) and fp32 views
+    return P;
+}
+
+// Per unit: its segments (the owned part of each tensor, for weight decay), its fp32 views (offsets and sizes; the
+// pointers come with the device buffers), whether some element lies in no tensor (has_gaps).
+static int part_tensors(ZeroPart* P, const ZeroOptions* o, const size_t* unit_numel, char* err, size_t errlen) {
+    const ZeroLayout* L = &P->L;
     for (int i = 0; i < o->num_tensors; i++) {
         const ZeroTensor* t = &o->tensors[i];
-        if (t->unit < 0 || t->unit >= num_units || t->offset + t->numel > unit_numel[t->unit]) {
-            zero_layout_free(L);
-            free(P);
-            t5_set_err(err, errlen, "ZeRO: tensor %d lies outside its unit", i);
-            return NULL;
-        }
+        if (t->unit < 0 || t->unit >= P->num_units || t->offset + t->numel > unit_numel[t->unit])
+            return t5_set_err(err, errlen, "ZeRO: tensor %d lies outside its unit", i);
         ZpUnit* U = &P->u[t->unit];
         size_t a = T5_MAX(t->offset, L->lo[t->unit]), b = T5_MIN(t->offset + t->numel, L->hi[t->unit]);
         if (b > a) {
@@ -231,153 +238,155 @@ ZeroPart* zp_create(const ZeroOptions* o, int num_units, const size_t* unit_nume
             U->nviews++;
         }
     }
-    for (int u = 0; u < num_units; u++) {
+    for (int u = 0; u < P->num_units; u++) {
         size_t covered = 0;
         for (int i = 0; i < o->num_tensors; i++)
             if (o->tensors[i].unit == u) covered += o->tensors[i].numel;
         P->u[u].has_gaps = covered != unit_numel[u];
     }
-    // sizes: src/zero/estimate.c, the one source of truth (t5train estimate reads the same numbers)
-    ZeroMemEstimate E;
-    zero_estimate_layout(o, L, &E);
-    const size_t bucket = E.bucket_elems;
-    P->bucket_elems = bucket;
-    const size_t gpu_part = E.gpu_numel, cpu_part = E.cpu_numel;
-    for (int u = 0; u < num_units; u++) {
-        P->u[u].bucket_first = P->num_slots;
-        P->u[u].num_buckets = zero_layout_num_buckets(L, u, o->reduce_bucket_size);
-        P->num_slots += P->u[u].num_buckets;
-    }
-    const bool x32 = P->X == DT_F32;
-    const bool ada = o->optimizer == ZERO_OPTIM_ADAFACTOR;  // its state in the m buffers (estimate.h)
-    P->share_gw = zero_host_grads_share_weights(o);
-    const bool pin_any = o->optimizer_pin_memory || o->param_pin_memory;
-    // host: master, m, v, gacc of the CPU units; their 16-bit weights (whost == wpart with offload_param)
-    size_t h_state = E.host_master, h_gacc = E.host_gacc, h_w = E.host_w;
-    size_t host_total = E.host_total;
+    return 0;
+}
+
+// The plan's host and resident GPU bytes (E) against what this host and this GPU have, before any allocation.
+static int check_memory(const ZeroOptions* o, const ZeroMemEstimate* E, char* err, size_t errlen) {
     size_t avail = host_mem_available();
     // several ranks on this host: each plans with its share (they allocate at the same time)
     if (o->world > 1 && o->comm) avail /= (size_t)T5_MAX(comm_local_world_size(o->comm), 1);
     const size_t margin = (size_t)2 << 30;  // the process itself, the data, the CUDA runtime
-    if (host_total + margin > avail) {
-        t5_set_err(err, errlen,
-                   "not enough host memory for this ZeRO plan: %.2f GiB asked (fp32 master + optimizer state %.2f GiB, "
-                   "gradients %.2f GiB, 16-bit weights %.2f GiB for %.3g offloaded parameters, pinned staging %.2f "
-                   "GiB), %.2f GiB available; lower offload_optimizer.ratio (keeps part of the optimizer on the GPU) "
-                   "or use fewer parameters",
-                   gib((double)host_total), gib((double)(E.host_master + E.host_m + E.host_v)), gib((double)h_gacc),
-                   gib((double)h_w),
-                   (double)cpu_part, gib((double)E.host_staging), gib((double)avail));
-        goto fail;
-    }
-    // device: master, m, v, gacc of the GPU units; partitions / resident weights; stage 1 gradients; views
-    size_t d_w = o->stage == 3 ? 0 : E.gpu_weights;  // stages 1/2: every unit resident (W = 1)
-    size_t d_wpart = o->stage == 3 ? E.gpu_weights : 0;
-    size_t d_grad = E.gpu_grads;
-    size_t d_total = E.gpu_resident;
-    const size_t view_elems = E.view_elems;
-    {
-        size_t fr = 0, tot = 0;
-        CUDA_CHECK(cudaMemGetInfo(&fr, &tot));
-        if (d_total > fr) {
-            t5_set_err(err, errlen,
-                       "out of GPU memory for this ZeRO plan: %.2f GiB of resident state asked (%.3g parameters' "
-                       "optimizer state on the GPU), %.2f GiB free; offload more (offload_optimizer ratio closer to "
-                       "1, offload_param cpu) or a higher ZeRO stage",
-                       gib((double)d_total), (double)gpu_part, gib((double)fr));
-            goto fail;
-        }
-    }
-    if (host_buf_alloc(&P->h_master, h_state, o->optimizer_pin_memory, "offloaded fp32 master weights", err, errlen) ||
-        host_buf_alloc(&P->h_m, E.host_m, o->optimizer_pin_memory,
+    if (E->host_total + margin > avail)
+        return t5_set_err(
+            err, errlen,
+            "not enough host memory for this ZeRO plan: %.2f GiB asked (fp32 master + optimizer state %.2f GiB, "
+            "gradients %.2f GiB, 16-bit weights %.2f GiB for %.3g offloaded parameters, pinned staging %.2f "
+            "GiB), %.2f GiB available; lower offload_optimizer.ratio (keeps part of the optimizer on the GPU) "
+            "or use fewer parameters",
+            gib((double)E->host_total), gib((double)(E->host_master + E->host_m + E->host_v)),
+            gib((double)E->host_gacc), gib((double)E->host_w), (double)E->cpu_numel, gib((double)E->host_staging),
+            gib((double)avail));
+    size_t fr = 0, tot = 0;
+    CUDA_CHECK(cudaMemGetInfo(&fr, &tot));
+    if (E->gpu_resident > fr)
+        return t5_set_err(err, errlen,
+                          "out of GPU memory for this ZeRO plan: %.2f GiB of resident state asked (%.3g parameters' "
+                          "optimizer state on the GPU), %.2f GiB free; offload more (offload_optimizer ratio closer to "
+                          "1, offload_param cpu) or a higher ZeRO stage",
+                          gib((double)E->gpu_resident), (double)E->gpu_numel, gib((double)fr));
+    return 0;
+}
+
+// Host: master, m, v, gacc of the CPU units, their 16-bit weights (whost == wpart with offload_param), and the
+// pinned staging rings when some host buffer is pageable. Exactly E's bytes.
+static int alloc_host(ZeroPart* P, const ZeroOptions* o, const ZeroMemEstimate* E, char* err, size_t errlen) {
+    const bool ada = o->optimizer == ZERO_OPTIM_ADAFACTOR;  // its state in the m buffers (estimate.h)
+    const bool pin_any = o->optimizer_pin_memory || o->param_pin_memory;
+    if (host_buf_alloc(&P->h_master, E->host_master, o->optimizer_pin_memory, "offloaded fp32 master weights", err,
+                       errlen) ||
+        host_buf_alloc(&P->h_m, E->host_m, o->optimizer_pin_memory,
                        ada ? "offloaded Adafactor state" : "offloaded Adam first moments", err, errlen) ||
-        host_buf_alloc(&P->h_v, E.host_v, o->optimizer_pin_memory, "offloaded Adam second moments", err, errlen) ||
-        host_buf_alloc(&P->h_gacc, h_gacc, o->optimizer_pin_memory, "offloaded gradients", err, errlen) ||
-        host_buf_alloc(&P->h_w, h_w, o->offload_param ? o->param_pin_memory : pin_any,
+        host_buf_alloc(&P->h_v, E->host_v, o->optimizer_pin_memory, "offloaded Adam second moments", err, errlen) ||
+        host_buf_alloc(&P->h_gacc, E->host_gacc, o->optimizer_pin_memory, "offloaded gradients", err, errlen) ||
+        host_buf_alloc(&P->h_w, E->host_w, o->offload_param ? o->param_pin_memory : pin_any,
                        o->offload_param ? "offloaded 16-bit parameters" : "16-bit weights of the CPU optimizer", err,
                        errlen))
-        goto fail;
-    // the pinned staging rings, only when some host buffer is pageable (estimate.c sizes them)
-    if (E.host_staging > 0) {
-        P->ring_main = ring_create(E.staging_count, E.staging_slot_bytes, "pinned staging ring (main thread)", err,
+        return -1;
+    if (E->host_staging > 0) {
+        P->ring_main = ring_create(E->staging_count, E->staging_slot_bytes, "pinned staging ring (main thread)", err,
                                    errlen);
-        if (!P->ring_main) goto fail;
-        P->ring_opt = ring_create(E.staging_count, E.staging_slot_bytes, "pinned staging ring (CPU optimizer)", err,
+        if (!P->ring_main) return -1;
+        P->ring_opt = ring_create(E->staging_count, E->staging_slot_bytes, "pinned staging ring (CPU optimizer)", err,
                                   errlen);
-        if (!P->ring_opt) goto fail;
+        if (!P->ring_opt) return -1;
     }
-    {
-        const size_t host_got = P->h_master.bytes + P->h_m.bytes + P->h_v.bytes + P->h_gacc.bytes + P->h_w.bytes +
-                                (P->ring_main ? P->ring_main->mem.bytes + P->ring_opt->mem.bytes : 0);
-        if (host_got != E.host_total)
-            t5_die(T5_EXIT_FAILURE, "internal: ZeRO allocated %zu host bytes, src/zero/estimate.c says %zu", host_got,
-                   E.host_total);
-    }
-    if (dev_alloc(P, (void**)&P->d_master, gpu_part * 4, "fp32 master weights", err, errlen) ||
-        dev_alloc(P, (void**)&P->d_m, E.gpu_m, ada ? "Adafactor state" : "Adam first moments", err, errlen) ||
-        dev_alloc(P, (void**)&P->d_v, E.gpu_v, "Adam second moments", err, errlen) ||
-        dev_alloc(P, &P->d_gacc, gpu_part * P->as, "accumulated gradients", err, errlen) ||
+    const size_t host_got = P->h_master.bytes + P->h_m.bytes + P->h_v.bytes + P->h_gacc.bytes + P->h_w.bytes +
+                            (P->ring_main ? P->ring_main->mem.bytes + P->ring_opt->mem.bytes : 0);
+    if (host_got != E->host_total)
+        t5_die(T5_EXIT_FAILURE, "internal: ZeRO allocated %zu host bytes, src/zero/estimate.c says %zu", host_got,
+               E->host_total);
+    return 0;
+}
+
+// Device: master, m, v, gacc of the GPU units; the stage 3 partitions or the resident weights (stages 1/2); stage 1's
+// resident gradients; the fp32 views; the gradient staging, bucket and reduce-scatter piece; the norm slots.
+static int alloc_device(ZeroPart* P, const ZeroOptions* o, const ZeroMemEstimate* E, char* err, size_t errlen) {
+    const bool ada = o->optimizer == ZERO_OPTIM_ADAFACTOR;
+    const size_t bucket = E->bucket_elems;
+    const size_t d_w = o->stage == 3 ? 0 : E->gpu_weights;  // stages 1/2: every unit resident (W = 1)
+    const size_t d_wpart = o->stage == 3 ? E->gpu_weights : 0;
+    if (dev_alloc(P, (void**)&P->d_master, E->gpu_numel * 4, "fp32 master weights", err, errlen) ||
+        dev_alloc(P, (void**)&P->d_m, E->gpu_m, ada ? "Adafactor state" : "Adam first moments", err, errlen) ||
+        dev_alloc(P, (void**)&P->d_v, E->gpu_v, "Adam second moments", err, errlen) ||
+        dev_alloc(P, &P->d_gacc, E->gpu_numel * P->as, "accumulated gradients", err, errlen) ||
         dev_alloc(P, &P->d_wfull, d_w, "16-bit weights", err, errlen) ||
         dev_alloc(P, &P->d_wpart, d_wpart, "16-bit parameter partitions", err, errlen) ||
-        dev_alloc(P, &P->d_grad, d_grad, "gradients", err, errlen) ||
-        dev_alloc(P, (void**)&P->d_views, view_elems * 4, "fp32 views (norm weights, bias tables, embedding)", err,
+        dev_alloc(P, &P->d_grad, E->gpu_grads, "gradients", err, errlen) ||
+        dev_alloc(P, (void**)&P->d_views, E->view_elems * 4, "fp32 views (norm weights, bias tables, embedding)", err,
                   errlen) ||
         dev_alloc(P, &P->d_stage, bucket * T5_MAX(T5_MAX(P->as, P->cs), (size_t)4), "gradient staging", err,
                   errlen) ||
-        dev_alloc(P, &P->d_bucket, L->world > 1 ? E.send_elems * P->cs : P->C != P->G ? bucket * P->cs : 0,
+        dev_alloc(P, &P->d_bucket, P->L.world > 1 ? E->send_elems * P->cs : P->C != P->G ? bucket * P->cs : 0,
                   "gradient bucket", err, errlen) ||
-        dev_alloc(P, &P->d_recv, E.recv_elems * P->cs, "reduce-scatter piece", err, errlen) ||
+        dev_alloc(P, &P->d_recv, E->recv_elems * P->cs, "reduce-scatter piece", err, errlen) ||
         dev_alloc(P, (void**)&P->d_slots, (size_t)P->num_slots * sizeof(double), "norm slots", err, errlen) ||
         dev_alloc(P, (void**)&P->d_flags, (size_t)P->num_slots * sizeof(int), "norm flags", err, errlen) ||
         dev_alloc(P, &P->d_sq_scratch, grad_sumsq_scratch_bytes(), "norm scratch", err, errlen))
-        goto fail;
-    // carve the per-unit pointers
-    {
-        size_t gp = 0, cp = 0, wp = 0, vw = 0, fo = 0;  // fo: a unit's offset in the resident weights / gradients
-        for (int u = 0; u < num_units; u++) {
-            ZpUnit* U = &P->u[u];
-            const size_t p = L->part[u];
-            if (U->opt_cpu) {
-                U->master = (float*)P->h_master.ptr + cp;
-                U->m = (float*)P->h_m.ptr + cp;
-                U->v = (float*)P->h_v.ptr + cp;
-                U->whost = x32 ? NULL : (char*)P->h_w.ptr + cp * P->xs;
-                U->gacc = P->share_gw ? U->whost : (char*)P->h_gacc.ptr + cp * P->as;
-                cp += p;
-            } else {
-                U->master = P->d_master + gp;
-                U->m = P->d_m + gp;
-                U->v = P->d_v + gp;
-                U->gacc = (char*)P->d_gacc + gp * P->as;
-                gp += p;
-            }
-            if (o->stage == 3) {
-                if (o->offload_param && U->opt_cpu) {
-                    U->wpart = x32 ? (void*)U->master : U->whost;  // gathers read the host copy directly
-                    U->wpart_host = true;
-                } else {
-                    U->wpart = (char*)P->d_wpart + wp * P->xs;
-                    wp += p;
-                }
-            } else {
-                U->wfull = (char*)P->d_wfull + fo * P->xs;  // world x part: the padded unit (in-place all-gather)
-                if (o->stage == 1) {
-                    U->grad = (char*)P->d_grad + fo * P->gs;
-                    U->grad_alloc = true;
-                }
-                fo += P->pnumel[u];
-            }
-            for (int k = 0; k < U->nviews; k++) {
-                U->view_ptr[k] = P->d_views + vw;
-                vw += CEIL_DIV(U->view_numel[k], (size_t)8) * 8;
-            }
-            views_pieces(P, u);
-            CUDA_CHECK(cudaEventCreateWithFlags(&U->ev_gathered, cudaEventDisableTiming));
-            CUDA_CHECK(cudaEventCreateWithFlags(&U->ev_updated, cudaEventDisableTiming));
-            CUDA_CHECK(cudaEventCreateWithFlags(&U->ev_grad, cudaEventDisableTiming));
-            CUDA_CHECK(cudaEventCreateWithFlags(&U->ev_grad_read, cudaEventDisableTiming));
+        return -1;
+    return 0;
+}
+
+// Every unit's pointers into the host and device buffers (its partition p = L.part[u], in unit order within each
+// buffer), its fp32 views, its broadcast pieces (several ranks) and events.
+static void carve_units(ZeroPart* P, const ZeroOptions* o) {
+    const ZeroLayout* L = &P->L;
+    const bool x32 = P->X == DT_F32;
+    size_t gp = 0, cp = 0, wp = 0, vw = 0, fo = 0;  // fo: a unit's offset in the resident weights / gradients
+    for (int u = 0; u < P->num_units; u++) {
+        ZpUnit* U = &P->u[u];
+        const size_t p = L->part[u];
+        if (U->opt_cpu) {
+            U->master = (float*)P->h_master.ptr + cp;
+            U->m = (float*)P->h_m.ptr + cp;
+            U->v = (float*)P->h_v.ptr + cp;
+            U->whost = x32 ? NULL : (char*)P->h_w.ptr + cp * P->xs;
+            U->gacc = P->share_gw ? U->whost : (char*)P->h_gacc.ptr + cp * P->as;
+            cp += p;
+        } else {
+            U->master = P->d_master + gp;
+            U->m = P->d_m + gp;
+            U->v = P->d_v + gp;
+            U->gacc = (char*)P->d_gacc + gp * P->as;
+            gp += p;
         }
+        if (o->stage == 3) {
+            if (o->offload_param && U->opt_cpu) {
+                U->wpart = x32 ? (void*)U->master : U->whost;  // gathers read the host copy directly
+                U->wpart_host = true;
+            } else {
+                U->wpart = (char*)P->d_wpart + wp * P->xs;
+                wp += p;
+            }
+        } else {
+            U->wfull = (char*)P->d_wfull + fo * P->xs;  // world x part: the padded unit (in-place all-gather)
+            if (o->stage == 1) {
+                U->grad = (char*)P->d_grad + fo * P->gs;
+                U->grad_alloc = true;
+            }
+            fo += P->pnumel[u];
+        }
+        for (int k = 0; k < U->nviews; k++) {
+            U->view_ptr[k] = P->d_views + vw;
+            vw += CEIL_DIV(U->view_numel[k], (size_t)8) * 8;
+        }
+        views_pieces(P, u);
+        CUDA_CHECK(cudaEventCreateWithFlags(&U->ev_gathered, cudaEventDisableTiming));
+        CUDA_CHECK(cudaEventCreateWithFlags(&U->ev_updated, cudaEventDisableTiming));
+        CUDA_CHECK(cudaEventCreateWithFlags(&U->ev_grad, cudaEventDisableTiming));
+        CUDA_CHECK(cudaEventCreateWithFlags(&U->ev_grad_read, cudaEventDisableTiming));
     }
+}
+
+// The engine's streams and events, the stream-ordered pool, the run-time unit buffers (stages 2/3) and the stage 3
+// schedule.
+static void make_streams(ZeroPart* P, const ZeroOptions* o) {
     CUDA_CHECK(cudaStreamCreateWithFlags(&P->s_gather, cudaStreamNonBlocking));
     CUDA_CHECK(cudaStreamCreateWithFlags(&P->s_grad, cudaStreamNonBlocking));
     CUDA_CHECK(cudaStreamCreateWithFlags(&P->s_copy, cudaStreamNonBlocking));
@@ -387,6 +396,7 @@ ZeroPart* zp_create(const ZeroOptions* o, int num_units, const size_t* unit_nume
     // the stream-ordered pool serves only the hold mode's extra units (gather.c); its default release threshold (0)
     // gives their memory back to the device at the next synchronisation after the evaluation frees them
     CUDA_CHECK(cudaDeviceGetDefaultMemPool(&P->pool, P->device));
+    const int num_units = P->num_units;
     if (o->stage >= 2) {  // run-time unit buffers by bufcache's rule (unitbuf.c; the estimate replays it)
         size_t* ub = malloc_check((size_t)num_units * sizeof *ub);
         if (o->stage == 3) {
@@ -398,18 +408,41 @@ ZeroPart* zp_create(const ZeroOptions* o, int num_units, const size_t* unit_nume
         free(ub);
     }
     if (o->stage == 3)
-        zero_sched_init(&P->S, num_units, L->numel, o->trace, o->trace_len, o->prefetch_bucket_size,
+        zero_sched_init(&P->S, num_units, P->L.numel, o->trace, o->trace_len, o->prefetch_bucket_size,
                         o->max_live_parameters, o->max_reuse_distance, o->persistence_threshold);
-    if (ada && zp_ada_create(P, o, err, errlen)) goto fail;  // tables + GPU plan (its scratch joins gpu_bytes)
+}
+
+ZeroPart* zp_create(const ZeroOptions* o, int num_units, const size_t* unit_numel, const char* const* unit_name,
+                    char* err, size_t errlen) {
+    const double t0 = now_s();
+    if (check_options(o, err, errlen)) return NULL;
+    ZeroPart* P = part_new(o, num_units, unit_numel, unit_name, err, errlen);
+    if (!P) return NULL;
+    if (part_tensors(P, o, unit_numel, err, errlen)) goto fail;
+    // sizes: src/zero/estimate.c, the one source of truth (t5train estimate reads the same numbers)
+    ZeroMemEstimate E;
+    zero_estimate_layout(o, &P->L, &E);
+    P->bucket_elems = E.bucket_elems;
+    for (int u = 0; u < num_units; u++) {
+        P->u[u].bucket_first = P->num_slots;
+        P->u[u].num_buckets = zero_layout_num_buckets(&P->L, u, o->reduce_bucket_size);
+        P->num_slots += P->u[u].num_buckets;
+    }
+    P->share_gw = zero_host_grads_share_weights(o);
+    if (check_memory(o, &E, err, errlen) || alloc_host(P, o, &E, err, errlen) || alloc_device(P, o, &E, err, errlen))
+        goto fail;
+    carve_units(P, o);
+    make_streams(P, o);
+    // Adafactor: its tables and GPU plan (the plan's scratch joins gpu_bytes)
+    if (o->optimizer == ZERO_OPTIM_ADAFACTOR && zp_ada_create(P, o, err, errlen)) goto fail;
     P->n_micro = 1;
-    P->st.host_bytes = host_total;
+    P->st.host_bytes = E.host_total;
     P->st.host_pinned_bytes = E.host_pinned;
     P->st.host_grads_share_weights = P->share_gw;
     P->st.gpu_bytes = P->gpu_bytes;
     if (P->gpu_bytes != E.gpu_resident)
         t5_die(T5_EXIT_FAILURE, "internal: ZeRO allocated %zu GPU bytes, src/zero/estimate.c says %zu", P->gpu_bytes,
                E.gpu_resident);
-    zp_step_init(P);
     CUDA_CHECK(cudaDeviceSynchronize());
     P->st.init_s = now_s() - t0;
     return P;
@@ -420,7 +453,6 @@ fail:
 
 void zp_destroy(ZeroPart* P) {
     if (!P) return;
-    zp_step_free(P);
     zp_ada_destroy(P);
     if (P->s_gather) {
         CUDA_CHECK(cudaDeviceSynchronize());
@@ -487,13 +519,6 @@ const float* zp_fp32_tensor(ZeroPart* P, int unit, size_t offset) {
     return NULL;
 }
 
-// the GPU destination of a unit's 16-bit weights: its partition (stage 3) or its resident copy (stages 1/2)
-void* zp_unit_x_dst(ZeroPart* P, int u) {
-    ZpUnit* U = &P->u[u];
-    if (P->o.stage == 3) return U->wpart_host ? NULL : U->wpart;
-    return (char*)U->wfull + P->L.lo[u] * P->xs;
-}
-
 // views of unit u from its master (owned range; one rank: the whole unit), on stream s; a pageable host master
 // goes through `ring` (the calling thread's)
 void zp_publish_views(ZeroPart* P, int u, cudaStream_t s, ZpRing* ring) {
@@ -553,7 +578,6 @@ void zp_publish_unit_host(ZeroPart* P, int u, ZpRing* ring) {
 }
 
 void zp_sync_working(ZeroPart* P, cudaStream_t s) {
-    zp_optimizer_wait(P);
     P->wver++;
     // a gradient D2H still pending in the ring would land in whost (shared buffers) after the rounding below
     zp_ring_drain(P->ring_main);
@@ -576,11 +600,7 @@ void zp_sync_working(ZeroPart* P, cudaStream_t s) {
     CUDA_CHECK(cudaStreamSynchronize(P->s_copy));
 }
 
-void zp_optimizer_skip(ZeroPart* P) {
-    if (!P->share_gw) return;
-    zp_optimizer_wait(P);
-    CUDA_CHECK(cudaEventSynchronize(P->ev_grads_done));  // every gradient copy into the shared buffers landed
-    zp_ring_drain(P->ring_main);  // ... including those through the staging ring (zp_grad_norm drained it already)
+void zp_round_host_weights(ZeroPart* P) {
     for (int u = 0; u < P->num_units; u++) {
         ZpUnit* U = &P->u[u];
         if (U->opt_cpu) host_round_to_x(U->whost, P->X, U->master, P->L.hi[u] - P->L.lo[u]);
@@ -589,7 +609,6 @@ void zp_optimizer_skip(ZeroPart* P) {
 
 // elements [offset, offset + n) of the flat partition, unit by unit (host or device), in either direction
 static void state_copy(ZeroPart* P, int which, size_t offset, size_t n, float* host, bool to_host) {
-    zp_optimizer_wait(P);
     CUDA_CHECK(cudaDeviceSynchronize());
     const size_t end = offset + n;
     if (end > P->L.part_total) t5_die(T5_EXIT_FAILURE, "internal: optimizer state range beyond the partition");

@@ -5,8 +5,9 @@
  *               fp32 views, state IO, zero_sync_working
  *   gather.c    parameters: fetch / release / prefetch along the stage 3 schedule, the hold mode
  *   reduce.c    gradients: per-unit buffers, buckets, "reduce-scatter", accumulation, D2H, squared norm
- *   step.c      the optimizer step: fused GPU AdamW for the GPU sub-groups, the CPU AdamW thread for the
- *               offloaded ones, the 16-bit weights sent back unit by unit
+ *   part_step.c the optimizer step: the GPU sub-groups in one fused launch, the CPU optimizer thread for the
+ *               offloaded ones, the 16-bit weights sent back unit by unit; the arithmetic below it, in step.c
+ *               (AdamW) and step_adafactor.c (Adafactor), which call nothing of the partition
  *
  * Per unit u (this rank's partition p = L.part[u] elements, owned range [lo, hi) of the unit):
  *   master, m, v   (p) fp32        optimizer state, GPU or host (opt_cpu)
@@ -207,15 +208,23 @@ __attribute__((noreturn)) void zp_contract_failed(ZeroPart* P, int unit, const c
 ZeroPart* zp_create(const ZeroOptions* o, int num_units, const size_t* unit_numel, const char* const* unit_name,
                     char* err, size_t errlen);
 void zp_destroy(ZeroPart* P);
+// working := round(master) for every unit; the caller waited for the optimizer (zp_optimizer_wait)
 void zp_sync_working(ZeroPart* P, cudaStream_t s);
-// a skipped step: the shared host weights rounded again from the master (zero_optimizer_skip)
-void zp_optimizer_skip(ZeroPart* P);
+// Adam's m (which 0) or v (1), flat partition elements [offset, offset + n); the caller waited for the optimizer
 void zp_state_read(ZeroPart* P, int which, size_t offset, size_t n, float* out);
 void zp_state_write(ZeroPart* P, int which, size_t offset, size_t n, const float* in);
 const float* zp_fp32_tensor(ZeroPart* P, int unit, size_t offset);
 // CPU unit: H2D of its new weights + views on s_copy, then ev_updated; ring: the calling thread's
 void zp_publish_unit_host(ZeroPart* P, int unit, ZpRing* ring);
-void* zp_unit_x_dst(ZeroPart* P, int unit);        // GPU destination of its 16-bit weights, or NULL (host)
+// the GPU destination of a unit's 16-bit weights: its partition (stage 3; NULL when that is on the host) or its
+// resident copy (stages 1/2)
+static inline void* zp_unit_x_dst(const ZeroPart* P, int u) {
+    const ZpUnit* U = &P->u[u];
+    if (P->o.stage == 3) return U->wpart_host ? NULL : U->wpart;
+    return (char*)U->wfull + P->L.lo[u] * P->xs;
+}
+// the CPU units' 16-bit host weights rounded again from their masters
+void zp_round_host_weights(ZeroPart* P);
 void zp_publish_views(ZeroPart* P, int unit, cudaStream_t s, ZpRing* ring);  // fp32 views from the master
 // several ranks: the views' pieces other ranks own, broadcast on s (s_gather) once per weights version
 void zp_views_sync(ZeroPart* P, int unit, cudaStream_t s);
@@ -240,8 +249,12 @@ void zp_wait_unit_updated(ZeroPart* P, int unit, cudaStream_t s);
 void* zp_grad(ZeroPart* P, int unit, cudaStream_t s);
 void zp_grad_ready(ZeroPart* P, int unit, cudaStream_t s);
 void zp_grad_norm(ZeroPart* P, float* d_norm2, int* d_overflow, cudaStream_t s);
-// step.c
+// part_step.c (above part.c: zero.c calls zp_step_init after zp_create and zp_step_free before zp_destroy)
 void zp_step_init(ZeroPart* P);
 void zp_step_free(ZeroPart* P);
 void zp_optimizer_step(ZeroPart* P, const ZeroStepArgs* a, cudaStream_t s);
 void zp_optimizer_wait(ZeroPart* P);
+// a skipped step: the shared host weights rounded again from the master (zero_optimizer_skip)
+void zp_optimizer_skip(ZeroPart* P);
+// Adafactor: the lr tensor `tensor` used in the last step, once that tensor's step is done
+float zp_optimizer_ada_lr(ZeroPart* P, int tensor);

@@ -1,32 +1,46 @@
 /*
- * step.c: the optimizer step of the partitioned engine (REFERENCE 4.4, 4.5).
- *
- * GPU sub-groups: one fused AdamW launch (cuda/adamw.cu) over their segments on the compute stream, writing the
- * 16-bit weights straight into the unit's partition (stage 3) or resident copy (stages 1/2); fp32 runs copy
- * the master there. CPU sub-groups: the engine's optimizer thread runs DeepSpeed's CPU AdamW (cpu_adam.c, all
- * cores) group by group, in unit order, the 16-bit output written into host memory in the same pass; after
- * each group it sends the group's weights (and fp32 views) to the GPU on s_copy and marks its units updated,
- * so the next forward starts on the first units while the CPU still works on the last ones.
- * The overflow check and the global norm were taken on the GPU before the gradients left (reduce.c), so the
- * CPU does no extra pass over them.
+ * step.c: AdamW over the partition's tensors (step.h): the fused GPU plan (cuda/adamw.cu) for the GPU-stepped
+ * units, DeepSpeed's CPU AdamW (cpu_adam.c) for one CPU-stepped unit. part_step.c drives both.
  */
-#include <stdio.h>
-#include <string.h>
-#include <sys/time.h>
+#include "step.h"
 
-#include "../base/check.h"
 #include "../base/common.h"
-#include "part.h"
-#include "step_adafactor.h"
 
-static double now_s(void) {
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    return (double)tv.tv_sec + 1e-6 * (double)tv.tv_usec;
+AdamWPlan* zstep_adamw_plan(ZeroPart* P, int* count) {
+    *count = 0;
+    for (int u = 0; u < P->num_units; u++)
+        if (!P->u[u].opt_cpu) *count += P->u[u].nsegs;
+    if (*count == 0) return NULL;
+    AdamWTensor* at = calloc_check((size_t)*count, sizeof(AdamWTensor));
+    int i = 0;
+    for (int u = 0; u < P->num_units; u++) {
+        ZpUnit* U = &P->u[u];
+        if (U->opt_cpu) continue;
+        char* xdst = zp_unit_x_dst(P, u);
+        for (int k = 0; k < U->nsegs; k++) {
+            const ZpSeg* sg = &U->segs[k];
+            at[i++] = (AdamWTensor){.master = U->master + sg->offset, .m = U->m + sg->offset,
+                                    .v = U->v + sg->offset,
+                                    .grad = (const char*)U->gacc + sg->offset * P->as,
+                                    .work = P->X == DT_F32 ? NULL : xdst + sg->offset * P->xs,
+                                    .n = (int64_t)sg->numel, .grad_dtype = P->A,
+                                    .work_dtype = P->X == DT_F32 ? DT_F16 : P->X,
+                                    .weight_decay = sg->decay ? P->o.weight_decay : 0.0f};
+        }
+    }
+    AdamWPlan* plan = adamw_plan_create(at, *count);
+    free(at);
+    return plan;
 }
 
-// one unit's AdamW over its segments (the owned tensors), all cores
-static void cpu_step_unit(ZeroPart* P, int u, const ZeroStepArgs* a, CpuAdam* ca) {
+void zstep_adamw_gpu(const ZeroPart* P, AdamWPlan* plan, const ZeroStepArgs* a, cudaStream_t s) {
+    AdamWStepArgs sa = {.lr = a->lr, .beta1 = P->o.beta1, .beta2 = P->o.beta2, .eps = P->o.eps,
+                        .bias_correction1 = a->bias_correction1, .bias_correction2 = a->bias_correction2,
+                        .adamw_mode = P->o.adamw_mode};
+    adamw_step(plan, &sa, a->d_inv_scale, NULL, s);
+}
+
+void zstep_adamw_cpu_unit(ZeroPart* P, int u, const ZeroStepArgs* a, const CpuAdam* ca) {
     ZpUnit* U = &P->u[u];
     for (int k = 0; k < U->nsegs; k++) {
         const ZpSeg* sg = &U->segs[k];
@@ -35,146 +49,4 @@ static void cpu_step_unit(ZeroPart* P, int u, const ZeroStepArgs* a, CpuAdam* ca
                         U->v + sg->offset, (const char*)U->gacc + sg->offset * P->as, P->A, a->inv_scale, work,
                         P->X == DT_F32 ? DT_F16 : P->X, sg->numel);
     }
-}
-
-static void* opt_thread(void* arg) {
-    ZeroPart* P = arg;
-    CUDA_CHECK(cudaSetDevice(P->device));
-    for (;;) {
-        pthread_mutex_lock(&P->mu);
-        while (P->opt_done == P->opt_step && !P->quit) pthread_cond_wait(&P->cv, &P->mu);
-        if (P->quit) {
-            pthread_mutex_unlock(&P->mu);
-            break;
-        }
-        const int64_t step = P->opt_done + 1;
-        ZeroStepArgs a = P->pending;
-        pthread_mutex_unlock(&P->mu);
-        CpuAdam ca = P->cpu_adam;
-        ca.step = a.step;
-        ca.bias_correction1 = a.bias_correction1;
-        ca.bias_correction2 = a.bias_correction2;
-        // the gradients of the CPU units are on the host once s_grad has passed ev_grads_done (pinned: the DMA
-        // wrote them; pageable: the main thread drained its staging ring in zp_grad_norm / zp_optimizer_step
-        // before opt_step++, so the ring's host copies happened before this thread took the step)
-        CUDA_CHECK(cudaEventSynchronize(P->ev_grads_done));
-        const double t0 = now_s();
-        // sub-group by sub-group (DeepSpeed's step granularity), and inside a group unit by unit: each unit's new
-        // weights leave for the GPU as soon as its AdamW is done, so the next forward's first units arrive first
-        for (int g = 0; g < P->L.num_groups; g++) {
-            if (!P->L.group_cpu[g]) continue;
-            for (int u = P->L.group_first[g]; u < P->L.group_first[g] + P->L.group_count[g]; u++) {
-                if (P->ada) zp_ada_cpu_unit(P, u, &a);  // Adafactor (step_adafactor.c)
-                else cpu_step_unit(P, u, &a, &ca);
-                zp_publish_unit_host(P, u, P->ring_opt);  // this thread's own staging ring (pageable buffers)
-                pthread_mutex_lock(&P->mu);
-                P->u[u].updated_step = step;
-                pthread_cond_broadcast(&P->cv);
-                pthread_mutex_unlock(&P->mu);
-            }
-        }
-        const double t1 = now_s();
-        pthread_mutex_lock(&P->mu);
-        P->st.cpu_adam_s = t1 - t0;
-        P->opt_done = step;
-        pthread_cond_broadcast(&P->cv);
-        pthread_mutex_unlock(&P->mu);
-    }
-    return NULL;
-}
-
-void zp_step_init(ZeroPart* P) {
-    pthread_mutex_init(&P->mu, NULL);
-    pthread_cond_init(&P->cv, NULL);
-    cpu_adam_init(&P->cpu_adam, P->o.beta1, P->o.beta2, P->o.eps, P->o.adamw_mode);
-    // the GPU plan: every segment of the GPU units
-    int count = 0;
-    for (int u = 0; u < P->num_units; u++)
-        if (!P->u[u].opt_cpu) count += P->u[u].nsegs;
-    if (count > 0 && !P->ada) {  // Adafactor: step_adafactor.c's plan instead
-        AdamWTensor* at = calloc_check((size_t)count, sizeof(AdamWTensor));
-        int i = 0;
-        for (int u = 0; u < P->num_units; u++) {
-            ZpUnit* U = &P->u[u];
-            if (U->opt_cpu) continue;
-            char* xdst = zp_unit_x_dst(P, u);
-            for (int k = 0; k < U->nsegs; k++) {
-                const ZpSeg* sg = &U->segs[k];
-                at[i++] = (AdamWTensor){.master = U->master + sg->offset, .m = U->m + sg->offset,
-                                        .v = U->v + sg->offset,
-                                        .grad = (const char*)U->gacc + sg->offset * P->as,
-                                        .work = P->X == DT_F32 ? NULL : xdst + sg->offset * P->xs,
-                                        .n = (int64_t)sg->numel, .grad_dtype = P->A,
-                                        .work_dtype = P->X == DT_F32 ? DT_F16 : P->X,
-                                        .weight_decay = sg->decay ? P->o.weight_decay : 0.0f};
-            }
-        }
-        P->gpu_plan = adamw_plan_create(at, count);
-        P->gpu_plan_tensors = count;
-        free(at);
-    }
-    if (P->L.cpu_numel > 0) {
-        if (pthread_create(&P->thread, NULL, opt_thread, P) != 0)
-            t5_die(T5_EXIT_FAILURE, "cannot start the CPU optimizer thread");
-        P->thread_started = true;
-    }
-}
-
-void zp_step_free(ZeroPart* P) {
-    if (P->thread_started) {
-        pthread_mutex_lock(&P->mu);
-        P->quit = true;
-        pthread_cond_broadcast(&P->cv);
-        pthread_mutex_unlock(&P->mu);
-        pthread_join(P->thread, NULL);
-        P->thread_started = false;
-    }
-    if (P->gpu_plan) adamw_plan_free(P->gpu_plan);
-    P->gpu_plan = NULL;
-}
-
-void zp_optimizer_step(ZeroPart* P, const ZeroStepArgs* a, cudaStream_t s) {
-    zp_optimizer_wait(P);  // one step in flight at a time
-    bool gpu_stepped = P->ada && zp_ada_gpu_step(P, a, s);  // Adafactor's GPU units (no AdamW plan then)
-    if (P->gpu_plan) {
-        AdamWStepArgs sa = {.lr = a->lr, .beta1 = P->o.beta1, .beta2 = P->o.beta2, .eps = P->o.eps,
-                            .bias_correction1 = a->bias_correction1, .bias_correction2 = a->bias_correction2,
-                            .adamw_mode = P->o.adamw_mode};
-        adamw_step(P->gpu_plan, &sa, a->d_inv_scale, NULL, s);
-        gpu_stepped = true;
-    }
-    if (gpu_stepped) {  // the GPU units' new masters: the fp32 working copy of fp32 runs, the fp32 views
-        for (int u = 0; u < P->num_units; u++) {
-            ZpUnit* U = &P->u[u];
-            if (U->opt_cpu) continue;
-            if (P->X == DT_F32)
-                CUDA_CHECK(cudaMemcpyAsync(zp_unit_x_dst(P, u), U->master, (P->L.hi[u] - P->L.lo[u]) * 4,
-                                           cudaMemcpyDeviceToDevice, s));
-            zp_publish_views(P, u, s, NULL);  // a GPU unit's master is on the device
-        }
-    }
-    P->wver++;  // several ranks: every unit's gathered copy and views are stale until gathered again
-    CUDA_CHECK(cudaEventRecord(P->ev_gpu_step, s));
-    CUDA_CHECK(cudaStreamWaitEvent(P->s_gather, P->ev_gpu_step, 0));
-    CUDA_CHECK(cudaStreamWaitEvent(P->s_copy, P->ev_gpu_step, 0));
-    for (int u = 0; u < P->num_units; u++)
-        if (P->u[u].wfull && P->o.stage == 3) P->u[u].stale = true;
-    if (P->thread_started) {
-        // pageable host gradients: every D2H of ring_main has landed before the thread may read them (zp_grad_norm
-        // drained it; this keeps the rule local). The mutex below orders these host writes before its reads.
-        zp_ring_drain(P->ring_main);
-        pthread_mutex_lock(&P->mu);
-        P->pending = *a;
-        P->opt_step++;
-        pthread_cond_broadcast(&P->cv);
-        pthread_mutex_unlock(&P->mu);
-    }
-}
-
-void zp_optimizer_wait(ZeroPart* P) {
-    if (!P->thread_started) return;
-    pthread_mutex_lock(&P->mu);
-    while (P->opt_done < P->opt_step) pthread_cond_wait(&P->cv, &P->mu);
-    pthread_mutex_unlock(&P->mu);
-    CUDA_CHECK(cudaStreamSynchronize(P->s_copy));
 }

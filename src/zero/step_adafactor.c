@@ -1,7 +1,7 @@
 /*
  * step_adafactor.c: transformers' Adafactor in the partitioned engine (see step_adafactor.h).
  *
- * The arithmetic is the trainer's stage 0 Adafactor's, tensor by tensor: the GPU units take the same fused plan
+ * The arithmetic is stage 0's Adafactor's (step0.c), tensor by tensor: the GPU units take the same fused plan
  * (cuda/adafactor.cu: every tensor is stepped independently, so a plan over a subset of the tensors does to each of
  * them what the stage 0 plan over all of them does), the CPU units cpu_adafactor_step (the reference the GPU kernels
  * were verified against: the same fp32 operations; the fp64 sums are added in another order, which can change an fp32
@@ -203,7 +203,6 @@ size_t zp_ada_state_floats(const ZeroPart* P) { return P->ada ? P->ada->total_fl
 void zp_ada_state_io(ZeroPart* P, size_t offset, size_t n, float* host, bool to_host) {
     ZpAda* A = P->ada;
     if (!A) t5_die(T5_EXIT_FAILURE, "internal: Adafactor state asked of a ZeRO engine running AdamW");
-    zp_optimizer_wait(P);  // the CPU units' state: the optimizer thread is idle
     if (A->plan) CUDA_CHECK(cudaDeviceSynchronize());  // the GPU units' state: the plan's kernels are done
     const size_t end = offset + n;
     if (end > A->total_floats) t5_die(T5_EXIT_FAILURE, "internal: Adafactor state range beyond its %zu floats",
@@ -221,9 +220,15 @@ void zp_ada_state_io(ZeroPart* P, size_t offset, size_t n, float* host, bool to_
     }
 }
 
+int zp_ada_tensor_unit(const ZeroPart* P, int tensor) {
+    const ZpAda* A = P->ada;
+    if (!A || tensor < 0 || tensor >= A->n) t5_die(T5_EXIT_FAILURE, "internal: Adafactor lr of tensor %d", tensor);
+    return A->t[tensor].unit;
+}
+
 float zp_ada_last_lr(ZeroPart* P, int tensor) {
     ZpAda* A = P->ada;
-    if (!A || tensor < 0 || tensor >= A->n) t5_die(T5_EXIT_FAILURE, "internal: Adafactor lr of tensor %d", tensor);
+    (void)zp_ada_tensor_unit(P, tensor);  // the index check
     const ZpAdaTensor* t = &A->t[tensor];
     if (t->plan_index >= 0) {
         if (!A->last_step) return 0.0f;
@@ -232,9 +237,5 @@ float zp_ada_last_lr(ZeroPart* P, int tensor) {
         CUDA_CHECK(cudaMemcpy(&sc, adafactor_plan_scalars(A->plan) + t->plan_index, sizeof sc, cudaMemcpyDeviceToHost));
         return sc.lr;
     }
-    // a CPU unit: its step of the last handed-on step is done once the thread marked the unit updated
-    pthread_mutex_lock(&P->mu);
-    while (P->u[t->unit].updated_step < P->opt_step) pthread_cond_wait(&P->cv, &P->mu);
-    pthread_mutex_unlock(&P->mu);
-    return t->info.lr;
+    return t->info.lr;  // a CPU unit: the caller waited for its step (zp_optimizer_ada_lr)
 }

@@ -2,14 +2,14 @@
  * step_adafactor.h: transformers' Adafactor as the partitioned engine's optimizer (ZeroOptions.optimizer
  * ZERO_OPTIM_ADAFACTOR), internal to src/zero/. docs/zero.md "Adafactor in the engine" has the whole picture.
  *
- * Per tensor (a ZeroTensor: rows x cols factored, or a vector), stepped exactly as the trainer's stage 0 Adafactor:
+ * Per tensor (a ZeroTensor: rows x cols factored, or a vector), stepped exactly as stage 0's Adafactor (step0.c):
  *   GPU-stepped units: one fused plan (cuda/adafactor.cu) over every tensor of those units, on the compute stream,
  *     the 16-bit weights written straight into the unit's GPU partition / resident copy (as the fused AdamW);
  *   CPU-stepped units (offload_optimizer, the `ratio` split): the engine's optimizer thread runs
  *     cpu_adafactor_step (src/zero/cpu_adafactor.c) tensor by tensor, unit by unit, and publishes each unit's 16-bit
  *     weights as the CPU AdamW does.
  * State: per tensor in ZeroOptions.tensors order exp_avg_sq_row + exp_avg_sq_col (a matrix) or exp_avg_sq (a vector),
- * then exp_avg with beta1: the trainer's stage 0 layout. It lives in the buffers Adam's m would use (P->d_m for the GPU
+ * then exp_avg with beta1: stage 0's layout. It lives in the buffers Adam's m would use (P->d_m for the GPU
  * units, P->h_m for the CPU units; v is empty), sized by src/zero/estimate.c.
  *
  * One rank only: every tensor must lie whole in this rank's partition (zp_ada_create refuses a split one; W > 1 is
@@ -28,8 +28,12 @@ bool zp_ada_gpu_step(ZeroPart* P, const ZeroStepArgs* a, cudaStream_t s);
 // One CPU unit's step (the optimizer thread): every tensor of unit u, its 16-bit host weights written in the same
 // pass. The caller publishes the unit.
 void zp_ada_cpu_unit(ZeroPart* P, int u, const ZeroStepArgs* a);
-// The state in the checkpoint layout (model/zero.h zero_adafactor_state_*).
+// The state in the checkpoint layout (model/zero.h zero_adafactor_state_*); the caller waited for the optimizer
+// thread (zp_optimizer_wait), the GPU units' kernels are waited for here.
 size_t zp_ada_state_floats(const ZeroPart* P);
 void zp_ada_state_io(ZeroPart* P, size_t offset, size_t n, float* host, bool to_host);
-// The lr tensor i used in the last step (waits for it).
+// The unit of tensor i (ZeroOptions.tensors order).
+int zp_ada_tensor_unit(const ZeroPart* P, int tensor);
+// The lr tensor i used in the last step: a GPU tensor waits for the plan's stream; a CPU tensor's step must be done
+// (zp_optimizer_ada_lr waits for its unit).
 float zp_ada_last_lr(ZeroPart* P, int tensor);

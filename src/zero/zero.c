@@ -5,7 +5,6 @@
  */
 #include "../../model/zero.h"
 
-#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -118,6 +117,7 @@ ZeroEngine* zero_create_opts(const ZeroOptions* o, int num_units, const size_t* 
     }
     ZeroPart* P = zp_create(o, num_units, unit_numel, unit_name, err, errlen);
     if (!P) return NULL;
+    zp_step_init(P);  // the optimizer above the partition's buffers (part_step.c)
     ZeroEngine* Z = engine_new(o->stage, o->working_dtype, o->grad_dtype, num_units, unit_numel, unit_name);
     Z->P = P;
     Z->coll = P->coll;
@@ -129,6 +129,7 @@ bool zero_owns_optimizer(const ZeroEngine* Z) { return Z->P != NULL; }
 
 void zero_destroy(ZeroEngine* Z) {
     if (!Z) return;
+    if (Z->P) zp_step_free(Z->P);
     zp_destroy(Z->P);
     free(Z->gathered);
     if (Z->working && Z->working != Z->master) cudaFree(Z->working);
@@ -248,6 +249,7 @@ float* zero_master(ZeroEngine* Z, int unit) {
 
 void zero_sync_working(ZeroEngine* Z, cudaStream_t stream) {
     if (Z->P) {
+        zp_optimizer_wait(Z->P);
         zp_sync_working(Z->P, stream);
         return;
     }
@@ -314,12 +316,12 @@ void zero_set_micro_step(ZeroEngine* Z, int micro, int n_micro) {
 }
 
 void zero_grad_norm(ZeroEngine* Z, float* d_norm2, int* d_overflow, cudaStream_t stream) {
-    if (!Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_grad_norm at ZeRO stage 0 (the trainer takes the norm)");
+    if (!Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_grad_norm at ZeRO stage 0 (step0.c takes the norm)");
     zp_grad_norm(Z->P, d_norm2, d_overflow, stream);
 }
 
 void zero_optimizer_step(ZeroEngine* Z, const ZeroStepArgs* a, cudaStream_t stream) {
-    if (!Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_optimizer_step at ZeRO stage 0 (the trainer steps)");
+    if (!Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_optimizer_step at ZeRO stage 0 (step0.c steps)");
     zp_optimizer_step(Z->P, a, stream);
 }
 
@@ -338,6 +340,7 @@ void zero_opt_state_read(ZeroEngine* Z, int which, size_t offset, size_t n, floa
     if (!Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_opt_state_read at ZeRO stage 0");
     if (Z->P->ada) t5_die(T5_EXIT_FAILURE, "internal: zero_opt_state_read (Adam m, v) on an Adafactor engine "
                                            "(its state: zero_adafactor_state_read)");
+    zp_optimizer_wait(Z->P);
     zp_state_read(Z->P, which, offset, n, host_out);
 }
 
@@ -345,24 +348,27 @@ void zero_opt_state_write(ZeroEngine* Z, int which, size_t offset, size_t n, con
     if (!Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_opt_state_write at ZeRO stage 0");
     if (Z->P->ada) t5_die(T5_EXIT_FAILURE, "internal: zero_opt_state_write (Adam m, v) on an Adafactor engine "
                                            "(its state: zero_adafactor_state_write)");
+    zp_optimizer_wait(Z->P);
     zp_state_write(Z->P, which, offset, n, host_in);
 }
 
 size_t zero_adafactor_state_floats(const ZeroEngine* Z) { return Z->P ? zp_ada_state_floats(Z->P) : 0; }
 
 void zero_adafactor_state_read(ZeroEngine* Z, size_t offset, size_t n, float* host_out) {
-    if (!Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_adafactor_state_read at ZeRO stage 0 (the trainer's state)");
+    if (!Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_adafactor_state_read at ZeRO stage 0 (step0.c's state)");
+    zp_optimizer_wait(Z->P);  // the CPU units' state: the optimizer thread is idle
     zp_ada_state_io(Z->P, offset, n, host_out, true);
 }
 
 void zero_adafactor_state_write(ZeroEngine* Z, size_t offset, size_t n, const float* host_in) {
-    if (!Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_adafactor_state_write at ZeRO stage 0 (the trainer's state)");
+    if (!Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_adafactor_state_write at ZeRO stage 0 (step0.c's state)");
+    zp_optimizer_wait(Z->P);
     zp_ada_state_io(Z->P, offset, n, (float*)host_in, false);
 }
 
 float zero_adafactor_last_lr(ZeroEngine* Z, int tensor) {
-    if (!Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_adafactor_last_lr at ZeRO stage 0 (the trainer steps)");
-    return zp_ada_last_lr(Z->P, tensor);
+    if (!Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_adafactor_last_lr at ZeRO stage 0 (step0.c steps)");
+    return zp_optimizer_ada_lr(Z->P, tensor);
 }
 
 bool zero_hold_begin(ZeroEngine* Z, cudaStream_t stream) { return Z->P ? zp_hold_begin(Z->P, stream) : true; }
@@ -455,18 +461,6 @@ void zero_dp_allreduce_mean(ZeroEngine* Z, void* buf, DType dt, size_t n, cudaSt
     scale_inplace(buf, dt, n, 1.0f / (float)Z->coll.world, s);
     zcoll_all_reduce(&Z->coll, buf, n, dt, ncclSum, s, "the gradient all-reduce");
 }
-
-void zero_all_reduce_sum_f32(ZeroEngine* Z, float* d, size_t n, cudaStream_t s) {
-    if (Z->coll.world == 1) return;
-    zcoll_all_reduce(&Z->coll, d, n, DT_F32, ncclSum, s, "an all-reduce of the step's statistics");
-}
-
-int zero_from_rank0(ZeroEngine* Z, int v, cudaStream_t s) {
-    return zcoll_host_i32(&Z->coll, Z->coll.rank == 0 ? v : INT_MIN, ncclMax, s);
-}
-
-bool zero_agree(ZeroEngine* Z, bool mine, cudaStream_t s) { return zcoll_agree(&Z->coll, mine, s); }
-void zero_barrier(ZeroEngine* Z, cudaStream_t s) { zcoll_barrier(&Z->coll, s); }
 
 void zero_gather_masters(ZeroEngine* Z, bool keep, cudaStream_t s) {
     if (Z->coll.world == 1 || !Z->P) return;  // one rank, or stage 0: every rank holds every master

@@ -10,7 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "../zero/plan.h"
+#include "plan.h"
 
 // One run of consecutive floats of an old blob that lands in the new partition: `which` 0 = m, 1 = v; new_off is
 // the offset in the new rank's m (or v) partition.

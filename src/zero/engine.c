@@ -1,0 +1,238 @@
+/*
+ * engine.c: the trainer's door (engine.h): the parameters' engine (zero.c; stages 1-3: the partition), stage 0's
+ * optimizer (step0.c), the loss scaler, Adam's step state, and the device scalars of one update's norm. The
+ * checkpoint blobs: engine_state.c.
+ */
+#include "engine_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../../cuda/adafactor.cuh"
+#include "../../cuda/global_norm.cuh"
+#include "../../model/t5.h"
+#include "../../model/t5_weights.h"
+#include "../base/check.h"
+#include "../base/common.h"
+#include "../base/safetensors.h"
+#include "cpu_adafactor.h"
+
+// Adafactor's state floats of the whole model in the checkpoint layout (step0.h), per tensor of o->tensors
+static size_t adafactor_floats(const ZeroOptions* o) {
+    size_t total = 0;
+    for (int i = 0; i < o->num_tensors; i++) {
+        const ZeroTensor* p = &o->tensors[i];
+        const bool fac = p->rows > 0 && p->cols > 0;
+        total += cpu_adafactor_state_floats(fac ? (size_t)p->rows : 1, fac ? (size_t)p->cols : p->numel, fac,
+                                            o->adafactor.has_beta1);
+    }
+    return total;
+}
+
+// "ZeRO stage N: ..." once the partitioned engine has its buffers
+static void print_plan(const Engine* E) {
+    const ZeroOptions* zo = &E->o.zero;
+    ZeroStats zs;
+    zero_stats(E->Z, &zs);
+    printf("ZeRO stage %d: optimizer state %s, 16-bit parameters %s; host %.2f GiB (%.2f GiB pinned), GPU %.2f "
+           "GiB resident%s; allocated in %.1f s\n",
+           zo->stage, !zo->offload_optimizer ? "on the GPU" : zo->ratio >= 1.0 ? "on the CPU" : "split CPU/GPU by ratio",
+           zo->offload_param ? "offloaded to the CPU" : zo->stage == 3 ? "partitioned on the GPU" : "on the GPU",
+           (double)zs.host_bytes / (1 << 30), (double)zs.host_pinned_bytes / (1 << 30), (double)zs.gpu_bytes / (1 << 30),
+           zs.host_grads_share_weights ? "; offloaded gradients share the 16-bit weights' host buffer" : "", zs.init_s);
+    fflush(stdout);
+}
+
+int engine_create(Engine** out, const EngineOptions* o, char* err, size_t errlen) {
+    *out = NULL;
+    Engine* E = calloc_check(1, sizeof *E);
+    E->o = *o;
+    char serr[512];
+    if (o->use_scaler && loss_scaler_init(&E->scaler, &o->scaler, serr, sizeof serr)) {
+        snprintf(err, errlen, "deepspeed.fp16: %s", serr);
+        free(E);
+        return T5_EXIT_USAGE;
+    }
+    const ParamTable* T = o->T;
+    size_t* numel = malloc_check((size_t)T->num_units * sizeof(size_t));
+    const char** names = malloc_check((size_t)T->num_units * sizeof(char*));
+    for (int u = 0; u < T->num_units; u++) {
+        numel[u] = T->units[u].numel;
+        names[u] = T->units[u].name;
+    }
+    t5_model_zero_describe(T, &E->o.zero);  // the tensors and traces, kept for stage 0's optimizer
+    E->Z = zero_create_opts(&E->o.zero, T->num_units, numel, names, err, errlen);
+    free(numel);
+    free(names);
+    if (!E->Z) {
+        t5_model_zero_free(&E->o.zero);
+        free(E);
+        return T5_EXIT_FAILURE;
+    }
+    E->part = zero_owns_optimizer(E->Z);
+    E->numel = zero_flat_numel(E->Z);
+    E->state_n = E->part ? zero_partition_numel(E->Z) : E->numel;
+    E->ada = o->zero.optimizer == ZERO_OPTIM_ADAFACTOR;
+    if (E->ada) E->ada_floats = adafactor_floats(&E->o.zero);
+    if (o->zero.stage > 0) print_plan(E);
+    *out = E;
+    return 0;
+}
+
+ZeroEngine* engine_params(Engine* E) { return E->Z; }
+
+void engine_optimizer_create(Engine* E) {
+    CUDA_CHECK(cudaMalloc((void**)&E->d_norm2, sizeof(float)));
+    CUDA_CHECK(cudaMalloc((void**)&E->d_overflow, sizeof(int)));
+    CUDA_CHECK(cudaMalloc((void**)&E->d_inv_scale, sizeof(float)));
+    CUDA_CHECK(cudaMalloc((void**)&E->d_norm, sizeof(float)));
+    CUDA_CHECK(cudaMallocHost((void**)&E->h_norm2, sizeof(float)));
+    CUDA_CHECK(cudaMallocHost((void**)&E->h_overflow, sizeof(int)));
+    CUDA_CHECK(cudaMallocHost((void**)&E->h_inv_scale, sizeof(float)));
+    const ZeroOptions* zo = &E->o.zero;
+    cpu_adam_init(&E->sch.adam, zo->beta1, zo->beta2, zo->eps, zo->adamw_mode);
+    if (E->part && E->ada && zero_adafactor_state_floats(E->Z) != E->ada_floats)
+        t5_die(T5_EXIT_FAILURE, "internal: the ZeRO engine's Adafactor state has %zu floats, the checkpoint layout %zu",
+               zero_adafactor_state_floats(E->Z), E->ada_floats);
+    if (!E->part) E->s0 = step0_create(E->Z, zo, E->ada_floats);  // stages 1-3: the partition holds the state
+}
+
+int engine_load_weights(Engine* E, const char* path, uint64_t seed, cudaStream_t s, char* err, size_t errlen) {
+    zero_optimizer_wait(E->Z);
+    const int rc = path ? t5_weights_load(E->Z, E->o.T, path, s, err, errlen)
+                        : t5_weights_init_random(E->Z, E->o.T, seed, s, err, errlen);
+    if (rc) return -1;
+    zero_sync_working(E->Z, s);
+    return 0;
+}
+
+int engine_save_weights(Engine* E, const char* dir, bool write, cudaStream_t s, char* err, size_t errlen) {
+    zero_gather_masters(E->Z, write, s);
+    const int rc = write ? t5_weights_save(E->Z, E->o.T, dir, DT_F32, SAFETENSORS_DEFAULT_SHARD_BYTES, s, err, errlen)
+                         : 0;
+    zero_gather_masters_free(E->Z);
+    return rc;
+}
+
+// the scale the next forward's dlogits and this update's clipping use
+static float loss_scale(const Engine* E) { return E->o.use_scaler ? (float)E->scaler.cur_scale : 1.0f; }
+
+float engine_micro_begin(Engine* E, int micro, int n_micro, cudaStream_t s) {
+    zero_set_micro_step(E->Z, micro, n_micro);
+    zero_begin_grads(E->Z, s);
+    E->n_micro = n_micro;
+    return loss_scale(E) / (float)n_micro;
+}
+
+void engine_micro_end(Engine* E, int micro, cudaStream_t s) {
+    if (E->s0) step0_accumulate(E->s0, E->Z, micro, s);  // stages 1-3 accumulated at each grad_ready
+}
+
+void engine_grad_norm(Engine* E, bool inject_inf, cudaStream_t s) {
+    if (E->s0) {
+        step0_grad_norm(E->s0, E->Z, E->n_micro, inject_inf, E->d_norm2, E->d_overflow, s);
+        return;
+    }
+    // stages 1-3: the engine accumulated the partitions and took their squared norm on the GPU
+    zero_grad_norm(E->Z, E->d_norm2, E->d_overflow, s);
+    if (inject_inf) CUDA_CHECK(cudaMemsetAsync(E->d_overflow, 1, sizeof(int), s));
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// the update with Adam's next step state: stage 0's plan, or the engine's GPU launch + CPU thread
+static void apply_update(Engine* E, double lr, cudaStream_t s) {
+    E->sch.applied_steps++;
+    cpu_adam_begin_step(&E->sch.adam, E->sch.applied_steps, E->o.zero.beta1, E->o.zero.beta2);
+    const ZeroStepArgs za = {.lr = (float)lr, .step = E->sch.applied_steps,
+                             .bias_correction1 = E->sch.adam.bias_correction1,
+                             .bias_correction2 = E->sch.adam.bias_correction2, .d_inv_scale = E->d_inv_scale,
+                             .inv_scale = *E->h_inv_scale, .lr64 = lr};
+    if (E->s0) step0_step(E->s0, &E->o.zero, &za, s);
+    else zero_optimizer_step(E->Z, &za, s);
+}
+
+EngineStepResult engine_step(Engine* E, double lr, cudaStream_t s) {
+    EngineStepResult r = {0};
+    const float scale = loss_scale(E);
+    global_norm_clip_scale(E->d_norm2, E->d_overflow, scale, (float)E->o.clip, E->d_inv_scale, E->d_norm, s);
+    CUDA_CHECK(cudaMemcpyAsync(E->h_norm2, E->d_norm2, sizeof(float), cudaMemcpyDeviceToHost, s));
+    CUDA_CHECK(cudaMemcpyAsync(E->h_overflow, E->d_overflow, sizeof(int), cudaMemcpyDeviceToHost, s));
+    CUDA_CHECK(cudaMemcpyAsync(E->h_inv_scale, E->d_inv_scale, sizeof(float), cudaMemcpyDeviceToHost, s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    r.synced_s = now_s();
+    if (E->o.profile) zero_stats(E->Z, &r.at_sync);
+    const float norm = sqrtf(*E->h_norm2);
+    const bool overflow = *E->h_overflow != 0 || !isfinite(norm);
+    if (E->o.use_scaler) {
+        LossScalerUpdate u = loss_scaler_update(&E->scaler, overflow);
+        if (u.event == LOSS_SCALER_AT_MIN) t5_die(T5_EXIT_FAILURE, "%s", LOSS_SCALER_MIN_SCALE_MSG);
+        loss_scaler_format_overflow(r.overflow_line, sizeof r.overflow_line, &u, 0);
+        r.loss_scale = u.new_scale;
+    } else if (overflow) {
+        r.diverged = true;
+        r.norm = NAN;
+        return r;
+    }
+    if (overflow) {
+        // restores what the gradient path wrote over (the 16-bit host weights the offloaded gradients shared)
+        zero_optimizer_skip(E->Z, s);
+        r.skipped = true;
+        r.norm = NAN;
+        return r;
+    }
+    apply_update(E, lr, s);
+    r.norm = (double)norm / (double)scale;
+    return r;
+}
+
+bool engine_eval_begin(Engine* E, cudaStream_t s) {
+    zero_optimizer_wait(E->Z);
+    return zero_hold_begin(E->Z, s);
+}
+
+void engine_eval_end(Engine* E, bool held, cudaStream_t s) {
+    if (held) zero_hold_end(E->Z, s);
+}
+
+void engine_stats(Engine* E, bool settle, EngineStats* out) {
+    if (settle) zero_optimizer_wait(E->Z);
+    zero_stats(E->Z, &out->zero);
+    out->numel = E->numel;
+}
+
+double engine_logged_lr(Engine* E, double lr, cudaStream_t s) {
+    const ZeroAdafactor* o = &E->o.zero.adafactor;
+    if (!E->ada || !o->relative_step) return lr;
+    // as HF's AdafactorSchedule: tensor 0's _get_lr at the last applied step (with scale_parameter: what its step
+    // used, which waits for that step; without: the relative step itself), 0 before any applied step
+    if (E->sch.applied_steps == 0) return 0.0;
+    if (!o->scale_parameter) {
+        const AdafactorStepArgs fa = {.step = E->sch.applied_steps, .relative_step = true, .warmup_init = o->warmup_init};
+        return adafactor_rel_step(&fa);
+    }
+    if (E->part) return (double)zero_adafactor_last_lr(E->Z, 0);
+    return step0_adafactor_lr(E->s0, s);
+}
+
+void engine_destroy(Engine* E) {
+    if (!E) return;
+    step0_destroy(E->s0);
+    zero_destroy(E->Z);
+    t5_model_zero_free(&E->o.zero);
+    cudaFree(E->d_norm2);
+    cudaFree(E->d_overflow);
+    cudaFree(E->d_inv_scale);
+    cudaFree(E->d_norm);
+    cudaFreeHost(E->h_norm2);
+    cudaFreeHost(E->h_overflow);
+    cudaFreeHost(E->h_inv_scale);
+    free(E);
+}
