@@ -48,6 +48,12 @@ static void test_check_args(void** state) {
     assert_int_equal(best_model_check_args(true, "loss", N, 100, N, 100, 3, err, sizeof err), -1);
     assert_contains(err, "eval strategy of steps or epoch");
     assert_int_equal(best_model_check_args(true, "loss", S, 100, S, 100, 3, err, sizeof err), 0);
+    // ratios (HF): both or neither, and a multiple in millionths
+    assert_int_equal(best_model_check_args(true, "loss", S, 0.1, S, 0.2, 0, err, sizeof err), 0);
+    assert_int_equal(best_model_check_args(true, "loss", S, 0.1, S, 0.25, 0, err, sizeof err), -1);
+    assert_contains(err, "but found 0.25, which is not a multiple of 0.1");
+    assert_int_equal(best_model_check_args(true, "loss", S, 0.1, S, 500, 0, err, sizeof err), -1);
+    assert_contains(err, "mixing ratio and absolute steps");
 }
 
 static json_t* metrics(const char* k, double v) {

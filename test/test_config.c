@@ -395,6 +395,26 @@ static void test_bool_spellings(void** state) {
     }
 }
 
+// logging / eval / save steps as HF: a float below 1 is a ratio of the total steps (kept for the trainer), above 1 a
+// whole number; 0 refused with the steps strategy; eval_steps null takes logging_steps, ratio included
+static void test_ratio_steps(void** state) {
+    (void)state;
+    char err[CONFIG_ERR_LEN];
+    const char* base = "--model t5-small --dataset wmt16-ro-en ";
+    char line[512];
+    snprintf(line, sizeof line, "%s--logging_steps 0.5 --save_steps 0.25 --eval_strategy steps", base);
+    if (api_run(&cfg, line, err, sizeof err)) fail_msg("%s", err);
+    assert_true(cfg.logging_steps == 0.5 && cfg.save_steps == 0.25 && cfg.eval_steps == 0.5);
+    snprintf(line, sizeof line, "%s--logging_steps 2.5", base);
+    assert_int_equal(api_run(&cfg, line, err, sizeof err), 2);
+    assert_contains(err, "--logging_steps must be an integer if bigger than 1: 2.5");
+    snprintf(line, sizeof line, "%s--save_steps 0", base);
+    assert_int_equal(api_run(&cfg, line, err, sizeof err), 2);
+    assert_contains(err, "requires a non-zero --save_steps");
+    snprintf(line, sizeof line, "%s--save_steps 0 --save_strategy no --logging_steps 7.0", base);
+    if (api_run(&cfg, line, err, sizeof err)) fail_msg("%s", err);  // no saves: not checked; 7.0 is whole
+}
+
 static void test_short_form(void** state) {
     (void)state;
     char err[CONFIG_ERR_LEN];
@@ -753,6 +773,7 @@ int main(void) {
         cmocka_unit_test(test_world_size_and_steps),
         cmocka_unit_test(test_cli_overrides_file),
         cmocka_unit_test(test_bool_spellings),
+        cmocka_unit_test(test_ratio_steps),
         cmocka_unit_test(test_short_form),
         cmocka_unit_test(test_unresolved_model_is_a_note),
         cmocka_unit_test(test_resolved_json_round_trips),

@@ -36,13 +36,13 @@ static void test_save_bytes(void** state) {
     assert_int_equal(b.need, 3 * C);
     assert_int_equal(b.new_checkpoints, 3);
     assert_false(b.unbounded || b.final_at_peak);
-    // max_steps / save_steps = 1 checkpoint in all, no limit: that one and the final model, bounded
+    // 1 checkpoint in all (the one at the last step), no limit: that one and the final model, bounded
     p.save_total_limit = 0;
     p.planned_checkpoints = 1;
     disk_save_bytes(&p, &b);
     assert_int_equal(b.need, C + F);
     assert_false(b.unbounded);
-    // no checkpoint will be written (save_steps > max_steps): the final model only
+    // no checkpoint will be written (save_strategy no is checkpoints false; here the count alone): the final model
     p.planned_checkpoints = 0;
     disk_save_bytes(&p, &b);
     assert_int_equal(b.need, F);
@@ -134,7 +134,11 @@ static void test_plan_of_a_run(void** state) {
     assert_int_equal(params_build(&T, &a.model, err, sizeof err), 0);
     assert_int_equal(p.params, T.total_numel);
     assert_true(p.params > 60000000 && p.params < 61000000);  // t5-small: 60.5M
-    assert_int_equal(p.planned_checkpoints, 3);
+    assert_int_equal(p.planned_checkpoints, 4);  // steps 300, 600, 900 and the last, 1000
+    a.save_steps = 0.25;  // a ratio: every 250 steps
+    disk_save_plan(&a, 2, &p);
+    assert_int_equal(p.planned_checkpoints, 4);
+    a.save_steps = 300;
     assert_int_equal(p.world_size, 2);
     assert_false(p.state_partitioned);
     assert_int_equal(p.adafactor_floats, 0);

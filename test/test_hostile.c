@@ -837,7 +837,7 @@ static void make_cases(void) {
         }
     static const char* const INTS[] = {
         "preprocessing_num_workers", "max_source_length", "max_target_length", "val_max_target_length",
-        "max_train_samples", "max_eval_samples", "max_predict_samples", "num_beams", "eval_steps",
+        "max_train_samples", "max_eval_samples", "max_predict_samples", "num_beams",
         "per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps", "max_steps",
         "warmup_steps", "logging_steps", "save_steps", "save_total_limit", "seed", "data_seed",
         "dataloader_num_workers", "generation_max_length", "generation_num_beams"};
@@ -848,6 +848,10 @@ static void make_cases(void) {
             snprintf(name, sizeof name, "flag int: --%s '%s'", INTS[i], INT_BAD[j]);
             add(name, 2, INTS[i], "$T $B --%s '%s' --dry_run", INTS[i], INT_BAD[j]);
         }
+    // logging / eval / save steps are HF floats (below 1: a ratio), whole above 1, checked under the steps strategy
+    add("flag steps: --eval_steps 2.5", 2, "must be an integer if bigger than 1",
+        "$T $B --eval_strategy steps --eval_steps 2.5 --dry_run");
+    add("flag steps: --save_steps 0", 2, "non-zero --save_steps", "$T $B --save_steps 0 --dry_run");
     static const char* const BOOLS[] = {
         "overwrite_cache", "pad_to_max_length", "ignore_pad_token_for_loss", "do_eval", "do_predict",
         "logging_first_step", "save_on_each_node", "fp16", "bf16", "fp16_full_eval", "bf16_full_eval",

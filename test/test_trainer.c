@@ -61,6 +61,11 @@ static void test_step_predicates(void** state) {
     assert_false(trainer_step_due(TRAINER_INTERVAL_EPOCH, 500, 500));
     assert_false(trainer_step_due(TRAINER_INTERVAL_STEPS, 5, 0));
     assert_true(trainer_step_due(TRAINER_INTERVAL_STEPS, 7, 1));
+    // HF's TrainerState.compute_steps: below 1, ceil(total x ratio)
+    assert_int_equal(trainer_interval_steps(500, 3000), 500);
+    assert_int_equal(trainer_interval_steps(0.5, 3000), 1500);
+    assert_int_equal(trainer_interval_steps(0.1, 25), 3);  // ceil(2.5)
+    assert_int_equal(trainer_interval_steps(1, 25), 1);
 }
 
 static void test_args_default_like_hf(void** state) {

@@ -285,7 +285,7 @@ typedef struct {
     bool overwrite_output_dir;
     bool do_train, do_eval, do_predict;
     int evaluation_strategy;            // IntervalStrategy
-    int64_t eval_steps;                 // -1 = null -> logging_steps
+    double eval_steps;                  // NAN = null -> logging_steps; < 1: a ratio of the total steps (HF)
     int64_t per_device_train_batch_size;
     int64_t per_device_eval_batch_size;
     int64_t gradient_accumulation_steps;
@@ -307,9 +307,9 @@ typedef struct {
     char logging_dir[CONFIG_STR_LEN];
     int logging_strategy;               // IntervalStrategy
     bool logging_first_step;
-    int64_t logging_steps;
+    double logging_steps;               // < 1: a ratio of the total steps (HF)
     int save_strategy;                  // IntervalStrategy
-    int64_t save_steps;
+    double save_steps;                  // < 1: a ratio of the total steps (HF)
     int64_t save_total_limit;           // -1 = null (keep all)
     bool load_best_model_at_end;
     char metric_for_best_model[96];     // "" = null

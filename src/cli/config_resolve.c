@@ -328,6 +328,24 @@ static int check_adafactor_options(RunConfig* c, char* err, size_t n) {
     return 0;
 }
 
+// TrainingArguments._validate_args: with the steps strategy a value is non-zero, and above 1 a whole number (below 1
+// it is a ratio of the total steps, turned into steps by the trainer once it knows them: trainer_interval_steps)
+static int check_interval_steps(const RunConfig* c, char* err, size_t n) {
+    const struct { const char* key; int strategy; double v; } k[] = {
+        {"logging_steps", c->logging_strategy, c->logging_steps},
+        {"eval_steps", c->evaluation_strategy, c->eval_steps},
+        {"save_steps", c->save_strategy, c->save_steps},
+    };
+    for (size_t i = 0; i < T5_ARRAY_LEN(k); i++) {
+        if (k[i].strategy != STRATEGY_STEPS || isnan(k[i].v)) continue;  // (eval_steps null: logging_steps's)
+        if (k[i].v == 0)
+            return t5_errf(err, n, T5_EXIT_USAGE, "%s strategy steps requires a non-zero --%s", k[i].key, k[i].key);
+        if (k[i].v > 1 && k[i].v != floor(k[i].v))
+            return t5_errf(err, n, T5_EXIT_USAGE, "--%s must be an integer if bigger than 1: %g", k[i].key, k[i].v);
+    }
+    return 0;
+}
+
 int config_resolve(RunConfig* c, char* err, size_t n) {
     c->num_notes = 0;
     config_foreign_notes(c);
@@ -393,7 +411,9 @@ int config_resolve(RunConfig* c, char* err, size_t n) {
         c->num_beams = c->generation_num_beams > 0 ? c->generation_num_beams : 1;
         c->src[config_key_index("num_beams")] = CONFIG_SRC_DERIVED;
     }
-    if (c->eval_steps < 0 && c->evaluation_strategy == STRATEGY_STEPS) {
+    int rc_steps = check_interval_steps(c, err, n);
+    if (rc_steps) return rc_steps;
+    if (isnan(c->eval_steps) && c->evaluation_strategy == STRATEGY_STEPS) {
         c->eval_steps = c->logging_steps;
         c->src[config_key_index("eval_steps")] = CONFIG_SRC_DERIVED;
     }

@@ -115,8 +115,11 @@ void disk_save_plan(const TrainerArgs* a, int world_size, SavePlan* p) {
     p->final_model = a->do_train;
     p->checkpoints = a->do_train && a->save_strategy != TRAINER_INTERVAL_NO;
     p->save_total_limit = a->save_total_limit;
-    p->planned_checkpoints = -1;  // by epoch, or epochs of a size not known yet: unbounded unless the limit bounds it
-    if (p->checkpoints && a->save_strategy == TRAINER_INTERVAL_STEPS && a->max_steps > 0 && a->save_steps > 0)
-        p->planned_checkpoints = a->max_steps / a->save_steps;
+    // every save_steps and one at the last step (HF's DefaultFlowCallback, the trainer's after_update); by epoch, or
+    // epochs of a size not known yet: unbounded unless the limit bounds them
+    p->planned_checkpoints = -1;
+    const int64_t every = trainer_interval_steps(a->save_steps, a->max_steps);
+    if (p->checkpoints && a->save_strategy == TRAINER_INTERVAL_STEPS && a->max_steps > 0 && every > 0)
+        p->planned_checkpoints = (a->max_steps + every - 1) / every;
     p->existing_checkpoints = disk_count_checkpoints(a->output_dir);
 }

@@ -11,7 +11,8 @@
  *                 moment of every parameter with beta1), plus SAVE_SMALL_BYTES of config, tokenizer and counters
  * A save first writes the new checkpoint and only then rotates the oldest away, so with save_total_limit L the
  * peak is L + 1 checkpoints, or L checkpoints and the final model, whichever is larger; a run of max_steps with
- * save_steps writes at most max_steps / save_steps of them (a SIGTERM's save is not counted). The checkpoints
+ * save_steps writes ceil(max_steps / save_steps) of them, the last at the final step (a SIGTERM's save is not
+ * counted). The checkpoints
  * already in output_dir (a resume) are on the disk already: they are counted against L, not as new bytes.
  */
 #pragma once
@@ -37,7 +38,7 @@ typedef struct {
     bool final_model;            // do_train: the model is saved at the end
     bool checkpoints;            // save_strategy steps or epoch, with do_train
     int64_t save_total_limit;    // <= 0: none (every checkpoint is kept)
-    int64_t planned_checkpoints; // checkpoints the run will write (max_steps / save_steps); < 0: not known
+    int64_t planned_checkpoints; // checkpoints the run will write (ceil(max_steps / save_steps)); < 0: not known
     int existing_checkpoints;    // checkpoint-N folders already in output_dir
 } SavePlan;
 

@@ -43,8 +43,8 @@ static const char* interval_name(TrainerInterval s) {
     return s == TRAINER_INTERVAL_STEPS ? "steps" : s == TRAINER_INTERVAL_EPOCH ? "epoch" : "no";
 }
 
-int best_model_check_args(bool load_best, const char* metric, TrainerInterval eval_strategy, int64_t eval_steps,
-                          TrainerInterval save_strategy, int64_t save_steps, int64_t patience, char* err,
+int best_model_check_args(bool load_best, const char* metric, TrainerInterval eval_strategy, double eval_steps,
+                          TrainerInterval save_strategy, double save_steps, int64_t patience, char* err,
                           size_t errcap) {
     if (load_best) {
         if (eval_strategy != save_strategy) {
@@ -53,11 +53,27 @@ int best_model_check_args(bool load_best, const char* metric, TrainerInterval ev
                      interval_name(eval_strategy), interval_name(save_strategy));
             return -1;
         }
-        if (eval_strategy == TRAINER_INTERVAL_STEPS && (eval_steps <= 0 || save_steps % eval_steps != 0)) {
-            snprintf(err, errcap, "--load_best_model_at_end requires the saving steps to be a round multiple of the "
-                                  "evaluation steps, but found %lld, which is not a round multiple of %lld",
-                     (long long)save_steps, (long long)eval_steps);
-            return -1;
+        // TrainingArguments: whole steps must divide; ratios (below 1) both or neither, compared in millionths
+        if (eval_strategy == TRAINER_INTERVAL_STEPS && (eval_steps <= 0 || fmod(save_steps, eval_steps) != 0)) {
+            if (eval_steps > 0 && (eval_steps < 1 || save_steps < 1)) {
+                if (!(eval_steps < 1 && save_steps < 1)) {
+                    snprintf(err, errcap, "--load_best_model_at_end requires the saving steps to be a multiple of the "
+                             "evaluation steps, which cannot get guaranteed when mixing ratio and absolute steps for "
+                             "save_steps %g and eval_steps %g", save_steps, eval_steps);
+                    return -1;
+                }
+                const long long s = llround(save_steps * 1e6), e = llround(eval_steps * 1e6);
+                if (e == 0 || s % e != 0) {
+                    snprintf(err, errcap, "--load_best_model_at_end requires the saving steps to be a multiple of the "
+                             "evaluation steps, but found %g, which is not a multiple of %g", save_steps, eval_steps);
+                    return -1;
+                }
+            } else {
+                snprintf(err, errcap, "--load_best_model_at_end requires the saving steps to be a round multiple of "
+                         "the evaluation steps, but found %g, which is not a round multiple of %g", save_steps,
+                         eval_steps);
+                return -1;
+            }
         }
     }
     if (patience > 0) {

@@ -40,8 +40,8 @@ bool best_model_default_greater(const char* name);
 int best_model_init(BestModel* b, const char* metric, bool greater_is_better, int64_t patience, double threshold,
                     char* err, size_t errcap);
 // load_best: --load_best_model_at_end; strategies/steps of eval and save; early stopping on when patience > 0.
-int best_model_check_args(bool load_best, const char* metric, TrainerInterval eval_strategy, int64_t eval_steps,
-                          TrainerInterval save_strategy, int64_t save_steps, int64_t patience, char* err,
+int best_model_check_args(bool load_best, const char* metric, TrainerInterval eval_strategy, double eval_steps,
+                          TrainerInterval save_strategy, double save_steps, int64_t patience, char* err,
                           size_t errcap);
 // The metric of one evaluation. Returns 1 when it is a new best (best_* updated to step), 0 when not, -1 when the
 // metric is missing from `metrics` (HF's KeyError: err lists the available keys). *should_stop: early stopping

@@ -88,6 +88,10 @@ int64_t trainer_micro_batches(int64_t num_batches, int64_t gas, int64_t step_in_
     return left <= 0 ? 0 : T5_MIN(gas, left);
 }
 
+int64_t trainer_interval_steps(double v, int64_t total_steps) {
+    return v < 1 ? (int64_t)ceil((double)total_steps * v) : (int64_t)v;
+}
+
 bool trainer_step_due(TrainerInterval strategy, int64_t step, int64_t interval) {
     return strategy == TRAINER_INTERVAL_STEPS && interval > 0 && step > 0 && step % interval == 0;
 }
@@ -191,6 +195,7 @@ typedef struct {
     TrainerRngState rng;
     DataLoaderState data_state;  // position restored from a checkpoint (magic 0: fresh run)
     int64_t total_steps, upe, nb;
+    int64_t logging_steps, eval_steps, save_steps;  // the args' (ratios turned into steps: trainer_interval_steps)
     // logging
     TrainerLog log;
     Reporter rep;                 // --report_to writers (src/report/report_to.h), opened by report_start
@@ -925,9 +930,9 @@ static void train_setup(Trainer* t, int64_t gas) {
         t->best.best_step = t->hf.best_global_step;
     }
     t->hf.max_steps = t->total_steps;
-    t->hf.logging_steps = a->logging_steps;
-    t->hf.eval_steps = a->eval_steps;
-    t->hf.save_steps = a->save_steps;
+    t->hf.logging_steps = t->logging_steps = trainer_interval_steps(a->logging_steps, t->total_steps);
+    t->hf.eval_steps = t->eval_steps = trainer_interval_steps(a->eval_steps, t->total_steps);
+    t->hf.save_steps = t->save_steps = trainer_interval_steps(a->save_steps, t->total_steps);
     t->hf.train_batch_size = a->data.train_batch_size;
     t->hf.num_train_epochs = num_epochs;
     if (a->dump_batches[0]) t->dump = json_array();
@@ -981,7 +986,7 @@ static void log_update(Trainer* t, LogWindow* w, int64_t step, double epoch_f, d
 // by a signal or T5TRAIN_STOP_AFTER_STEPS; else early stopping).
 static bool after_update(Trainer* t, int64_t step, double epoch_f, bool epoch_end, bool* stopped) {
     const TrainerArgs* a = t->a;
-    bool do_eval = t->eval_dl && (trainer_step_due(a->eval_strategy, step, a->eval_steps) ||
+    bool do_eval = t->eval_dl && (trainer_step_due(a->eval_strategy, step, t->eval_steps) ||
                                   (a->eval_strategy == TRAINER_INTERVAL_EPOCH && epoch_end));
     bool early_stop = false;
     if (do_eval) {
@@ -998,7 +1003,7 @@ static bool after_update(Trainer* t, int64_t step, double epoch_f, bool epoch_en
         signals_format_stop_message(msg, sizeof msg, signals_stop_signal(), step);
         trainer_log_line(&t->log, msg);
     }
-    bool do_save = trainer_step_due(a->save_strategy, step, a->save_steps) ||
+    bool do_save = trainer_step_due(a->save_strategy, step, t->save_steps) ||
                    (a->save_strategy == TRAINER_INTERVAL_EPOCH && epoch_end) ||
                    (a->save_strategy != TRAINER_INTERVAL_NO && step >= t->total_steps) || stop_now;
     if (do_save) save_checkpoint(t);
@@ -1054,7 +1059,7 @@ static bool train_loop(Trainer* t, int64_t gas) {
         progress_update(&t->log.bar, step, now);
 
         bool epoch_end = bie >= t->nb;
-        bool do_log = trainer_step_due(a->logging_strategy, step, a->logging_steps) ||
+        bool do_log = trainer_step_due(a->logging_strategy, step, t->logging_steps) ||
                       (a->logging_first_step && step == 1) ||
                       (a->logging_strategy == TRAINER_INTERVAL_EPOCH && epoch_end);
         if (do_log) log_update(t, &w, step, epoch_f, norm, lr, now);

@@ -93,7 +93,7 @@ typedef struct {
     int64_t ds_total_num_steps;          // WarmupDecayLR; <= 0: the computed number of updates
     // logging / eval / save (HF TrainingArguments)
     TrainerInterval logging_strategy, eval_strategy, save_strategy;
-    int64_t logging_steps, eval_steps, save_steps;
+    double logging_steps, eval_steps, save_steps;   // below 1: a ratio of the total steps (trainer_interval_steps)
     bool logging_first_step;
     int64_t save_total_limit;    // <= 0: keep all
     // best model (HF load_best_model_at_end / metric_for_best_model / greater_is_better; EarlyStoppingCallback's
@@ -147,6 +147,9 @@ int64_t trainer_total_steps(int64_t max_steps, double num_train_epochs, int64_t 
 int64_t trainer_num_epochs(int64_t max_steps, double num_train_epochs, int64_t updates_per_epoch);
 // Micro-batches of update number `step_in_epoch` (0-based) of an epoch of num_batches batches.
 int64_t trainer_micro_batches(int64_t num_batches, int64_t gas, int64_t step_in_epoch);
+// logging / eval / save steps as HF's TrainerState.compute_steps: below 1 a ratio of the run's total steps,
+// ceil(total_steps x v); else v.
+int64_t trainer_interval_steps(double v, int64_t total_steps);
 // HF DefaultFlowCallback on_step_end for a "steps" strategy: step > 0 && interval > 0 && step % interval == 0.
 bool trainer_step_due(TrainerInterval strategy, int64_t step, int64_t interval);
 
