@@ -24,7 +24,9 @@
  *     checkpoint resumed under stage 3 + both offloads and a stage 3 one under stage 0 end at the stage 0 run's
  *     weights;
  *   - the 50-step trajectory of test_gpu_trainer (tiny_v10, fp32, against PyTorch's committed trajectory) rerun under
- *     ZeRO stage 3 with both offloads: within the same tolerance.
+ *     ZeRO stage 3 with both offloads: within the same tolerance;
+ *   - stage3_gather_16bit_weights_on_model_save (bf16, stage 3 + both offloads): the final model.safetensors holds
+ *     bf16 tensors, each the fp32 master of the same run without the key rounded to bf16, byte for byte.
  * Small buckets, prefetch buckets, sub-groups and persistence threshold make every code path run with several
  * pieces (docs/zero.md says what each knob does).
  */
@@ -479,6 +481,60 @@ static void test_adafactor_resume_across_stages(void** state) {
     free(ref);
 }
 
+// DeepSpeed's stage3_gather_16bit_weights_on_model_save: the final model in the run's 16-bit dtype. Training is the
+// same bits with and without the key, so the 16-bit file is the fp32 file rounded (safetensors_convert's rounding).
+static void test_16bit_final_save(void** state) {
+    (void)state;
+    T5_REQUIRE_GPU();
+    T5_REQUIRE_DATA();
+    const char* bf16 = "\"bf16\": {\"enabled\": true},";
+    const char* off = "{\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\"}, \"offload_param\": {\"device\": \"cpu\"}";
+    char z32[512], z16[512];
+    snprintf(z32, sizeof z32, "%s}", off);
+    snprintf(z16, sizeof z16, "%s, \"stage3_gather_16bit_weights_on_model_save\": true}", off);
+    char* a = zrun("save_fp32", bf16, z32, NULL, 1);
+    assert_non_null(strstr(g_text, "the model's weights are fp32"));
+    char* b = zrun("save_bf16", bf16, z16, NULL, 1);
+    assert_non_null(strstr(g_text, "the model's weights are bf16 (stage3_gather_16bit_weights_on_model_save)"));
+    char err[1024];
+    char* pa = t5_path_join(a, "model.safetensors");
+    char* pb = t5_path_join(b, "model.safetensors");
+    SafeTensors *sa = NULL, *sb = NULL;
+    if (safetensors_open(&sa, pa, err, sizeof err) || safetensors_open(&sb, pb, err, sizeof err)) fail_msg("%s", err);
+    assert_int_equal(safetensors_count(sa), safetensors_count(sb));
+    size_t bytes_a = 0, bytes_b = 0, diff = 0;
+    for (int i = 0; i < safetensors_count(sa); i++) {
+        const char* name = safetensors_name(sa, i);
+        const SafeTensorInfo *ia = NULL, *ib = NULL;
+        if (safetensors_info(sa, name, &ia, err, sizeof err) || safetensors_info(sb, name, &ib, err, sizeof err))
+            fail_msg("%s", err);
+        if (ia->dtype != DT_F32 || ib->dtype != DT_BF16) fail_msg("%s: dtypes %d / %d", name, ia->dtype, ib->dtype);
+        float* x = malloc(ia->numel * sizeof(float));
+        uint16_t* want = malloc(ia->numel * 2);
+        uint16_t* got = malloc(ia->numel * 2);
+        if (safetensors_read(sa, name, x, DT_F32, NULL, -1, err, sizeof err) ||
+            safetensors_read(sb, name, got, DT_BF16, NULL, -1, err, sizeof err))
+            fail_msg("%s", err);
+        safetensors_convert(want, DT_BF16, x, DT_F32, ia->numel);
+        for (size_t k = 0; k < ia->numel; k++) diff += want[k] != got[k];
+        bytes_a += ia->nbytes;
+        bytes_b += ib->nbytes;
+        free(x);
+        free(want);
+        free(got);
+    }
+    print_message("16-bit final save: %zu bytes of tensors against %zu in fp32, %zu elements differ from the rounded "
+                  "fp32 master\n", bytes_b, bytes_a, diff);
+    assert_int_equal(diff, 0);
+    assert_int_equal(2 * bytes_b, bytes_a);
+    safetensors_close(sa);
+    safetensors_close(sb);
+    free(pa);
+    free(pb);
+    free(a);
+    free(b);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fp32_every_stage),
@@ -487,6 +543,7 @@ int main(void) {
         cmocka_unit_test(test_trajectory_zero3_matches_torch),
         cmocka_unit_test(test_adafactor_engine),
         cmocka_unit_test(test_adafactor_resume_across_stages),
+        cmocka_unit_test(test_16bit_final_save),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -111,7 +111,7 @@ void disk_save_plan(const TrainerArgs* a, int world_size, SavePlan* p) {
     }
     p->world_size = world_size;
     p->state_partitioned = a->zero.stage >= 1;
-    p->final_bytes_per_param = 4;
+    p->final_bytes_per_param = a->save_16bit_model && a->dtype != DT_F32 ? 2 : 4;  // trainer.c write_final
     p->final_model = a->do_train;
     p->checkpoints = a->do_train && a->save_strategy != TRAINER_INTERVAL_NO;
     p->save_total_limit = a->save_total_limit;

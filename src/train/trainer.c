@@ -483,11 +483,11 @@ static json_t* run_eval(Trainer* t, double epoch) {
 // Several ranks: rank 0's value of a host decision on every rank (a collective; one rank: v itself)
 static int from_rank0(Trainer* t, int v) { return comm_from_rank0(t->comm, v, t->s); }
 
-// The model's weights as model.safetensors (+ config.json) into dir: rank 0 writes; with several ranks at stages 1-3
-// every rank first joins the gather of the fp32 masters.
-static void save_weights(Trainer* t, const char* dir, const char* what) {
+// The model's weights as model.safetensors (+ config.json) in dtype into dir: rank 0 writes; with several ranks at
+// stages 1-3 every rank first joins the gather of the fp32 masters.
+static void save_weights(Trainer* t, const char* dir, const char* what, DType dtype) {
     static char err[TRAINER_ERR_LEN];
-    if (engine_save_weights(t->E, dir, t->writer, t->s, err, sizeof err))
+    if (engine_save_weights(t->E, dir, t->writer, dtype, t->s, err, sizeof err))
         t5_die(T5_EXIT_FAILURE, "saving %s: %s", what, err);
 }
 
@@ -511,7 +511,7 @@ static void save_checkpoint(Trainer* t) {
         t5_die(T5_EXIT_FAILURE, "%s", err);
     char what[64];
     snprintf(what, sizeof what, "checkpoint-%lld", (long long)step);
-    save_weights(t, w.tmp_dir, what);
+    save_weights(t, w.tmp_dir, what, DT_F32);  // resume needs the fp32 master
     if (t->writer) {
         copy_tokenizer_files(a, w.tmp_dir);
         char* p = t5_path_join(w.tmp_dir, "trainer_state.json");
@@ -815,12 +815,17 @@ static double train_step(Trainer* t, int64_t n_micro, double* norm_out, bool* sk
 static void write_final(Trainer* t, json_t* train_metrics, json_t* eval_metrics, json_t* predict_metrics) {
     const TrainerArgs* a = t->a;
     static char err[TRAINER_ERR_LEN];
-    if (train_metrics) save_weights(t, a->output_dir, "the final model");
+    // the final model: fp32, or with DeepSpeed's stage3_gather_16bit_weights_on_model_save the run's 16-bit dtype
+    const DType final_dt = a->save_16bit_model && a->dtype != DT_F32 ? a->dtype : DT_F32;
+    if (train_metrics) save_weights(t, a->output_dir, "the final model", final_dt);
     if (!t->writer) return;  // several ranks: rank 0 (save_on_each_node: each node's local rank 0) writes the files
     if (train_metrics) {
         copy_tokenizer_files(a, a->output_dir);
         char line[4200];
         snprintf(line, sizeof line, "Saving model checkpoint to %s", a->output_dir);
+        trainer_log_line(&t->log, line);
+        snprintf(line, sizeof line, "the model's weights are %s%s", dtype_name(final_dt),
+                 final_dt != DT_F32 ? " (stage3_gather_16bit_weights_on_model_save)" : "");
         trainer_log_line(&t->log, line);
         results_log_metrics(stdout, "train", train_metrics);
         if (results_save_metrics(a->output_dir, "train", train_metrics, true, err, sizeof err)) t5_warn("%s", err);

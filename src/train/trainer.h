@@ -123,6 +123,9 @@ typedef struct {
     // (dataset_activation_lengths; src/cli/run.c scans the data before planning); 0: the max lengths (an upper bound)
     int plan_src_len, plan_tgt_len;
     bool save_on_each_node;  // several nodes without a shared file system: each node's local rank 0 writes too
+    // DeepSpeed's stage3_gather_16bit_weights_on_model_save: the final model in the run's 16-bit dtype (checkpoints
+    // keep the fp32 master, which resume needs); false or an fp32 run: fp32
+    bool save_16bit_model;
 } TrainerArgs;
 
 // Defaults matching HF TrainingArguments (lr 5e-5, linear, clip 1.0, logging/save every 500, seed 42, ...).

@@ -109,9 +109,9 @@ int engine_load_weights(Engine* E, const char* path, uint64_t seed, cudaStream_t
     return 0;
 }
 
-int engine_save_weights(Engine* E, const char* dir, bool write, cudaStream_t s, char* err, size_t errlen) {
+int engine_save_weights(Engine* E, const char* dir, bool write, DType dtype, cudaStream_t s, char* err, size_t errlen) {
     zero_gather_masters(E->Z, write, s);
-    const int rc = write ? t5_weights_save(E->Z, E->o.T, dir, DT_F32, SAFETENSORS_DEFAULT_SHARD_BYTES, s, err, errlen)
+    const int rc = write ? t5_weights_save(E->Z, E->o.T, dir, dtype, SAFETENSORS_DEFAULT_SHARD_BYTES, s, err, errlen)
                          : 0;
     zero_gather_masters_free(E->Z);
     return rc;
