@@ -483,12 +483,23 @@ static json_t* run_eval(Trainer* t, double epoch) {
 // Several ranks: rank 0's value of a host decision on every rank (a collective; one rank: v itself)
 static int from_rank0(Trainer* t, int v) { return comm_from_rank0(t->comm, v, t->s); }
 
+// A save that failed (a full disk, ...) stops the run. The complete checkpoints stay as they are (a new checkpoint
+// is complete only once its .tmp- folder is renamed: tmp_dir, removed here to give the space back); the message
+// names the newest one to resume from.
+static void die_save_failed(Trainer* t, const char* what, const char* tmp_dir, const char* err) {
+    if (tmp_dir && t->writer) checkpoint_remove_tree(tmp_dir);
+    char kept[4400] = "no complete checkpoint of this run was saved before it";
+    if (t->last_saved_step >= 0)
+        snprintf(kept, sizeof kept, "the last complete checkpoint, %s/checkpoint-%lld, is kept (--resume_from_checkpoint "
+                 "last resumes from it)", t->a->output_dir, (long long)t->last_saved_step);
+    t5_die(T5_EXIT_FAILURE, "saving %s: %s; %s", what, err, kept);
+}
+
 // The model's weights as model.safetensors (+ config.json) in dtype into dir: rank 0 writes; with several ranks at
-// stages 1-3 every rank first joins the gather of the fp32 masters.
-static void save_weights(Trainer* t, const char* dir, const char* what, DType dtype) {
+// stages 1-3 every rank first joins the gather of the fp32 masters. tmp_dir: a checkpoint's folder being written.
+static void save_weights(Trainer* t, const char* dir, const char* what, DType dtype, const char* tmp_dir) {
     static char err[TRAINER_ERR_LEN];
-    if (engine_save_weights(t->E, dir, t->writer, dtype, t->s, err, sizeof err))
-        t5_die(T5_EXIT_FAILURE, "saving %s: %s", what, err);
+    if (engine_save_weights(t->E, dir, t->writer, dtype, t->s, err, sizeof err)) die_save_failed(t, what, tmp_dir, err);
 }
 
 // the engine's blobs into this rank's state file (EngineStateSink over a CheckpointStateWriter)
@@ -511,12 +522,12 @@ static void save_checkpoint(Trainer* t) {
         t5_die(T5_EXIT_FAILURE, "%s", err);
     char what[64];
     snprintf(what, sizeof what, "checkpoint-%lld", (long long)step);
-    save_weights(t, w.tmp_dir, what, DT_F32);  // resume needs the fp32 master
+    save_weights(t, w.tmp_dir, what, DT_F32, w.tmp_dir);  // resume needs the fp32 master
     if (t->writer) {
         copy_tokenizer_files(a, w.tmp_dir);
         char* p = t5_path_join(w.tmp_dir, "trainer_state.json");
         t->hf.global_step = step;
-        if (trainer_state_save(&t->hf, p, err, sizeof err)) t5_die(T5_EXIT_FAILURE, "%s", err);
+        if (trainer_state_save(&t->hf, p, err, sizeof err)) die_save_failed(t, what, w.tmp_dir, err);
         free(p);
     }
     CUDA_CHECK(cudaStreamSynchronize(t->s));
@@ -533,11 +544,11 @@ static void save_checkpoint(Trainer* t) {
     if (!ok || checkpoint_state_add(sw, CKPT_TAG_DATA, &ds, sizeof ds, err, sizeof err) ||
         checkpoint_state_add(sw, CKPT_TAG_RNG, &t->rng, sizeof t->rng, err, sizeof err) ||
         checkpoint_state_finish(sw, err, sizeof err))
-        t5_die(T5_EXIT_FAILURE, "saving checkpoint-%lld: %s", (long long)step, err);
+        die_save_failed(t, what, w.tmp_dir, err);
     // several ranks: every rank's files are written before rank 0 completes the checkpoint, and it is in place
     // before any rank goes on (a resume never sees half of it)
     comm_barrier_on(t->comm, t->s);
-    if (t->writer && checkpoint_commit(&w, err, sizeof err)) t5_die(T5_EXIT_FAILURE, "%s", err);
+    if (t->writer && checkpoint_commit(&w, err, sizeof err)) die_save_failed(t, what, NULL, err);  // (a marked .tmp- folder is a complete leftover)
     comm_barrier_on(t->comm, t->s);
     char line[4200];
     snprintf(line, sizeof line, "Saving model checkpoint to %s (%.1f s)", w.final_dir, trainer_log_now() - t0);
@@ -817,7 +828,7 @@ static void write_final(Trainer* t, json_t* train_metrics, json_t* eval_metrics,
     static char err[TRAINER_ERR_LEN];
     // the final model: fp32, or with DeepSpeed's stage3_gather_16bit_weights_on_model_save the run's 16-bit dtype
     const DType final_dt = a->save_16bit_model && a->dtype != DT_F32 ? a->dtype : DT_F32;
-    if (train_metrics) save_weights(t, a->output_dir, "the final model", final_dt);
+    if (train_metrics) save_weights(t, a->output_dir, "the final model", final_dt, NULL);
     if (!t->writer) return;  // several ranks: rank 0 (save_on_each_node: each node's local rank 0) writes the files
     if (train_metrics) {
         copy_tokenizer_files(a, a->output_dir);
