@@ -165,6 +165,11 @@ def run_commands():
     cmd, env = run.command("t5train", S.setting("sweep_codes_adafactor_0.001"), 1, A, "/w/s/t5train_s1")
     assert cmd[cmd.index("--optim") + 1] == "adafactor" and cmd[cmd.index("--learning_rate") + 1] == "0.001"
     assert "--optim" not in run.command("hf", S.setting("fp32"), 1, A, "/w/fp32/hf_s1")[0]
+    # T5's recipe: t5train's own Adafactor flags on its side, the HF side builds transformers' Adafactor itself
+    cmd = run.command("t5train", S.setting("task_codes_t5recipe"), 1, A, "/w/t/t5train_s1")[0]
+    assert cmd[cmd.index("--adafactor_relative_step") + 1] == "true" and "--hf_adafactor_t5" not in cmd
+    cmd = run.command("hf", S.setting("task_codes_t5recipe"), 1, A, "/w/t/hf_s1")[0]
+    assert cmd[cmd.index("--hf_adafactor_t5") + 1] == "true" and "--adafactor_relative_step" not in cmd
     # fp16 beside DeepSpeed runs at a ZeRO stage whose engine scales the loss (DeepSpeed PR #8393)
     assert S.DS_CONFIGS[S.setting("fp16")["ds"]]["zero_optimization"]["stage"] >= 1
 

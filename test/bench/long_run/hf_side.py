@@ -52,6 +52,10 @@ class DataArgs:
     hf_model_accepts_loss_kwargs: Optional[bool] = None
     # transformers' attention implementation for T5 ("eager", "sdpa"; None: transformers' default)
     attn_implementation: Optional[str] = None
+    # T5's own Adafactor, as transformers' Adafactor docs give it for T5: Adafactor(scale_parameter=True,
+    # relative_step=True, warmup_init=False, lr=None) with AdafactorSchedule, handed to the Trainer as its optimizers
+    # (--optim adafactor makes the Trainer's Adafactor with scale_parameter and relative_step False)
+    hf_adafactor_t5: bool = False
 
 
 def read_jsonl(path, src, tgt, limit):
@@ -128,16 +132,23 @@ def main():
             logf.write(json.dumps(row) + "\n")
             logf.flush()
 
+    optimizers = (None, None)
+    if d.hf_adafactor_t5:
+        from transformers.optimization import Adafactor, AdafactorSchedule
+        opt = Adafactor(model.parameters(), scale_parameter=True, relative_step=True, warmup_init=False, lr=None,
+                        weight_decay=args.weight_decay)
+        optimizers = (opt, AdafactorSchedule(opt))
     trainer = Seq2SeqTrainer(model=model, args=args, train_dataset=train, eval_dataset=val, data_collator=collator,
                              processing_class=tokenizer,
                              compute_metrics=compute_metrics if args.predict_with_generate else None,
-                             callbacks=[JsonLog()])
+                             callbacks=[JsonLog()], optimizers=optimizers)
     if d.hf_model_accepts_loss_kwargs is not None:
         trainer.model_accepts_loss_kwargs = d.hf_model_accepts_loss_kwargs
     summary = {"argv": sys.argv[1:], "torch": torch.__version__, "transformers": transformers.__version__,
                "model_accepts_loss_kwargs": getattr(trainer, "model_accepts_loss_kwargs", None),
                "world_size": args.world_size, "gradient_accumulation_steps": args.gradient_accumulation_steps,
-               "attn_implementation": getattr(model.config, "_attn_implementation", None)}
+               "attn_implementation": getattr(model.config, "_attn_implementation", None),
+               "optimizer": type(trainer.optimizer).__name__ if trainer.optimizer is not None else args.optim}
     if args.do_train:
         res = trainer.train()
         summary.update(res.metrics)

@@ -63,7 +63,7 @@ def command(side, s, seed, a, out):
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     if side == "t5train":
         cmd = [a.bin] + common_args(s, seed, a.data, a.init, out, os.path.join(tok, "spiece.model"))
-        cmd += ["--overwrite_output_dir"]
+        cmd += ["--overwrite_output_dir"] + list(s["t5_args"])
         if s["gpus"] > 1:
             cmd += ["--num_gpus", str(s["gpus"])]
         return cmd, env
