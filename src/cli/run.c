@@ -429,8 +429,6 @@ static void preflight_note(const char* fmt, ...) {
     va_end(ap);
 }
 
-// the weights' safetensors header against the model config: every tensor of the parameter table is
-// there with its shape (a tied lm_head may be absent), nothing else but HF's known aliases
 // the saves against output_dir's free space (issue 28 item 4), once the ZeRO stage is known: refused with exit 2
 // before anything is created, a dry run included; a warning when no save_total_limit bounds the checkpoints
 static void preflight_disk(const TrainerArgs* a, int world_size) {
@@ -455,6 +453,8 @@ static void preflight_disk(const TrainerArgs* a, int world_size) {
                    (double)b.need / 1e9, b.unbounded ? " and one checkpoint more per save" : "");
 }
 
+// the weights' safetensors header against the model config: every tensor of the parameter table is
+// there with its shape (a tied lm_head may be absent), nothing else but HF's known aliases
 static void preflight_weights(const TrainerArgs* a) {
     char err[1024];
     ParamTable t;
