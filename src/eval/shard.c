@@ -1,0 +1,53 @@
+/*
+ * shard.c: how W ranks share one evaluation split (contract in shard.h).
+ */
+#include "shard.h"
+
+#include <stdlib.h>
+
+void eval_shard_plan(EvalShard* s, int64_t n, int64_t batch, int world) {
+    s->n = n;
+    s->batch = batch;
+    s->world = world;
+    s->n_batches = (n + batch - 1) / batch;
+    s->steps = (s->n_batches + world - 1) / world;
+}
+
+int64_t eval_shard_batch(const EvalShard* s, int rank, int64_t k) {
+    const int64_t i = k * s->world + rank;
+    return i < s->n_batches ? i : -1;
+}
+
+void eval_shard_examples(const EvalShard* s, int64_t i, int64_t* first, int64_t* count) {
+    *first = i * s->batch;
+    const int64_t end = *first + s->batch < s->n ? *first + s->batch : s->n;
+    *count = end - *first;
+}
+
+int eval_shard_real_at(const EvalShard* s, int64_t k) {
+    const int64_t left = s->n_batches - k * s->world;
+    return left <= 0 ? 0 : left >= s->world ? s->world : (int)left;
+}
+
+typedef struct {
+    int32_t len;
+    int64_t idx;
+} LenIdx;
+
+// longest first; equal lengths in input order (so the order is one, whatever qsort does with ties)
+static int by_length(const void* a, const void* b) {
+    const LenIdx *x = a, *y = b;
+    if (x->len != y->len) return x->len > y->len ? -1 : 1;
+    return (x->idx > y->idx) - (x->idx < y->idx);
+}
+
+int eval_shard_order_by_length(const int32_t* lengths, int64_t n, int64_t* perm) {
+    if (n <= 0) return 0;
+    LenIdx* v = malloc((size_t)n * sizeof *v);
+    if (!v) return -1;
+    for (int64_t i = 0; i < n; i++) v[i] = (LenIdx){lengths[i], i};
+    qsort(v, (size_t)n, sizeof *v, by_length);
+    for (int64_t j = 0; j < n; j++) perm[j] = v[j].idx;
+    free(v);
+    return 0;
+}

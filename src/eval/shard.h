@@ -1,0 +1,48 @@
+/*
+ * shard.h: how W ranks share one evaluation split (issue 29), the arithmetic only (pure C, CPU-tested; the
+ * evaluation loop does not use it yet: today every rank evaluates the whole split, docs/multi_gpu.md).
+ *
+ * The split's n examples form the batches one GPU forms: batch i = examples [i * B, min((i + 1) * B, n)), the last
+ * one partial. The ranks take them round-robin, as accelerate's BatchSamplerShard does: at step k rank r evaluates
+ * batch k * W + r. Every rank runs the same number of steps, ceil(n_batches / W), so that the collectives (the
+ * step's all-gather, ZeRO-3's parameter gathers) stay in lockstep; a rank past the last batch runs a padding step
+ * whose results are dropped. Unlike accelerate, the last batch is not completed with examples from the start and
+ * padding steps carry no examples into the metrics: every real batch is exactly one GPU's, so the eval loss (the
+ * per-batch means weighted by examples, summed in batch order) and fp32 greedy generations equal one GPU's.
+ * Gathering step k's W results in rank order appends batches k * W ... k * W + W - 1: the input order, with the
+ * padding slots (eval_shard_real_at) dropped.
+ *
+ * Generation may take its batches in another order (eval_shard_order_by_length: longest sources first, ties in input
+ * order), the same permutation on every world size; the predictions are put back in input order by it.
+ */
+#pragma once
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    int64_t n;          // examples in the split
+    int64_t batch;      // per_device_eval_batch_size
+    int world;          // ranks
+    int64_t n_batches;  // ceil(n / batch)
+    int64_t steps;      // steps every rank runs: ceil(n_batches / world)
+} EvalShard;
+
+// The plan for n examples (n >= 0), batch >= 1, world >= 1.
+void eval_shard_plan(EvalShard* s, int64_t n, int64_t batch, int world);
+// The batch rank evaluates at step k (0 <= k < steps), or -1 for a padding step.
+int64_t eval_shard_batch(const EvalShard* s, int rank, int64_t k);
+// The examples of batch i: [*first, *first + *count).
+void eval_shard_examples(const EvalShard* s, int64_t i, int64_t* first, int64_t* count);
+// How many of step k's W gathered slots hold real batches (ranks 0 .. that - 1).
+int eval_shard_real_at(const EvalShard* s, int64_t k);
+// perm[j] = the example at position j when sorted by length, longest first, ties in input order (stable).
+// Returns 0, or -1 when perm cannot be allocated scratch (n too large).
+int eval_shard_order_by_length(const int32_t* lengths, int64_t n, int64_t* perm);
+
+#ifdef __cplusplus
+}
+#endif
