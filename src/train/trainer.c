@@ -548,7 +548,8 @@ static void save_checkpoint(Trainer* t) {
     // several ranks: every rank's files are written before rank 0 completes the checkpoint, and it is in place
     // before any rank goes on (a resume never sees half of it)
     comm_barrier_on(t->comm, t->s);
-    if (t->writer && checkpoint_commit(&w, err, sizeof err)) die_save_failed(t, what, NULL, err);  // (a marked .tmp- folder is a complete leftover)
+    // (a commit that failed after its marker leaves a complete leftover that a resume uses: not removed)
+    if (t->writer && checkpoint_commit(&w, err, sizeof err)) die_save_failed(t, what, NULL, err);
     comm_barrier_on(t->comm, t->s);
     char line[4200];
     snprintf(line, sizeof line, "Saving model checkpoint to %s (%.1f s)", w.final_dir, trainer_log_now() - t0);
