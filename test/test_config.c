@@ -413,6 +413,16 @@ static void test_ratio_steps(void** state) {
     assert_contains(err, "requires a non-zero --save_steps");
     snprintf(line, sizeof line, "%s--save_steps 0 --save_strategy no --logging_steps 7.0", base);
     if (api_run(&cfg, line, err, sizeof err)) fail_msg("%s", err);  // no saves: not checked; 7.0 is whole
+    // HF: eval_steps null or 0 takes logging_steps, checked after; with logging_steps 0 there is nothing to take
+    snprintf(line, sizeof line, "%s--eval_strategy steps --eval_steps 0 --logging_steps 40", base);
+    if (api_run(&cfg, line, err, sizeof err)) fail_msg("%s", err);
+    assert_true(cfg.eval_steps == 40);
+    snprintf(line, sizeof line, "%s--eval_strategy steps --logging_strategy epoch --logging_steps 0", base);
+    assert_int_equal(api_run(&cfg, line, err, sizeof err), 2);
+    assert_contains(err, "requires either non-zero --eval_steps or --logging_steps");
+    snprintf(line, sizeof line, "%s--eval_strategy steps --logging_strategy epoch --logging_steps 2.5", base);
+    assert_int_equal(api_run(&cfg, line, err, sizeof err), 2);
+    assert_contains(err, "--eval_steps must be an integer if bigger than 1: 2.5");
 }
 
 static void test_short_form(void** state) {

@@ -52,6 +52,17 @@ static void test_save_bytes(void** state) {
     p.existing_checkpoints = 2;
     disk_save_bytes(&p, &b);
     assert_int_equal(b.need, C);
+    // more on the disk than the limit (a resume with a smaller limit): a save still writes one before it rotates
+    p.existing_checkpoints = 3;
+    disk_save_bytes(&p, &b);
+    assert_int_equal(b.need, C);
+    // a resume near the end, no limit: 19 of 20 planned checkpoints on the disk, one left to write, and the final model
+    p.save_total_limit = 0;
+    p.planned_checkpoints = 20;
+    p.existing_checkpoints = 19;
+    disk_save_bytes(&p, &b);
+    assert_int_equal(b.need, C + F);
+    assert_false(b.unbounded);
     // stage 0 on 4 ranks: every rank writes the whole optimizer state; stages 1-3: the partitions add up to one
     p = plan_1m();
     p.world_size = 4;
@@ -151,6 +162,11 @@ static void test_plan_of_a_run(void** state) {
     assert_int_equal(p.adafactor_floats, want);
     assert_true(want < p.params / 50);  // factored: far below one float a parameter
     assert_true(p.state_partitioned);
+    // HF keeps 2 with load_best_model_at_end and a limit of 1 (the best is never rotated away)
+    a.save_total_limit = 1;
+    a.load_best_model_at_end = true;
+    disk_save_plan(&a, 2, &p);
+    assert_int_equal(p.save_total_limit, 2);
     params_free(&T);
 }
 

@@ -411,12 +411,17 @@ int config_resolve(RunConfig* c, char* err, size_t n) {
         c->num_beams = c->generation_num_beams > 0 ? c->generation_num_beams : 1;
         c->src[config_key_index("num_beams")] = CONFIG_SRC_DERIVED;
     }
-    int rc_steps = check_interval_steps(c, err, n);
-    if (rc_steps) return rc_steps;
-    if (isnan(c->eval_steps) && c->evaluation_strategy == STRATEGY_STEPS) {
+    // TrainingArguments.__post_init__: eval_steps null or 0 under the steps strategy takes logging_steps, which must
+    // then be non-zero; the checks of _validate_args come after
+    if ((isnan(c->eval_steps) || c->eval_steps == 0) && c->evaluation_strategy == STRATEGY_STEPS) {
+        if (!(c->logging_steps > 0))
+            return t5_errf(err, n, T5_EXIT_USAGE,
+                           "evaluation strategy steps requires either non-zero --eval_steps or --logging_steps");
         c->eval_steps = c->logging_steps;
         c->src[config_key_index("eval_steps")] = CONFIG_SRC_DERIVED;
     }
+    int rc_steps = check_interval_steps(c, err, n);
+    if (rc_steps) return rc_steps;
     if (c->data_seed < 0) {
         c->data_seed = c->seed;
         c->src[config_key_index("data_seed")] = CONFIG_SRC_DERIVED;

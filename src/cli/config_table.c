@@ -143,8 +143,8 @@ const ConfigKey CONFIG_KEYS[] = {
     K_BOOL("auto_find_batch_size", auto_find_batch_size, "false", 0,
            "lower per_device_train_batch_size (x 0.9 at a time, as accelerate) until the memory estimate fits this "
            "GPU and host (HF retries after out-of-memory errors)"),
-    K_BOOL("disable_tqdm", disable_tqdm, "false", 0,
-           "no progress bar (the log lines still print, as HF's PrinterCallback prints them)"),
+    K_BOOL("disable_tqdm", disable_tqdm, "null", NUL,
+           "no progress bar (the log lines still print, as HF's PrinterCallback prints them; null: false)"),
     K_BOOL("tf32", tf32, "null", NUL,
            "TF32 tensor cores for the GEMMs with fp32 inputs (torch.backends.cuda.matmul.allow_tf32; null: off, "
            "PyTorch's default)"),

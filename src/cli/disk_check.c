@@ -30,15 +30,16 @@ void disk_save_bytes(const SavePlan* p, SaveBytes* b) {
     }
     // the peak: while a save writes, before rotating, min(L + 1, on disk + K) checkpoints are present (K: the
     // checkpoints this run writes, L: save_total_limit, either unbounded); beside the final model min(L, on disk + K)
+    // On a resume the checkpoints on the disk are the run's first ones (K less them, at least the last one is new); a
+    // save writes one before it rotates even when more than L are there
     const int64_t inf = INT64_MAX / 4, on_disk = p->existing_checkpoints;
     const int64_t L = p->save_total_limit > 0 ? p->save_total_limit : inf;
-    const int64_t K = p->planned_checkpoints >= 0 ? p->planned_checkpoints : inf;
+    const int64_t K = p->planned_checkpoints < 0 ? inf : on_disk > 0 ? T5_MAX(p->planned_checkpoints - on_disk, 1)
+                                                                     : p->planned_checkpoints;
     b->unbounded = L == inf && K == inf;
-    int64_t n1 = K > 0 ? T5_MIN(L + 1, on_disk + K) - on_disk : 0;
-    int64_t n2 = T5_MIN(L, on_disk + K) - on_disk;
+    int64_t n1 = K > 0 ? T5_MAX(T5_MIN(L + 1, on_disk + K) - on_disk, 1) : 0;
+    int64_t n2 = T5_MAX(T5_MIN(L, on_disk + K) - on_disk, 0);
     if (b->unbounded) n1 = n2 = 1;  // one new checkpoint counted, the warning says more follow
-    n1 = T5_MAX(n1, 0);
-    n2 = T5_MAX(n2, 0);
     const uint64_t peak1 = (uint64_t)n1 * b->checkpoint;
     const uint64_t peak2 = (uint64_t)n2 * b->checkpoint + b->final_model;
     b->final_at_peak = b->final_model > 0 && peak2 >= peak1;
@@ -114,7 +115,8 @@ void disk_save_plan(const TrainerArgs* a, int world_size, SavePlan* p) {
     p->final_bytes_per_param = a->save_16bit_model && a->dtype != DT_F32 ? 2 : 4;  // trainer.c write_final
     p->final_model = a->do_train;
     p->checkpoints = a->do_train && a->save_strategy != TRAINER_INTERVAL_NO;
-    p->save_total_limit = a->save_total_limit;
+    // HF: with load_best_model_at_end a limit of 1 keeps 2 (the best is never rotated away)
+    p->save_total_limit = a->save_total_limit == 1 && a->load_best_model_at_end ? 2 : a->save_total_limit;
     // every save_steps and one at the last step (HF's DefaultFlowCallback, the trainer's after_update); by epoch, or
     // epochs of a size not known yet: unbounded unless the limit bounds them
     p->planned_checkpoints = -1;

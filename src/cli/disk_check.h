@@ -13,7 +13,9 @@
  * peak is L + 1 checkpoints, or L checkpoints and the final model, whichever is larger; a run of max_steps with
  * save_steps writes ceil(max_steps / save_steps) of them, the last at the final step (a SIGTERM's save is not
  * counted). The checkpoints
- * already in output_dir (a resume) are on the disk already: they are counted against L, not as new bytes.
+ * already in output_dir (a resume) are on the disk already: they are counted against L and as the run's first ones,
+ * not as new bytes; a save still writes one before it rotates. With load_best_model_at_end a limit of 1 keeps 2 (the
+ * best checkpoint is never rotated away), as HF.
  */
 #pragma once
 

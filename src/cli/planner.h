@@ -171,5 +171,7 @@ void planner_check_run(const TrainerArgs* a);
 // HF --auto_find_batch_size with the estimate instead of out-of-memory retries: from the run's micro-batch down by
 // accelerate's find_executable_batch_size steps (b = int(b x 0.9)) to the first at which planner_fixed_plan_check
 // predicts the run's fixed plan to fit this GPU and host. Returns that micro-batch (the run's own when it fits or
-// when no GPU is visible), or 0 when none down to 1 fits. Prints one line when it changes the micro-batch.
+// when no GPU is visible or T5TRAIN_SKIP_PLAN_CHECK=1), or 0 when none down to 1 fits. Prints one line when it
+// changes the micro-batch. Several ranks each read their own GPU: ranks that pick differently are refused at the
+// rendezvous (the config hash covers the batch).
 int planner_find_batch(const TrainerArgs* a, FILE* log);

@@ -755,6 +755,11 @@ static void run_find_batch(RunConfig* c, const RunConfig* raw, TrainerArgs* targ
     *c = *raw;
     c->per_device_train_batch_size = b;
     c->src[config_key_index("per_device_train_batch_size")] = CONFIG_SRC_DERIVED;
+    // HF (trainer_config_process with auto_find_batch_size): the DeepSpeed batch keys follow, even when numbers
+    if (c->has_deepspeed) {
+        c->ds.train_micro_batch_size_per_gpu = b;
+        c->ds.train_batch_size = (int64_t)b * c->gradient_accumulation_steps * c->world_size;
+    }
     int rc = config_resolve(c, err, sizeof err);
     if (rc) t5_die(rc, "%s", err);
     run_build_trainer_args(c, targs);

@@ -488,10 +488,12 @@ static int from_rank0(Trainer* t, int v) { return comm_from_rank0(t->comm, v, t-
 // names the newest one to resume from.
 static void die_save_failed(Trainer* t, const char* what, const char* tmp_dir, const char* err) {
     if (tmp_dir && t->writer) checkpoint_remove_tree(tmp_dir);
-    char kept[4400] = "no complete checkpoint of this run was saved before it";
-    if (t->last_saved_step >= 0)
-        snprintf(kept, sizeof kept, "the last complete checkpoint, %s/checkpoint-%lld, is kept (--resume_from_checkpoint "
-                 "last resumes from it)", t->a->output_dir, (long long)t->last_saved_step);
+    char kept[4400] = "no complete checkpoint of this run is in output_dir";
+    char* last = t->last_saved_step >= 0 ? checkpoint_dir_path(t->a->output_dir, t->last_saved_step) : NULL;
+    if (last && t5_path_exists(last))  // (a resume from a checkpoint in another folder: none here)
+        snprintf(kept, sizeof kept, "the last complete checkpoint, %s, is kept (--resume_from_checkpoint last resumes "
+                 "from it)", last);
+    free(last);
     t5_die(T5_EXIT_FAILURE, "saving %s: %s; %s", what, err, kept);
 }
 
@@ -1130,9 +1132,10 @@ static json_t* train_finish(Trainer* t, int64_t gas) {
             t5_die(T5_EXIT_FAILURE, "loading the best model: %s", err);
     }
     // HF train(): with save_total_limit 1 and a best checkpoint, every other checkpoint goes at the end
-    if (a->save_total_limit == 1 && t->best.has_best && t->writer &&
-        checkpoint_keep_only(a->output_dir, t->best.best_step, stdout, err, sizeof err) < 0)
-        t5_warn("%s", err);
+    if (a->save_total_limit == 1 && t->best.has_best && t->writer) {
+        if (checkpoint_keep_only(a->output_dir, t->best.best_step, stdout, err, sizeof err) < 0) t5_warn("%s", err);
+        t->last_saved_step = t->best.best_step;  // the one left (die_save_failed names it)
+    }
     json_t* train_metrics = json_object();
     results_set_real(train_metrics, "epoch", t->hf.epoch);
     results_set_real(train_metrics, "train_loss",
