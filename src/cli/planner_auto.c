@@ -418,17 +418,24 @@ int planner_fixed_plan_check(const PlanInput* in, const ZeroOptions* cur, size_t
     return 1;
 }
 
+// The GPU memory a fixed plan is checked against (free and total of this rank's GPU); false when nothing is checked:
+// T5TRAIN_SKIP_PLAN_CHECK=1, or no GPU visible
+static bool plan_check_gpu(size_t* fr, size_t* tot) {
+    const char* skip = getenv("T5TRAIN_SKIP_PLAN_CHECK");
+    if (skip && !strcmp(skip, "1")) return false;
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0 || cudaMemGetInfo(fr, tot) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    return true;
+}
+
 int planner_find_batch(const TrainerArgs* a, FILE* log) {
     PlanInput in;
     planner_input_from_args(a, &in);
-    const char* skip = getenv("T5TRAIN_SKIP_PLAN_CHECK");
-    if (skip && !strcmp(skip, "1")) return in.batch;
-    int n = 0;
     size_t fr = 0, tot = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0 || cudaMemGetInfo(&fr, &tot) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return in.batch;
-    }
+    if (!plan_check_gpu(&fr, &tot)) return in.batch;
     static char buf[2048];
     const int first = in.batch;
     for (int b = first; b > 0; b = (int)(b * 0.9)) {
@@ -444,18 +451,8 @@ int planner_find_batch(const TrainerArgs* a, FILE* log) {
 }
 
 void planner_check_run(const TrainerArgs* a) {
-    const char* skip = getenv("T5TRAIN_SKIP_PLAN_CHECK");
-    if (skip && !strcmp(skip, "1")) return;
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-        (void)cudaGetLastError();
-        return;
-    }
     size_t fr = 0, tot = 0;
-    if (cudaMemGetInfo(&fr, &tot) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return;
-    }
+    if (!plan_check_gpu(&fr, &tot)) return;
     PlanInput in;
     planner_input_from_args(a, &in);
     static char buf[2048];

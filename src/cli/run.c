@@ -745,13 +745,23 @@ static int run_strip_hooks(int argc, char** argv, char* dump, size_t cap, int64_
     return k;
 }
 
+// A planner's choice written into c (reset to raw by the caller): the config resolved again (batch sizes, steps) and
+// the TrainerArgs rebuilt, keeping the data lengths run_data_lengths measured
+static void run_resolve_again(RunConfig* c, TrainerArgs* targs) {
+    char err[CONFIG_ERR_LEN];
+    int rc = config_resolve(c, err, sizeof err);
+    if (rc) t5_die(rc, "%s", err);
+    const int ls = targs->plan_src_len, lt = targs->plan_tgt_len;
+    run_build_trainer_args(c, targs);
+    targs->plan_src_len = ls;
+    targs->plan_tgt_len = lt;
+}
+
 // --auto_find_batch_size with a fixed plan: the micro-batch lowered until the estimate fits (planner_find_batch),
-// then the config resolved again from raw with it (batch sizes, steps), as the automatic plan does
+// then the config resolved again from raw with it, as the automatic plan does
 static void run_find_batch(RunConfig* c, const RunConfig* raw, TrainerArgs* targs) {
     const int b = planner_find_batch(targs, t5_rank == 0 ? stdout : NULL);
     if (b == 0 || b == c->per_device_train_batch_size) return;  // none fits: planner_check_run says so next
-    char err[CONFIG_ERR_LEN];
-    const int ls = targs->plan_src_len, lt = targs->plan_tgt_len;
     *c = *raw;
     c->per_device_train_batch_size = b;
     c->src[config_key_index("per_device_train_batch_size")] = CONFIG_SRC_DERIVED;
@@ -760,11 +770,7 @@ static void run_find_batch(RunConfig* c, const RunConfig* raw, TrainerArgs* targ
         c->ds.train_micro_batch_size_per_gpu = b;
         c->ds.train_batch_size = (int64_t)b * c->gradient_accumulation_steps * c->world_size;
     }
-    int rc = config_resolve(c, err, sizeof err);
-    if (rc) t5_die(rc, "%s", err);
-    run_build_trainer_args(c, targs);
-    targs->plan_src_len = ls;
-    targs->plan_tgt_len = lt;
+    run_resolve_again(c, targs);
 }
 
 int run_main(int argc, char** argv) {
@@ -813,11 +819,7 @@ int run_main(int argc, char** argv) {
             // it chose the micro-batch or gradient checkpointing: the config again with them (batch sizes, steps)
             *c = raw;
             planner_pick_to_config(&pick, &ps, c);
-            if ((rc = config_resolve(c, err, sizeof err))) t5_die(rc, "%s", err);
-            const int ls = targs.plan_src_len, lt = targs.plan_tgt_len;
-            run_build_trainer_args(c, &targs);
-            targs.plan_src_len = ls;
-            targs.plan_tgt_len = lt;
+            run_resolve_again(c, &targs);
             planner_pick_apply(&pick, &targs.zero, NULL);
         }
     }
