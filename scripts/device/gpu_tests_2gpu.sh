@@ -3,7 +3,7 @@
 # staged elsewhere (scripts/device_gpu_tests.sh --stage STAGED).
 #   1. the single-GPU programs, two at a time: each GPU takes the next program from one queue
 #      (CUDA_VISIBLE_DEVICES=0 or 1; test_gpu_estimate's one-GPU plans among them, its two-GPU test skips there);
-#   2. with both GPUs visible: test_gpu_multi and test_gpu_estimate's two-GPU plans (T5TRAIN_ESTIMATE_MODELS=none).
+#   2. with both GPUs visible: test_gpu_multi, its siblings test_gpu_multi_*, and test_gpu_estimate's two-GPU plans (T5TRAIN_ESTIMATE_MODELS=none).
 # The transformers checkpoints of test_gpu_hf_checkpoints are written once, first. Prints every program's block as
 # test/run_tests.sh does and the sum: "N passed, N failed, N skipped"; exits 1 when a test failed.
 # Environment: T5TRAIN_DATA (t5-spiece/, wmt16-ro-en/), .devlibs on LD_LIBRARY_PATH as device_gpu_tests.sh sets it.
@@ -40,7 +40,9 @@ worker 1 & w1=$!
 wait $w0 $w1
 echo "phase 1 (single-GPU programs, two at a time): $((SECONDS - t0)) s"
 t1=$SECONDS
-bash test/run_tests.sh "$STAGED/test_gpu_multi" > "$OUT/test_gpu_multi.log" 2>&1
+for prog in "$STAGED"/test_gpu_multi*; do  # test_gpu_multi and its siblings (test_gpu_multi_*): every GPU
+  bash test/run_tests.sh "$prog" > "$OUT/$(basename "$prog").log" 2>&1
+done
 T5TRAIN_ESTIMATE_MODELS=none bash test/run_tests.sh "$STAGED/test_gpu_estimate" > "$OUT/test_gpu_estimate_2gpu.log" 2>&1
 echo "phase 2 (both GPUs): $((SECONDS - t1)) s"
 passed=0; failed=0; skipped=0
