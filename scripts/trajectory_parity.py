@@ -185,7 +185,7 @@ def main():
     ap.add_argument("--work", default="/tmp/t5train_parity")
     ap.add_argument("--out", default=None, help="write the comparison as JSON here")
     ap.add_argument("--steps", type=int, default=50)
-    ap.add_argument("--precisions", default="fp32,bf16")
+    ap.add_argument("--precisions", default="fp32,bf16", help="a list of fp32, bf16, fp32_tf32 (t5train --tf32)")
     ap.add_argument("--init", default=None, help="start from this HF checkpoint dir instead of a new random one")
     ap.add_argument("--write_reference", default=None,
                     help="write the torch fp32 trajectory + flags as a fixture for test/test_gpu_trainer.c")
@@ -196,16 +196,19 @@ def main():
     ckpt = args.init or os.path.join(args.work, "init")
     if not args.init:
         make_checkpoint(ckpt)
-    tol = {"fp32": 1e-4, "bf16": 2e-2}
+    # fp32_tf32: t5train with --tf32 (fp32-input GEMMs on TF32 tensor cores) against the TF32-off torch fp32
+    # trajectory: the error TF32 costs (HF's --tf32 makes the same trade in PyTorch); its tolerance is bf16's
+    tol = {"fp32": 1e-4, "bf16": 2e-2, "fp32_tf32": 2e-2}
+    flags = {"fp32": [], "bf16": ["--bf16"], "fp32_tf32": ["--tf32", "true"]}
     report = {"torch": torch.__version__, "transformers": transformers.__version__,
               "gpu": torch.cuda.get_device_name(0), "steps": args.steps, "results": {}}
     ok = True
     for prec in args.precisions.split(","):
         out = os.path.join(args.work, prec)
-        ours, batches = run_t5train(args, ckpt, out, ["--bf16"] if prec == "bf16" else [])
+        ours, batches = run_t5train(args, ckpt, out, flags[prec])
         if len(ours) != args.steps or len(batches) != args.steps:
             raise SystemExit(f"{prec}: {len(ours)} loss lines and {len(batches)} dumped updates, expected {args.steps}")
-        ref, ref_w = run_torch(ckpt, batches, prec, args.steps)
+        ref, ref_w = run_torch(ckpt, batches, "fp32" if prec == "fp32_tf32" else prec, args.steps)
         rel = [abs(a - b) / abs(b) for a, b in zip(ours, ref)]
         l2, worst = weights_rel_l2(out, ref_w)
         good = max(rel) <= tol[prec]
