@@ -213,12 +213,12 @@ def main():
         if src and src in by_setting and not runs["t5train"]:
             runs["t5train"] = by_setting[src]["t5train"]
     results = []
-    alone = []  # the learnable tasks run by t5train alone (the task search): one picture together
+    alone = []  # the learnable tasks run by t5train alone (the task search), one group (seeds: a band) per setting
     for name, runs in sorted(by_setting.items()):
         if len(runs["t5train"]) >= 2 and len(runs["hf"]) >= 2:
             results.append(compare_sides(name, runs))
         if name.startswith(("task_", "sweep_")) and not runs["hf"]:
-            alone += [(f"{name} s{seed}", [x["log"]]) for seed, x in sorted(runs["t5train"].items())]
+            alone.append((name, [x["log"] for _, x in sorted(runs["t5train"].items())]))
         elif a.img and (runs["t5train"] or runs["hf"]) and not name.startswith(("exact_", "zero3_offload_warmuplr")):
             os.makedirs(a.img, exist_ok=True)
             ds = S.SETTINGS.get(name, {}).get("ds")
@@ -232,9 +232,13 @@ def main():
             plot_loss.plot(groups, os.path.join(a.img, f"{name}.png"),
                            title=f"{name}: t5-small shape from random init, "
                                  f"{max(len(runs['t5train']), len(runs['hf']))} seeds a side")
-    if a.img and alone:
-        plot_loss.plot(alone, os.path.join(a.img, "tasks_t5train.png"),
-                       title="the learnable tasks, t5train alone: eval loss and BLEU (500 sources) by setting")
+    recipe = [g for g in alone if g[0].endswith(("_t5recipe", "_t5recipe_5k"))]
+    if a.img and recipe:  # T5's Adafactor recipe, where the tasks are learned
+        plot_loss.plot(recipe, os.path.join(a.img, "tasks_t5recipe_t5train.png"),
+                       title="the learnable tasks with T5's Adafactor recipe, t5train alone: BLEU on 500 sources")
+    if a.img and len(recipe) < len(alone):
+        plot_loss.plot([g for g in alone if g not in recipe], os.path.join(a.img, "tasks_t5train.png"),
+                       title="the task search, t5train alone: eval loss and BLEU (500 sources) by setting")
     exact = compare_exact(by_setting)
     failed = [{k: v for k, v in x.items() if k != "log"} for runs in by_setting.values() for x in runs["failed"]]
     md = markdown(results, exact, failed)

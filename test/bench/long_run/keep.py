@@ -51,7 +51,8 @@ def main():
     ap.add_argument("--shared", required=True, help="what shared the GPU in that call, in words")
     ap.add_argument("--settings", nargs="*", default=None, help="only these settings (default: all)")
     ap.add_argument("--rename", nargs="*", default=[], help="OLD=NEW setting folder names")
-    ap.add_argument("--alone", nargs="*", default=[], help="settings whose runs had the GPU to themselves")
+    ap.add_argument("--alone", nargs="*", default=[],
+                    help="settings whose runs had the GPU to themselves; SETTING/SIDE for one side's runs only")
     a = ap.parse_args()
     rename = dict(r.split("=", 1) for r in a.rename)
     for setting in sorted(os.listdir(a.runs)):
@@ -71,7 +72,8 @@ def main():
                     sm = json.load(f)
             max_steps = sm.get("max_steps", 3000)
             sm.update(device_call=a.call, last_logged_step=last, completed=last >= max_steps,
-                      concurrent_on_gpu=f"call {a.call}: {a.shared}", alone_on_gpu=setting in a.alone)
+                      concurrent_on_gpu=f"call {a.call}: {a.shared}", alone_on_gpu=setting in a.alone
+                      or f"{setting}/{run.split('_s')[0]}" in a.alone)
             if (sm.get("rc") or 0) > 0:
                 sm["error"] = error_line(src)
             with open(os.path.join(dst, "run_summary.json"), "w") as f:
