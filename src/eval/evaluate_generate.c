@@ -61,7 +61,7 @@ static int gen_steps(GenRun* g, int64_t k0, int64_t nk, cudaStream_t s, char* er
         int32_t* slot = g->mine + (size_t)kk * g->B * g->RS;
         const int64_t k = k0 + kk, i = eval_shard_batch(&g->sh, g->rank, k);
         if (i < 0) {  // a padding step: nothing to generate (no fetch issues a collective: EvalGenConfig.shard)
-            for (int r = 0; r < g->B; r++) slot[(size_t)r * g->RS] = -1;
+            for (size_t x = 0; x < (size_t)g->B * g->RS; x++) slot[x] = x % (size_t)g->RS == 0 ? -1 : g->pad;
             continue;
         }
         int64_t first, count;
@@ -172,6 +172,9 @@ int evaluate_generate(ZeroEngine* Z, const ParamTable* t, const Tokenizer* tok, 
     g.G = t5_generator_create(t, Z, g.B, max_source_width(ds, dopt), &cfg->gen, err, errlen);
     if (!g.G) return -1;
     if (cfg->no_cuda_graphs) t5_generator_set_cuda_graphs(g.G, false);
+    // several ranks generating the whole split alike: their decoder steps (and so the engine's gathers) must not
+    // depend on timing
+    if (!shard && cfg->comm && comm_world_size(cfg->comm) > 1) t5_generator_set_fixed_checks(g.G, true);
     DataOptions one = *dopt;  // one GPU's batches, in order (the shard plan picks this rank's)
     one.rank = 0;
     one.world_size = 1;
