@@ -164,6 +164,12 @@ void dataloader_close(DataLoader* dl) {
 }
 
 int64_t dataloader_num_batches(const DataLoader* dl) { return dl->n_batches; }
+int dataloader_seek(DataLoader* dl, int64_t batch) {
+    if (batch < 0 || batch >= dl->n_batches) return -1;
+    dl->pos = batch;
+    dl->ended = false;
+    return 0;
+}
 int64_t dataloader_epoch(const DataLoader* dl) { return dl->epoch; }
 const int64_t* dataloader_rank_indices(const DataLoader* dl, int64_t* n) {
     *n = dl->n_idx;

@@ -69,6 +69,9 @@ int64_t dataloader_num_batches(const DataLoader* dl);
 bool dataloader_next_batch(DataLoader* dl, Batch* b);
 // Restarts at the first batch of the given epoch.
 void dataloader_set_epoch(DataLoader* dl, int64_t epoch);
+// The next dataloader_next_batch of this epoch returns batch `batch` (0 <= batch < dataloader_num_batches): sharded
+// evaluation (src/eval/shard.h) takes one GPU's batches out of order. Returns 0, or -1 for a batch out of range.
+int dataloader_seek(DataLoader* dl, int64_t batch);
 int64_t dataloader_epoch(const DataLoader* dl);
 // Example indices of this rank for the current epoch, in order (length *n; internal array).
 const int64_t* dataloader_rank_indices(const DataLoader* dl, int64_t* n);

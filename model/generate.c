@@ -144,6 +144,7 @@ struct T5Generator {
     int cur_unit;   // the unit fetched last
     uint64_t fetch_sig;  // hash of the pointers unit_fetch returned since the last reset
     bool use_graphs;
+    bool fixed_checks;    // greedy: the finished flags read exactly GEN_CHECK_LAG steps after their copy (never earlier)
     bool qkv_fused;  // every decoder block's q, k, v weights are adjacent: one (3 HD, D) projection
     bool fused;      // fused decoder step (decode_fused.cuh): add+norm and one attention kernel per sublayer
     bool dev_beam;   // beam search: running beams chosen on the device (decode_beam_select), histories in d_hist
@@ -542,6 +543,7 @@ void t5_generator_destroy(T5Generator* G) {
 const GenerateStats* t5_generator_stats(const T5Generator* G) { return &G->stats; }
 void t5_generator_reset_stats(T5Generator* G) { memset(&G->stats, 0, sizeof G->stats); }
 void t5_generator_set_cuda_graphs(T5Generator* G, bool on) { G->use_graphs = on; }
+void t5_generator_set_fixed_checks(T5Generator* G, bool on) { G->fixed_checks = on; }
 
 // ---------------------------------------------------------------------------------------------
 // helpers
@@ -1036,10 +1038,14 @@ static void generate_greedy(T5Generator* G, int B, int Ts, int32_t* out, int* ou
         // ---- finished flags: read back asynchronously
         bool ready = false;
         if (pending) {
-            const cudaError_t q = cudaEventQuery(G->ev_chk);
-            if (q == cudaErrorNotReady) (void)cudaGetLastError();  // not an error: every launch is checked at once
-            else CUDA_CHECK(q);
-            ready = q == cudaSuccess || steps - check_step >= GEN_CHECK_LAG;
+            // (fixed_checks: not when the copy happens to be done, so the step count depends on the batch alone)
+            if (!G->fixed_checks) {
+                const cudaError_t q = cudaEventQuery(G->ev_chk);
+                if (q == cudaErrorNotReady) (void)cudaGetLastError();  // not an error: every launch is checked at once
+                else CUDA_CHECK(q);
+                ready = q == cudaSuccess;
+            }
+            ready = ready || steps - check_step >= GEN_CHECK_LAG;
         }
         if (ready) {
             CUDA_CHECK(cudaEventSynchronize(G->ev_chk));

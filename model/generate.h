@@ -102,6 +102,10 @@ int t5_generate(T5Generator* G, const int32_t* input_ids, const int32_t* attenti
 // CUDA graphs for the decoder step (default on; the environment variable T5TRAIN_GEN_GRAPHS=0 turns them off at
 // creation). Outputs are identical either way (the same kernels run).
 void t5_generator_set_cuda_graphs(T5Generator* G, bool on);
+// Greedy search reads the finished flags back exactly every few steps, never earlier because the copy happened to be
+// done (default off): the number of decoder steps, so the engine fetches of a ZeRO-3 run gathering on demand, then
+// depends on the batch alone, the same on every rank generating the same batch. Outputs are identical either way.
+void t5_generator_set_fixed_checks(T5Generator* G, bool on);
 
 const GenerateStats* t5_generator_stats(const T5Generator* G);
 void t5_generator_reset_stats(T5Generator* G);

@@ -103,6 +103,15 @@ bool t5test_have_gpu(void) {
     return have;
 }
 
+int t5test_gpu_count(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
 int t5test_argv(const char* line, char** argv, int cap) {
     static char buf[4096];
     int argc = 0;

@@ -59,6 +59,20 @@ int t5test_jsonl_doubles(const char* out, const char* key, double* v, int cap);
         }                                                                      \
     } while (0)
 
+// GPUs this process sees (0 without CUDA)
+int t5test_gpu_count(void);
+
+// Skip the current test unless a GPU, the shared data and at least n GPUs are visible.
+#define T5_REQUIRE_GPUS(n)                                                        \
+    do {                                                                          \
+        T5_REQUIRE_GPU();                                                         \
+        T5_REQUIRE_DATA();                                                        \
+        if (t5test_gpu_count() < (n)) {                                           \
+            print_message("skipped: fewer than %d GPUs visible\n", (int)(n));     \
+            skip();                                                               \
+        }                                                                         \
+    } while (0)
+
 // assert that haystack contains needle, printing both when it does not
 #define assert_contains(haystack, needle)                                                              \
     do {                                                                                               \

@@ -1,7 +1,7 @@
 /*
  * test_data_loader.c: the token cache (reuse, rebuild on a changed source, a truncated or
  * corrupt cache, read-only for a dry run) and batching (exact padding / labels / -100 / shift-right, sharding covers the
- * data once per epoch, resume from a saved state, max_samples, drop_last, group_by_length) and the
+ * data once per epoch, a seek to any batch of the epoch, resume from a saved state, max_samples, drop_last, group_by_length) and the
  * activation lengths the trainer and the planner size for (the longest example, capped, rounded to 8).
  */
 #include "t5test.h"
@@ -382,6 +382,54 @@ static void test_collate_exact(void** state) {
     free(pre); free(en); free(ro); free(model);
 }
 
+// dataloader_seek (sharded evaluation takes one GPU's batches out of order): batch i after a seek is the sequential
+// pass's batch i (rows, padding, lengths), in any order and after the end of the epoch; a batch out of range is refused
+static void test_seek_gives_sequential_batches(void** state) {
+    (void)state;
+    T5_REQUIRE_DATA();
+    char* pre = make_subset("seek_sub", 61);
+    char* model = model_path();
+    DataOptions o;
+    options(&o, pre, model, NULL);
+    o.no_cache = true;
+    o.eval_batch_size = 8;
+    char err[512];
+    Dataset* ds = dataset_open(&o, DATA_SPLIT_VALIDATION, NULL, err, sizeof err);
+    if (!ds) fail_msg("%s", err);
+    DataLoader* dl = dataloader_open(ds, &o, false, err, sizeof err);
+    if (!dl) fail_msg("%s", err);
+    const int64_t nb = dataloader_num_batches(dl);
+    assert_int_equal(nb, 8);  // 61 = 7 x 8 + 5
+    Batch seq[8], b;
+    memset(seq, 0, sizeof seq);
+    memset(&b, 0, sizeof b);
+    for (int64_t i = 0; i < nb; i++) assert_true(dataloader_next_batch(dl, &seq[i]));
+    assert_false(dataloader_next_batch(dl, &b));  // the end of the epoch
+    const int64_t order[] = {7, 0, 3, 3, 6, 1, 2, 5, 4, 7};
+    for (size_t k = 0; k < T5_ARRAY_LEN(order); k++) {
+        const int64_t i = order[k];
+        assert_int_equal(dataloader_seek(dl, i), 0);
+        assert_true(dataloader_next_batch(dl, &b));
+        assert_int_equal(b.B, seq[i].B);
+        assert_int_equal(b.Ts, seq[i].Ts);
+        assert_int_equal(b.Tt, seq[i].Tt);
+        assert_int_equal(b.B, i == 7 ? 5 : 8);
+        assert_int_equal(b.example_index[0], i * 8);
+        assert_memory_equal(b.example_index, seq[i].example_index, (size_t)b.B * sizeof(int64_t));
+        assert_memory_equal(b.input_ids, seq[i].input_ids, (size_t)b.B * b.Ts * sizeof(int32_t));
+        assert_memory_equal(b.attention_mask, seq[i].attention_mask, (size_t)b.B * b.Ts * sizeof(int32_t));
+        assert_memory_equal(b.labels, seq[i].labels, (size_t)b.B * b.Tt * sizeof(int32_t));
+    }
+    assert_int_equal(dataloader_seek(dl, -1), -1);
+    assert_int_equal(dataloader_seek(dl, nb), -1);
+    for (int64_t i = 0; i < nb; i++) batch_free(&seq[i]);
+    batch_free(&b);
+    dataloader_close(dl);
+    dataset_close(ds);
+    free(pre);
+    free(model);
+}
+
 // Runs one epoch on every rank and counts how often each example appears.
 static void count_epoch(const Dataset* ds, DataOptions o, int W, bool train, int64_t epoch, int* counts, int64_t* pads, int64_t* nb_out) {
     int64_t N = dataset_size(ds);
@@ -560,6 +608,7 @@ int main(void) {
         cmocka_unit_test(test_activation_lengths),
         cmocka_unit_test(test_collate_exact),
         cmocka_unit_test(test_sharding_covers_once),
+        cmocka_unit_test(test_seek_gives_sequential_batches),
         cmocka_unit_test(test_shuffle_deterministic_and_resume),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

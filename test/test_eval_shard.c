@@ -1,9 +1,12 @@
 /*
- * test_eval_shard.c: the shard arithmetic of src/eval/shard.c for any world size and split size: every example is
- * evaluated exactly once, in the batches one GPU forms (the last partial), every rank runs the same number of steps,
- * a step's gathered slots in rank order give the input order once the padding slots (eval_shard_real_at) are
- * dropped, so the eval loss reduced from the gathered buffer is one GPU's bit for bit (a kept padding slot, NAN,
- * would show); the length order is longest first, ties in input order.
+ * test_eval_shard.c: the shard arithmetic of src/eval/shard.c for any world size and split size, run the way the
+ * evaluation runs it: each rank evaluates its steps (accelerate's round-robin over one GPU's batches, the last
+ * partial), keeps its per-step results in step order, and an all-gather lays the ranks' pieces out rank after rank
+ * (NCCL's order), for the whole split at once (the loss) or in pieces of a few steps (generation). Checked: every
+ * example is evaluated exactly once, every rank runs the same number of steps, eval_shard_slot finds each batch in
+ * the gathered buffer, a piece's batches come out in input order and no padding slot is ever read (they hold NAN /
+ * -1, which would show), and eval_shard_loss over the gathered losses is one GPU's mean bit for bit; the length
+ * order is longest first, ties in input order.
  */
 #include "t5test.h"
 
@@ -13,82 +16,109 @@
 #include "../src/base/common.h"
 #include "../src/eval/shard.h"
 
-// a per-example value and a per-batch "loss": the mean of its examples' values (one GPU's batch means)
+// a per-example value and a per-batch "loss": the mean of its examples' values, in fp32 as the model returns it
 static double value(int64_t e) { return 1.0 / (double)(e + 3) + 0.37 * (double)(e % 5); }
-static double batch_mean(const EvalShard* s, int64_t i) {
-    int64_t first, count;
-    eval_shard_examples(s, i, &first, &count);
+static float batch_mean(int64_t first, int64_t count) {
     double m = 0;
     for (int64_t e = first; e < first + count; e++) m += value(e);
-    return m / (double)count;
+    return (float)(m / (double)count);
+}
+
+// one GPU as the trainer ran it before sharding: batches of `batch` in order, sum += (double)loss * rows, / rows
+static double one_gpu_loss(int64_t n, int64_t batch) {
+    double sum = 0;
+    int64_t rows = 0;
+    for (int64_t first = 0; first < n; first += batch) {
+        const int64_t real = T5_MIN(batch, n - first);
+        sum += (double)batch_mean(first, real) * real;
+        rows += real;
+    }
+    return rows ? sum / (double)rows : NAN;
+}
+
+// The loss: every rank's `steps` losses (a padding step: NAN) all-gathered rank after rank, reduced by
+// eval_shard_loss; also counts how often each example is evaluated.
+static void check_loss(const EvalShard* s, int* seen) {
+    const int64_t n = s->n, batch = s->batch;
+    const int world = s->world;
+    float* all = malloc((size_t)(s->steps * world + 1) * sizeof(float));
+    for (int r = 0; r < world; r++)
+        for (int64_t k = 0; k < s->steps; k++) {
+            const int64_t i = eval_shard_batch(s, r, k);
+            all[r * s->steps + k] = NAN;
+            if (i < 0) continue;
+            int64_t f, c;
+            eval_shard_examples(s, i, &f, &c);
+            if (c < 1 || c > batch || (c < batch && i != s->n_batches - 1))
+                fail_msg("batch %lld has %lld examples", (long long)i, (long long)c);
+            for (int64_t e = f; e < f + c; e++) seen[e]++;
+            all[r * s->steps + k] = batch_mean(f, c);
+        }
+    const double got = eval_shard_loss(s, all), ref = one_gpu_loss(n, batch);
+    if (n == 0) {
+        if (!isnan(got)) fail_msg("an empty split gave loss %g, not NAN", got);
+    } else if (got != ref) {
+        fail_msg("n %lld b %lld W %d: loss %.17g, one GPU %.17g (a padding slot read?)", (long long)n, (long long)batch,
+                 world, got, ref);
+    }
+    free(all);
+}
+
+// Generation: pieces of `piece` steps; each rank's slot for a step holds its batch's example indices (B rows, -1 in
+// the rows a batch does not fill and in padding steps); the examples, read back slot by eval_shard_slot in batch
+// order, must be 0, 1, ..., n - 1 and never a -1.
+static void check_pieces(const EvalShard* s, int64_t piece) {
+    const int64_t B = s->batch, W = s->world;
+    int64_t* all = malloc((size_t)(W * piece * B + 1) * sizeof(int64_t));
+    int64_t next = 0;
+    for (int64_t k0 = 0; k0 < s->steps; k0 += piece) {
+        const int64_t nk = T5_MIN(piece, s->steps - k0);
+        for (int64_t r = 0; r < W; r++)  // rank r's piece lands at r * nk slots
+            for (int64_t kk = 0; kk < nk; kk++) {
+                int64_t* slot = all + (r * nk + kk) * B;
+                const int64_t i = eval_shard_batch(s, (int)r, k0 + kk);
+                int64_t f = 0, c = 0;
+                if (i >= 0) eval_shard_examples(s, i, &f, &c);
+                for (int64_t j = 0; j < B; j++) slot[j] = j < c ? f + j : -1;
+            }
+        const int64_t end = T5_MIN((k0 + nk) * W, s->n_batches);
+        for (int64_t i = k0 * W; i < end; i++) {
+            const int64_t sl = eval_shard_slot(s, i, k0, nk);
+            if (sl < 0 || sl >= W * nk) fail_msg("batch %lld: slot %lld outside the piece", (long long)i, (long long)sl);
+            int64_t f, c;
+            eval_shard_examples(s, i, &f, &c);
+            for (int64_t j = 0; j < c; j++, next++)
+                if (all[sl * B + j] != next)
+                    fail_msg("n %lld b %lld W %lld piece %lld: batch %lld row %lld holds example %lld, input order wants "
+                             "%lld", (long long)s->n, (long long)B, (long long)W, (long long)piece, (long long)i,
+                             (long long)j, (long long)all[sl * B + j], (long long)next);
+        }
+    }
+    assert_int_equal(next, s->n);
+    free(all);
 }
 
 static void check_one(int64_t n, int64_t batch, int world) {
-    EvalShard s;
+    EvalShard s, one;
     eval_shard_plan(&s, n, batch, world);
-    EvalShard one;
     eval_shard_plan(&one, n, batch, 1);
     assert_int_equal(s.n_batches, one.n_batches);
-    // one GPU: eval loss = sum over batches of mean x count, / n (HF's per-batch mean weighted by examples)
-    double ref = 0;
-    for (int64_t i = 0; i < one.n_batches; i++) {
-        int64_t f, c;
-        eval_shard_examples(&one, i, &f, &c);
-        ref += batch_mean(&one, i) * (double)c;
-    }
-    // W ranks as the loop is to run them: each rank evaluates its step-k batch (a padding step: anything, here NAN)
-    // and the step's all-gather lays the W (mean, count) pairs out in rank order; rank 0 then reduces the gathered
-    // buffer slot by slot, keeping the first eval_shard_real_at(k) of each step: the same additions in the same order
-    // as one GPU, and any slot it keeps that is not the next batch in input order fails
-    double* gm = malloc((size_t)(s.steps * world + 1) * sizeof(double));
-    int64_t* gc = malloc((size_t)(s.steps * world + 1) * sizeof(int64_t));
-    int64_t* gi = malloc((size_t)(s.steps * world + 1) * sizeof(int64_t));
+    // every rank runs `steps` steps: ceil(batches / W)
+    assert_int_equal(s.steps, (s.n_batches + world - 1) / world);
     int* seen = calloc((size_t)(n > 0 ? n : 1), sizeof(int));
-    for (int64_t k = 0; k < s.steps; k++)
-        for (int r = 0; r < world; r++) {
-            const int64_t i = eval_shard_batch(&s, r, k), slot = k * world + r;
-            gi[slot] = i;
-            gm[slot] = NAN;
-            gc[slot] = 0;
-            if (i < 0) continue;
-            int64_t f, c;
-            eval_shard_examples(&s, i, &f, &c);
-            if (c < 1 || c > batch || (c < batch && i != s.n_batches - 1))
-                fail_msg("batch %lld has %lld examples", (long long)i, (long long)c);
-            for (int64_t e = f; e < f + c; e++) seen[e]++;
-            gm[slot] = batch_mean(&s, i);
-            gc[slot] = c;
-        }
-    int64_t next = 0;  // the next batch expected in input order
-    double got = 0;
-    for (int64_t k = 0; k < s.steps; k++) {
-        const int real = eval_shard_real_at(&s, k);
-        for (int r = 0; r < world; r++) {
-            const int64_t slot = k * world + r;
-            if (r >= real) {
-                if (gi[slot] != -1) fail_msg("n %lld b %lld W %d: slot (%lld, %d) past the real ones holds batch %lld",
-                                             (long long)n, (long long)batch, world, (long long)k, r, (long long)gi[slot]);
-                continue;
-            }
-            if (gi[slot] != next) fail_msg("n %lld b %lld W %d: slot (%lld, %d) holds batch %lld, input order wants %lld",
-                                           (long long)n, (long long)batch, world, (long long)k, r,
-                                           (long long)gi[slot], (long long)next);
-            next++;
-            got += gm[slot] * (double)gc[slot];
-        }
-    }
-    assert_int_equal(next, s.n_batches);
+    check_loss(&s, seen);
     for (int64_t e = 0; e < n; e++)
         if (seen[e] != 1) fail_msg("n %lld b %lld W %d: example %lld evaluated %d times", (long long)n,
                                    (long long)batch, world, (long long)e, seen[e]);
-    if (got != ref) fail_msg("n %lld b %lld W %d: loss sum %.17g, one GPU %.17g (a padding slot kept?)", (long long)n,
-                             (long long)batch, world, got, ref);
-    // every rank runs `steps` steps: ceil(batches / W); no rank idles a whole step unless batches < W
-    assert_int_equal(s.steps, (s.n_batches + world - 1) / world);
+    const int64_t pieces[] = {1, 2, 3, T5_MAX(s.steps, (int64_t)1)};
+    for (size_t p = 0; p < T5_ARRAY_LEN(pieces); p++) check_pieces(&s, pieces[p]);
+    // the padding slots of the last step: ranks real_at .. W - 1
+    if (s.steps > 0) {
+        const int real = eval_shard_real_at(&s, s.steps - 1);
+        for (int r = 0; r < world; r++)
+            assert_int_equal(eval_shard_batch(&s, r, s.steps - 1) < 0, r >= real);
+    }
     free(seen);
-    free(gm);
-    free(gc);
-    free(gi);
 }
 
 static void test_every_size(void** state) {
@@ -118,6 +148,9 @@ static void test_newsdev_numbers(void** state) {
     assert_int_equal(s.steps, 11);
     assert_int_equal(eval_shard_real_at(&s, 10), 2);
     assert_int_equal(eval_shard_batch(&s, 2, 10), -1);
+    // batch 31 = step 10 of rank 1: in the whole split's gather at 1 x 11 + 10, in a piece of steps 8..10 at 1 x 3 + 2
+    assert_int_equal(eval_shard_slot(&s, 31, 0, 11), 21);
+    assert_int_equal(eval_shard_slot(&s, 31, 8, 3), 5);
 }
 
 static void test_order_by_length(void** state) {

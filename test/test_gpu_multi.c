@@ -14,28 +14,13 @@
  */
 #include "t5test.h"
 
-#include <cuda_runtime.h>
 #include <math.h>
 
 #include "../src/base/common.h"
 
 static char g_text[1 << 18];
 
-static int gpu_count(void) {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
-    return n;
-}
-
-#define REQUIRE_TWO_GPUS()                                                      \
-    do {                                                                        \
-        T5_REQUIRE_GPU();                                                       \
-        T5_REQUIRE_DATA();                                                      \
-        if (gpu_count() < 2) {                                                  \
-            print_message("skipped: fewer than two GPUs visible\n");           \
-            skip();                                                             \
-        }                                                                       \
-    } while (0)
+#define REQUIRE_TWO_GPUS() T5_REQUIRE_GPUS(2)
 
 // The command of one run: ENV, then t5train on GPU 0 (gpus 1), `t5train --num_gpus N` (gpus > 1) or plain t5train
 // (gpus 0: the caller's launcher sets the ranks' variables), with micro-batch `batch` and EXTRA flags.
@@ -237,7 +222,7 @@ static void test_resume_other_world(void** state) {
 static void test_all_gpus_vs_accumulation(void** state) {
     (void)state;
     REQUIRE_TWO_GPUS();
-    const int n = T5_MIN(gpu_count(), 8);
+    const int n = T5_MIN(t5test_gpu_count(), 8);
     if (n < 4) {
         print_message("skipped: %d GPUs visible (this case needs 4 or more)\n", n);
         skip();

@@ -11,6 +11,7 @@
  *   --dump_batches FILE [--dump_batches_steps N]   token ids of the first N (50) updates as JSON
  *   env T5TRAIN_INJECT_INF_STEP=k                   +inf into the gradient of update k (overflow test)
  *   env T5TRAIN_STOP_AFTER_STEPS=k                  behave as if SIGTERM came during update k
+ *   env T5TRAIN_EVAL_NO_HOLD=1                      stage 3 evaluates gathering units on demand (as when they do not fit)
  */
 #include <errno.h>
 #include <jansson.h>

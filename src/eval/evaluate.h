@@ -34,6 +34,8 @@
 extern "C" {
 #endif
 
+struct LaunchComm;
+
 typedef struct {
     GenerateOptions gen;      // max_length = generation_max_length or val_max_target_length; num_beams; ...
     const char* prefix;       // metric prefix: "eval" or "predict"
@@ -41,6 +43,11 @@ typedef struct {
     bool progress;            // one line per 10% on stderr
     bool no_cuda_graphs;      // decode steps run eagerly: the engine gathers units on demand inside them (ZeRO-3
                               // when zero_hold_begin could not keep every unit), which a graph capture cannot hold
+    struct LaunchComm* comm;  // several ranks: the run's communicator (src/launch/comm.h); NULL: one rank
+    bool shard;               // with several ranks: each generates its batches (src/eval/shard.h) and the results are
+                              // all-gathered. Only where no fetch issues a collective (a rank's decoder steps depend on
+                              // its data): stages 0-2 once every unit was fetched since the last step (the loss pass
+                              // does it), stage 3 with every unit held. false: every rank generates the whole split
 } EvalGenConfig;
 
 typedef struct {
@@ -52,13 +59,15 @@ typedef struct {
     double runtime;           // seconds, generation + decoding + BLEU
     BleuResult bleu_detail;   // counts, precisions, bp, ... (unrounded score)
     GenerateStats gen;        // generator counters
-    char** predictions;       // (num_samples) in dataset order, when keep_predictions
+    char** predictions;       // (num_samples) in dataset order, when keep_predictions (every rank)
 } EvalGenResult;
 
-// Generates over `ds` with the trainer's eval batching (dataloader_open(ds, dopt, false): sequential,
+// Generates over `ds` with one GPU's eval batching (dataloader_open(ds, dopt, false) on one rank: sequential,
 // dopt->eval_batch_size, the same padding as HF's collator) using the parameters in Z (already loaded), and
-// computes the metrics. tok decodes. stream: the compute stream. Returns 0, or -1 with err (an empty split,
-// bad options, not enough GPU memory with the KV-cache numbers, ...).
+// computes the metrics. With cfg->shard on several ranks each rank generates its share of those batches and every
+// rank scores the gathered rows in input order: the same result on every rank, one GPU's in fp32 (num_steps: the
+// steps of one rank, as HF counts them on N GPUs). tok decodes. stream: the compute stream. Returns 0, or -1 with
+// err (an empty split, bad options, not enough GPU memory with the KV-cache numbers, ...).
 int evaluate_generate(ZeroEngine* Z, const ParamTable* t, const Tokenizer* tok, const Dataset* ds,
                       const DataOptions* dopt, const EvalGenConfig* cfg, cudaStream_t stream, EvalGenResult* out,
                       char* err, size_t errlen);

@@ -1,19 +1,23 @@
 /*
- * shard.h: how W ranks share one evaluation split (issue 29), the arithmetic only (pure C, CPU-tested; the
- * evaluation loop does not use it yet: today every rank evaluates the whole split, docs/multi_gpu.md).
+ * shard.h: how W ranks share one evaluation split (issue 29): the arithmetic of the sharded loss pass
+ * (src/train/trainer.c) and of sharded generation (src/eval/evaluate.c), pure C, CPU-tested (test/test_eval_shard.c).
  *
  * The split's n examples form the batches one GPU forms: batch i = examples [i * B, min((i + 1) * B, n)), the last
  * one partial. The ranks take them round-robin, as accelerate's BatchSamplerShard does: at step k rank r evaluates
  * batch k * W + r. Every rank runs the same number of steps, ceil(n_batches / W), so that the collectives (the
- * step's all-gather, ZeRO-3's parameter gathers) stay in lockstep; a rank past the last batch runs a padding step
- * whose results are dropped. Unlike accelerate, the last batch is not completed with examples from the start and
+ * gathers of the results, ZeRO-3's parameter gathers) stay in lockstep; a rank past the last batch runs a padding
+ * step whose results are dropped. Unlike accelerate, the last batch is not completed with examples from the start and
  * padding steps carry no examples into the metrics: every real batch is exactly one GPU's, so the eval loss (the
  * per-batch means weighted by examples, summed in batch order) and fp32 greedy generations equal one GPU's.
- * Gathering step k's W results in rank order appends batches k * W ... k * W + W - 1: the input order, with the
- * padding slots (eval_shard_real_at) dropped.
+ *
+ * Gathering: each rank keeps its results of the steps [k0, k0 + nk) in step order, and an all-gather lays the W
+ * pieces out rank after rank (NCCL's order): batch i's result sits at slot eval_shard_slot(i, k0, nk) =
+ * (i % W) * nk + (i / W - k0). Those steps hold batches [k0 * W, (k0 + nk) * W) (the ones below n_batches): a
+ * contiguous run of the input order, so a split gathered in pieces of steps is scored piece by piece in input order.
+ * The padding slots are never read.
  *
  * Generation may take its batches in another order (eval_shard_order_by_length: longest sources first, ties in input
- * order), the same permutation on every world size; the predictions are put back in input order by it.
+ * order), the same permutation on every world size; the predictions are put back in input order by it (not used yet).
  */
 #pragma once
 
@@ -39,6 +43,12 @@ int64_t eval_shard_batch(const EvalShard* s, int rank, int64_t k);
 void eval_shard_examples(const EvalShard* s, int64_t i, int64_t* first, int64_t* count);
 // How many of step k's W gathered slots hold real batches (ranks 0 .. that - 1).
 int eval_shard_real_at(const EvalShard* s, int64_t k);
+// Where batch i (k0 * W <= i < (k0 + nk) * W) sits in the all-gather of steps [k0, k0 + nk): (i % W) * nk + i / W - k0.
+int64_t eval_shard_slot(const EvalShard* s, int64_t i, int64_t k0, int64_t nk);
+// The eval loss from the all-gather of every rank's per-step mean losses (gathered: world * steps, padding slots any
+// value): sum over batches in input order of (double)loss_i * examples_i, divided by n, as one GPU sums its batches
+// (HF's evaluation_loop: each batch's mean weighted by its examples). NAN for n == 0.
+double eval_shard_loss(const EvalShard* s, const float* gathered);
 // perm[j] = the example at position j when sorted by length, longest first, ties in input order (stable).
 // Returns 0, or -1 when perm cannot be allocated scratch (n too large).
 int eval_shard_order_by_length(const int32_t* lengths, int64_t n, int64_t* perm);

@@ -292,6 +292,34 @@ int comm_host_i32(LaunchComm* c, int v, ncclRedOp_t op, cudaStream_t s) {
     return out;
 }
 
+// elem bytes per element of type t (4 for both callers)
+static void all_gather_host(LaunchComm* c, const void* mine, size_t n, void* all, ncclDataType_t t, size_t elem,
+                            cudaStream_t s) {
+    if (!c || c->world == 1) {
+        if (n) memmove(all, mine, n * elem);
+        return;
+    }
+    static const char* name = "an all-gather of evaluation results";
+    const size_t total = n * (size_t)c->world;
+    char* d = NULL;
+    CUDA_CHECK(cudaMallocAsync((void**)&d, total ? total * elem : elem, s));
+    CUDA_CHECK(cudaMemcpyAsync(d + (size_t)c->rank * n * elem, mine, n * elem, cudaMemcpyHostToDevice, s));
+    // in place: this rank's piece already sits in its slot of the receive buffer
+    comm_check(c, ncclAllGather(d + (size_t)c->rank * n * elem, d, n, t, c->nccl, s), name);
+    comm_collective_enqueued(c, name, s);
+    CUDA_CHECK(cudaMemcpyAsync(all, d, total * elem, cudaMemcpyDeviceToHost, s));
+    CUDA_CHECK(cudaFreeAsync(d, s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+void comm_all_gather_host_i32(LaunchComm* c, const int32_t* mine, size_t n, int32_t* all, cudaStream_t s) {
+    all_gather_host(c, mine, n, all, ncclInt32, sizeof *mine, s);
+}
+
+void comm_all_gather_host_f32(LaunchComm* c, const float* mine, size_t n, float* all, cudaStream_t s) {
+    all_gather_host(c, mine, n, all, ncclFloat32, sizeof *mine, s);
+}
+
 int comm_from_rank0(LaunchComm* c, int v, cudaStream_t s) {
     return comm_host_i32(c, !c || c->rank == 0 ? v : INT_MIN, ncclMax, s);
 }

@@ -52,6 +52,10 @@ void comm_barrier(LaunchComm* c);
 void comm_all_reduce_sum_f32(LaunchComm* c, float* d, size_t n, cudaStream_t s);
 // v reduced over the ranks by op (ncclMax, ncclMin, ...), on the host
 int comm_host_i32(LaunchComm* c, int v, ncclRedOp_t op, cudaStream_t s);
+// mine (n) on the host of every rank, rank after rank, into all (world * n) on the host of every rank (sharded
+// evaluation's results, src/eval/shard.h); synchronous. One rank: a copy.
+void comm_all_gather_host_i32(LaunchComm* c, const int32_t* mine, size_t n, int32_t* all, cudaStream_t s);
+void comm_all_gather_host_f32(LaunchComm* c, const float* mine, size_t n, float* all, cudaStream_t s);
 // rank 0's v on every rank
 int comm_from_rank0(LaunchComm* c, int v, cudaStream_t s);
 // true only when every rank passes true

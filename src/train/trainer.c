@@ -29,6 +29,7 @@
 #include "lr_schedule.h"
 #include "../report/results.h"
 #include "../eval/evaluate.h"
+#include "../eval/shard.h"
 #include "../base/safetensors.h"
 #include "../base/signals.h"
 #include "../report/trainer_log.h"
@@ -370,8 +371,8 @@ void trainer_splits_used(const TrainerArgs* a, bool used[3]) {
 static void data_setup(Trainer* t) {
     const TrainerArgs* a = t->a;
     static char err[TRAINER_ERR_LEN];
-    // several ranks: training is sharded (a->data's rank and world size); evaluation and prediction run the whole
-    // split on every rank (the same forward calls, so the same collectives, on every rank; rank 0 writes)
+    // several ranks: training is sharded (a->data's rank and world size); evaluation and prediction read one GPU's
+    // batches (a loader of one rank) and take their share of them (src/eval/shard.h, run_eval_split)
     DataOptions eval_data = a->data;
     eval_data.rank = 0;
     eval_data.world_size = 1;
@@ -413,10 +414,40 @@ static void set_model_batch(Trainer* t, const Batch* b) {
     if (t5_model_set_batch(t->M, &tb, t->s, err, sizeof err)) t5_die(T5_EXIT_FAILURE, "bad batch: %s", err);
 }
 
-// Loss over a whole split (HF evaluation_loop: each batch's mean loss weighted by its number of examples),
-// then, with predict_with_generate, generation + corpus BLEU as run_translation's compute_metrics
-// (src/eval/evaluate.c). prefix "eval" or "predict"; with keep the predictions are written to
-// output_dir/generated_predictions.txt. Returns the metrics object (new reference).
+// The loss pass over a split, sharded over the ranks (src/eval/shard.h): this rank's batches of one GPU's batching
+// (dl: one rank's loader), its per-step mean losses all-gathered, and the mean reduced as one GPU does (HF
+// evaluation_loop: each batch's mean loss weighted by its number of examples, in batch order). A padding step runs
+// the split's last batch and drops its loss: every rank runs the same forwards, so the same ZeRO-3 gathers.
+// *steps: the steps every rank ran (HF's eval steps on N GPUs: ceil(examples / (batch x N))).
+static double eval_loss_sharded(Trainer* t, DataLoader* dl, int64_t nex, int64_t* steps) {
+    EvalShard sh;
+    eval_shard_plan(&sh, nex, t->a->data.eval_batch_size, t->world);
+    float* mine = calloc_check((size_t)T5_MAX(sh.steps, (int64_t)1), sizeof(float));
+    float* all = calloc_check((size_t)T5_MAX(sh.steps * sh.world, (int64_t)1), sizeof(float));
+    for (int64_t k = 0; k < sh.steps; k++) {
+        const int64_t i = eval_shard_batch(&sh, t->rank, k), b = i >= 0 ? i : sh.n_batches - 1;
+        int64_t first, count;
+        eval_shard_examples(&sh, b, &first, &count);
+        if (dataloader_seek(dl, b) || !dataloader_next_batch(dl, &t->batch) || t->batch.B != count ||
+            t->batch.example_index[0] != first)
+            t5_die(T5_EXIT_FAILURE, "internal: the evaluation data loader did not give batch %lld", (long long)b);
+        set_model_batch(t, &t->batch);
+        t5_model_forward(t->M, false, 1.0f, 0, t->s);
+        const float l = t5_model_loss(t->M, t->s);
+        mine[k] = i >= 0 ? l : 0.0f;
+    }
+    comm_all_gather_host_f32(sh.world > 1 ? t->comm : NULL, mine, (size_t)sh.steps, all, t->s);
+    const double loss = eval_shard_loss(&sh, all);
+    free(mine);
+    free(all);
+    *steps = sh.steps;
+    return loss;
+}
+
+// Loss over a whole split (eval_loss_sharded), then, with predict_with_generate, generation + corpus BLEU as
+// run_translation's compute_metrics (src/eval/evaluate_generate.c, sharded alike when the parameters allow it).
+// prefix "eval" or "predict"; with keep the predictions are written to output_dir/generated_predictions.txt (by
+// rank 0). Returns the metrics object (new reference).
 static json_t* run_eval_split(Trainer* t, Dataset* ds, DataLoader* dl, const char* prefix, double epoch, bool keep) {
     const TrainerArgs* a = t->a;
     static char err[TRAINER_ERR_LEN];
@@ -427,20 +458,8 @@ static json_t* run_eval_split(Trainer* t, Dataset* ds, DataLoader* dl, const cha
     // stage 3: keep every unit gathered for the whole evaluation when it fits (the evaluation's unit order is
     // not training's); otherwise each forward fetches on demand
     const bool held = engine_eval_begin(t->E, t->s);
-    dataloader_set_epoch(dl, 0);
-    double sum = 0;
-    int64_t rows = 0, nbatches = 0;
-    while (dataloader_next_batch(dl, &t->batch)) {
-        set_model_batch(t, &t->batch);
-        t5_model_forward(t->M, false, 1.0f, 0, t->s);
-        float l = t5_model_loss(t->M, t->s);
-        int real = 0;
-        for (int r = 0; r < t->batch.B; r++) real += t->batch.example_index[r] >= 0;
-        sum += (double)l * real;
-        rows += real;
-        nbatches++;
-    }
-    double loss = rows ? sum / (double)rows : NAN;
+    int64_t nbatches = 0;
+    const double loss = eval_loss_sharded(t, dl, nex, &nbatches);
     char key[64];
     snprintf(key, sizeof key, "%s_loss", prefix);
     json_t* m = json_object();
@@ -450,8 +469,10 @@ static json_t* run_eval_split(Trainer* t, Dataset* ds, DataLoader* dl, const cha
     int nkeys = 1;
     char kb[64], kg[64];
     if (a->predict_with_generate) {
+        // sharded when no fetch issues a collective: held (stages 0-2 always, their units refreshed by the loss
+        // pass; stage 3 when every unit fits); otherwise every rank generates the whole split alike
         EvalGenConfig gc = {.gen = a->gen, .prefix = prefix, .keep_predictions = keep, .progress = false,
-                            .no_cuda_graphs = !held};
+                            .no_cuda_graphs = !held, .comm = t->comm, .shard = held};
         EvalGenResult r;
         if (evaluate_generate(engine_params(t->E), &t->T, t->tok, ds, &a->data, &gc, t->s, &r, err, sizeof err))
             t5_die(T5_EXIT_FAILURE, "%s generation: %s", prefix, err);
@@ -459,7 +480,8 @@ static json_t* run_eval_split(Trainer* t, Dataset* ds, DataLoader* dl, const cha
         char ks[64];  // <prefix>_samples: run_translation adds it to the results files only, never to the logged dict
         snprintf(ks, sizeof ks, "%s_samples", prefix);
         json_object_del(m, ks);
-        if (keep && t->writer && evaluate_write_predictions(a->output_dir, &r, err, sizeof err))
+        // every rank holds the predictions; run_translation writes them on the world's process zero only
+        if (keep && t->main && evaluate_write_predictions(a->output_dir, &r, err, sizeof err))
             t5_die(T5_EXIT_FAILURE, "%s", err);
         snprintf(kb, sizeof kb, "%s_bleu", prefix);
         snprintf(kg, sizeof kg, "%s_gen_len", prefix);

@@ -119,6 +119,7 @@ void engine_grad_norm(Engine* E, bool inject_inf, cudaStream_t s);
 EngineStepResult engine_step(Engine* E, double lr, cudaStream_t s);
 // Evaluation: the optimizer settled and (stage 3) every unit gathered and held when they fit; returns whether they
 // are held (false: each forward fetches on demand, no CUDA graphs in generation). engine_eval_end releases them.
+// T5TRAIN_EVAL_NO_HOLD=1 (a test hook, the same on every rank): stage 3 does not hold.
 bool engine_eval_begin(Engine* E, cudaStream_t s);
 void engine_eval_end(Engine* E, bool held, cudaStream_t s);
 // The optimizer, loss scaler and step state of this rank as checkpoint blobs (EngineBlob order), streamed through

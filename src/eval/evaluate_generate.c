@@ -1,0 +1,219 @@
+/*
+ * evaluate_generate.c: generation over a split (evaluate.h), sharded over the ranks as shard.h lays out: each rank
+ * generates its batches of one GPU's batching, a piece of steps at a time; each piece's token rows are all-gathered
+ * and every rank scores them in input order (gen_len, BLEU, the predictions), so every rank returns one GPU's result.
+ *
+ * A gathered row: (RS = max_length + 1) int32 = [width, ids[0 .. max_length)], width = the batch's output width
+ * (t5_generate's *out_len; ids past it hold pad), -1 in a padding step's rows. A step's slot holds B rows, of which
+ * the batch's example count are real.
+ */
+#include "evaluate.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "../base/common.h"
+#include "../launch/comm.h"
+#include "shard.h"
+
+#define GATHER_BYTES ((size_t)64 << 20)  // one piece's all-gathered rows, at most (one step at least)
+
+typedef struct {
+    const EvalGenConfig* cfg;
+    const Tokenizer* tok;
+    const Dataset* ds;
+    EvalShard sh;
+    int rank;
+    int B, ML, RS, pad;
+    T5Generator* G;
+    DataLoader* dl;
+    Batch batch;
+    int32_t* gen;        // (B, ML) t5_generate's output
+    int64_t piece;       // steps per all-gather
+    int32_t* mine;       // (piece, B, RS) this rank's rows of the piece
+    int32_t* all;        // (world, piece, B, RS) every rank's (world 1: mine)
+    BleuStats st;
+    int64_t nonpad, n_done;
+    char** preds;        // (n) in input order, with keep_predictions
+} GenRun;
+
+static double wall_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+// The longest padded source a batch of ds can have (the generator's max_Ts).
+static int max_source_width(const Dataset* ds, const DataOptions* dopt) {
+    const int64_t N = dataset_size(ds);
+    int max_Ts = 1;
+    for (int64_t i = 0; i < N; i++) max_Ts = T5_MAX(max_Ts, dataset_source_length(ds, i));
+    if (dopt->pad_to_max_length && dopt->max_source_length > max_Ts) max_Ts = dopt->max_source_length;
+    if (dopt->pad_to_multiple_of > 1)
+        max_Ts = (int)CEIL_DIV((size_t)max_Ts, (size_t)dopt->pad_to_multiple_of) * dopt->pad_to_multiple_of;
+    return max_Ts;
+}
+
+// Generates this rank's steps [k0, k0 + nk) into g->mine. 0, or -1 with err.
+static int gen_steps(GenRun* g, int64_t k0, int64_t nk, cudaStream_t s, char* err, size_t errlen) {
+    for (int64_t kk = 0; kk < nk; kk++) {
+        int32_t* slot = g->mine + (size_t)kk * g->B * g->RS;
+        const int64_t k = k0 + kk, i = eval_shard_batch(&g->sh, g->rank, k);
+        if (i < 0) {  // a padding step: nothing to generate (no fetch issues a collective: EvalGenConfig.shard)
+            for (size_t x = 0; x < (size_t)g->B * g->RS; x++) slot[x] = x % (size_t)g->RS == 0 ? -1 : g->pad;
+            continue;
+        }
+        int64_t first, count;
+        eval_shard_examples(&g->sh, i, &first, &count);
+        if (dataloader_seek(g->dl, i) || !dataloader_next_batch(g->dl, &g->batch) || g->batch.B != count ||
+            g->batch.example_index[0] != first) {
+            snprintf(err, errlen, "internal: the data loader did not give batch %lld (examples %lld + %lld)",
+                     (long long)i, (long long)first, (long long)count);
+            return -1;
+        }
+        int width = 0;
+        if (t5_generate(g->G, g->batch.input_ids, g->batch.attention_mask, g->batch.B, g->batch.Ts, g->gen, &width,
+                        s, err, errlen))
+            return -1;
+        for (int r = 0; r < g->B; r++) {
+            int32_t* row = slot + (size_t)r * g->RS;
+            row[0] = r < g->batch.B ? width : -1;
+            for (int j = 0; j < g->ML; j++) row[1 + j] = r < g->batch.B && j < width ? g->gen[(size_t)r * g->ML + j] : g->pad;
+        }
+        if (g->cfg->progress && g->sh.steps >= 10 && (k + 1) % (g->sh.steps / 10) == 0)
+            fprintf(stderr, "generation: %lld/%lld batches\n", (long long)(k + 1), (long long)g->sh.steps);
+    }
+    return 0;
+}
+
+// Scores the batches of the gathered steps [k0, k0 + nk) in input order. 0, or -1 with err.
+static int gen_score(GenRun* g, int64_t k0, int64_t nk, char* err, size_t errlen) {
+    const int64_t W = g->sh.world, end = T5_MIN((k0 + nk) * W, g->sh.n_batches);
+    for (int64_t i = k0 * W; i < end; i++) {
+        int64_t first, count;
+        eval_shard_examples(&g->sh, i, &first, &count);
+        const int32_t* rows = g->all + (size_t)eval_shard_slot(&g->sh, i, k0, nk) * g->B * g->RS;
+        for (int64_t j = 0; j < count; j++) {
+            const int32_t* row = rows + (size_t)j * g->RS;
+            const int64_t e = first + j;
+            const int width = row[0];
+            if (width < 0 || width > g->ML) {
+                snprintf(err, errlen, "internal: example %lld (batch %lld) is not in the gathered results",
+                         (long long)e, (long long)i);
+                return -1;
+            }
+            g->nonpad += evaluate_count_nonpad(row + 1, width, g->pad);
+            const int32_t *src, *tgt;
+            int n_src, n_tgt;
+            dataset_get(g->ds, e, &src, &n_src, &tgt, &n_tgt);
+            char* hyp = evaluate_postprocess(g->tok, row + 1, width, false);
+            char* ref = evaluate_postprocess(g->tok, tgt, n_tgt, false);
+            const char* refs[1] = {ref};
+            char berr[256];
+            const bool bad = bleu_stats_add(&g->st, hyp, refs, 1, berr, sizeof berr) != BLEU_OK;
+            free(hyp);
+            free(ref);
+            if (bad) {
+                snprintf(err, errlen, "BLEU of example %lld (line %lld): %s", (long long)e,
+                         (long long)dataset_line(g->ds, e), berr);
+                return -1;
+            }
+            if (g->preds) g->preds[e] = evaluate_postprocess(g->tok, row + 1, width, true);
+            g->n_done++;
+        }
+    }
+    return 0;
+}
+
+// The option and split checks of evaluate_generate. 0, or -1 with err.
+static int gen_check(const Dataset* ds, const DataOptions* dopt, const EvalGenConfig* cfg, const char* prefix,
+                     char* err, size_t errlen) {
+    if (generate_options_check(&cfg->gen, err, errlen)) return -1;
+    if (dataset_size(ds) <= 0) {
+        snprintf(err, errlen, "the %s data set is empty (%s, after max_%s_samples): nothing to generate for",
+                 strcmp(prefix, "predict") == 0 ? "prediction" : "evaluation",
+                 dataset_source_path(ds) ? dataset_source_path(ds) : "no file", prefix);
+        return -1;
+    }
+    if (dopt->eval_batch_size < 1) {
+        snprintf(err, errlen, "per_device_eval_batch_size = %d must be >= 1", dopt->eval_batch_size);
+        return -1;
+    }
+    return 0;
+}
+
+static void gen_free(GenRun* g) {
+    if (g->preds) {
+        for (int64_t i = 0; i < g->sh.n; i++) free(g->preds[i]);
+        free(g->preds);
+    }
+    bleu_stats_free(&g->st);
+    batch_free(&g->batch);
+    if (g->all != g->mine) free(g->all);
+    free(g->mine);
+    free(g->gen);
+    dataloader_close(g->dl);
+    t5_generator_destroy(g->G);
+}
+
+int evaluate_generate(ZeroEngine* Z, const ParamTable* t, const Tokenizer* tok, const Dataset* ds,
+                      const DataOptions* dopt, const EvalGenConfig* cfg, cudaStream_t stream, EvalGenResult* out,
+                      char* err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    snprintf(out->prefix, sizeof out->prefix, "%s", cfg->prefix ? cfg->prefix : "eval");
+    if (gen_check(ds, dopt, cfg, out->prefix, err, errlen)) return -1;
+    GenRun g = {.cfg = cfg, .tok = tok, .ds = ds, .B = dopt->eval_batch_size, .ML = cfg->gen.max_length,
+                .pad = t->cfg.pad_token_id};
+    g.RS = g.ML + 1;
+    const bool shard = cfg->shard && cfg->comm && comm_world_size(cfg->comm) > 1;
+    g.rank = shard ? comm_rank(cfg->comm) : 0;
+    eval_shard_plan(&g.sh, dataset_size(ds), g.B, shard ? comm_world_size(cfg->comm) : 1);
+    g.G = t5_generator_create(t, Z, g.B, max_source_width(ds, dopt), &cfg->gen, err, errlen);
+    if (!g.G) return -1;
+    if (cfg->no_cuda_graphs) t5_generator_set_cuda_graphs(g.G, false);
+    // several ranks generating the whole split alike: their decoder steps (and so the engine's gathers) must not
+    // depend on timing
+    if (!shard && cfg->comm && comm_world_size(cfg->comm) > 1) t5_generator_set_fixed_checks(g.G, true);
+    DataOptions one = *dopt;  // one GPU's batches, in order (the shard plan picks this rank's)
+    one.rank = 0;
+    one.world_size = 1;
+    g.dl = dataloader_open(ds, &one, false, err, errlen);
+    if (!g.dl) {
+        t5_generator_destroy(g.G);
+        return -1;
+    }
+    const double t0 = wall_s();
+    const size_t step_rows = (size_t)g.B * g.RS;
+    g.piece = T5_MAX((int64_t)(GATHER_BYTES / (step_rows * sizeof(int32_t) * g.sh.world)), (int64_t)1);
+    g.piece = T5_MIN(g.piece, T5_MAX(g.sh.steps, (int64_t)1));
+    g.gen = malloc_check((size_t)g.B * g.ML * sizeof(int32_t));
+    g.mine = malloc_check((size_t)g.piece * step_rows * sizeof(int32_t));
+    g.all = shard ? malloc_check((size_t)g.sh.world * g.piece * step_rows * sizeof(int32_t)) : g.mine;
+    g.preds = cfg->keep_predictions ? calloc_check((size_t)g.sh.n, sizeof(char*)) : NULL;
+    bleu_stats_init(&g.st, false);
+    int rc = 0;
+    for (int64_t k0 = 0; k0 < g.sh.steps && rc == 0; k0 += g.piece) {
+        const int64_t nk = T5_MIN(g.piece, g.sh.steps - k0);
+        rc = gen_steps(&g, k0, nk, stream, err, errlen);
+        if (rc == 0 && shard) comm_all_gather_host_i32(cfg->comm, g.mine, (size_t)nk * step_rows, g.all, stream);
+        if (rc == 0) rc = gen_score(&g, k0, nk, err, errlen);
+    }
+    if (rc == 0 && g.n_done != g.sh.n) {
+        snprintf(err, errlen, "internal: %lld of %lld examples scored", (long long)g.n_done, (long long)g.sh.n);
+        rc = -1;
+    }
+    if (rc == 0) {
+        bleu_stats_compute(&g.st, &out->bleu_detail);
+        out->bleu = evaluate_round4(out->bleu_detail.score);
+        out->gen_len = evaluate_round4(g.n_done ? (double)g.nonpad / (double)g.n_done : 0.0);
+        out->num_samples = g.n_done;
+        out->num_steps = g.sh.steps;
+        out->runtime = wall_s() - t0;
+        out->gen = *t5_generator_stats(g.G);
+        out->predictions = g.preds;  // input order: every example scored once
+        g.preds = NULL;
+    }
+    gen_free(&g);
+    return rc;
+}

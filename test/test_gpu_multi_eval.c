@@ -1,0 +1,247 @@
+/*
+ * test_gpu_multi_eval.c: sharded evaluation and prediction (issue 29 item 1, src/eval/shard.h), through the binary:
+ * `--do_eval --do_predict --predict_with_generate` on one GPU against `t5train --num_gpus N` (2, and 4 when four GPUs
+ * are visible), fp32 greedy, on a tiny model trained here for a few steps from test/fixtures/t5/tiny_v10 (so that it
+ * emits `</s>` and its sequences end at different lengths) and the first WMT16 validation sources. 35 evaluation and
+ * 37 prediction sources in batches of 4: neither is a multiple of ranks x batch, so the last batch is partial and
+ * some ranks run padding steps (4 GPUs: three of them in the evaluation's last step).
+ * Gates: eval_loss / predict_loss within 1e-6 relative of one GPU's, bleu, gen_len and samples equal, the same keys
+ * in eval_results.json / predict_results.json / all_results.json, generated_predictions.txt byte-identical.
+ * Cases: stage 0; stage 3 (every unit partitioned, held for the evaluation); stage 3 gathering on demand
+ * (T5TRAIN_EVAL_NO_HOLD=1: the loss pass sharded with the padding steps' forwards, generation of the whole split on
+ * every rank), also on a split of one batch (a rank without any real batch); training's in-loop evaluation at
+ * stage 2 after updates of learning rate 0 (the weights unchanged, the units refreshed after a step).
+ * Skipped unless two GPUs are visible.
+ */
+#include "t5test.h"
+
+#include <jansson.h>
+#include <math.h>
+
+#include "../src/base/common.h"
+
+static char g_text[1 << 18];
+static char g_model[512];  // the model trained by ensure_model
+
+#define REQUIRE_TWO_GPUS() T5_REQUIRE_GPUS(2)
+
+// ENV t5train on GPU 0 (gpus 1) or `t5train --num_gpus N` with the common data flags and EXTRA; exits non-zero -> fail
+static void run(const char* tag, const char* env, int gpus, const char* out, const char* extra) {
+    const char* d = t5test_data_dir();
+    char launch[64] = "", ngpus[32] = "", cmd[8192];
+    if (gpus == 1) snprintf(launch, sizeof launch, "CUDA_VISIBLE_DEVICES=0 ");
+    else snprintf(ngpus, sizeof ngpus, " --num_gpus %d", gpus);
+    int k = snprintf(cmd, sizeof cmd,
+                     "%s %s%s%s --tokenizer_name %s/t5-spiece/spiece.model --source_lang en --target_lang ro "
+                     "--max_source_length 48 --seed 7 --dropout_rate 0 --output_dir %s %s 2>&1",
+                     env, launch, t5test_bin(), ngpus, d, out, extra);
+    if (k < 0 || (size_t)k >= sizeof cmd) fail_msg("command line too long");
+    const int rc = t5test_run(g_text, sizeof g_text, "%s", cmd);
+    if (rc) fail_msg("%s on %d GPU(s): exit %d:\n%s", tag, gpus, rc, g_text);
+}
+
+// The tiny model trained on one GPU (once per test program): 60 updates on 64 pairs with targets cut to 8 tokens
+static void ensure_model(void) {
+    if (g_model[0]) return;
+    snprintf(g_model, sizeof g_model, "%s/meval_model", t5test_tmpdir());
+    char extra[2048];
+    snprintf(extra, sizeof extra,
+             "--model_name_or_path %s/test/fixtures/t5/tiny_v10 --train_file %s/wmt16-ro-en/validation.en "
+             "--max_train_samples 64 --max_target_length 8 --per_device_train_batch_size 8 --do_train --max_steps 60 "
+             "--learning_rate 1e-2 --warmup_steps 3 --save_strategy no --logging_steps 10",
+             t5test_repo_dir(), t5test_data_dir());
+    run("training the model", "", 1, g_model, extra);
+}
+
+// The evaluation flags: 35 evaluation and 37 prediction sources in batches of 4 (n_eval, n_pred override)
+static void eval_flags(char* buf, size_t cap, int n_eval, int n_pred, const char* more) {
+    const char* d = t5test_data_dir();
+    int k = snprintf(buf, cap,
+                     "--model_name_or_path %s --validation_file %s/wmt16-ro-en/validation.en --test_file "
+                     "%s/wmt16-ro-en/validation.en --max_eval_samples %d --max_predict_samples %d "
+                     "--max_target_length 24 --per_device_eval_batch_size 4 --do_eval --do_predict "
+                     "--predict_with_generate --generation_max_length 24 %s",
+                     g_model, d, d, n_eval, n_pred, more);
+    if (k < 0 || (size_t)k >= cap) fail_msg("flags too long");
+}
+
+static json_t* load_json(const char* dir, const char* name) {
+    char* p = t5_path_join(dir, name);
+    json_error_t je;
+    json_t* j = json_load_file(p, 0, &je);
+    if (!j) fail_msg("%s: %s", p, je.text);
+    free(p);
+    return j;
+}
+
+static double num(const json_t* o, const char* key, const char* where) {
+    const json_t* v = json_object_get(o, key);
+    if (!v || !json_is_number(v)) fail_msg("%s: no number %s", where, key);
+    return json_number_value(v);
+}
+
+// the same keys in a results file of both runs
+static void same_keys(const char* ref, const char* out, const char* name) {
+    json_t *a = load_json(ref, name), *b = load_json(out, name);
+    const char* key;
+    json_t* v;
+    json_object_foreach(a, key, v) if (!json_object_get(b, key)) fail_msg("%s: %s missing on N GPUs", name, key);
+    json_object_foreach(b, key, v) if (!json_object_get(a, key)) fail_msg("%s: %s only on N GPUs", name, key);
+    json_decref(a);
+    json_decref(b);
+}
+
+// <prefix>_results.json of out against ref: loss within 1e-6 relative, bleu / gen_len / samples equal
+static void same_metrics(const char* tag, const char* ref, const char* out, const char* prefix) {
+    char name[64], kl[64], kb[64], kg[64], ks[64];
+    snprintf(name, sizeof name, "%s_results.json", prefix);
+    snprintf(kl, sizeof kl, "%s_loss", prefix);
+    snprintf(kb, sizeof kb, "%s_bleu", prefix);
+    snprintf(kg, sizeof kg, "%s_gen_len", prefix);
+    snprintf(ks, sizeof ks, "%s_samples", prefix);
+    json_t *a = load_json(ref, name), *b = load_json(out, name);
+    const double la = num(a, kl, ref), lb = num(b, kl, out);
+    const double rel = fabs(la - lb) / fmax(fabs(la), 1e-30);
+    print_message("%s %s: loss %.9g / %.9g (rel diff %.3g, gate 1e-6), bleu %g / %g, gen_len %g / %g, samples %g / "
+                  "%g\n", tag, prefix, la, lb, rel, num(a, kb, ref), num(b, kb, out), num(a, kg, ref),
+                  num(b, kg, out), num(a, ks, ref), num(b, ks, out));
+    if (!(rel <= 1e-6)) fail_msg("%s: %s differs by %.3g relative", tag, kl, rel);
+    const char* exact[] = {kb, kg, ks};
+    for (size_t i = 0; i < T5_ARRAY_LEN(exact); i++)
+        if (num(a, exact[i], ref) != num(b, exact[i], out))
+            fail_msg("%s: %s %.17g on one GPU, %.17g on N", tag, exact[i], num(a, exact[i], ref), num(b, exact[i], out));
+    json_decref(a);
+    json_decref(b);
+    same_keys(ref, out, name);
+}
+
+// generated_predictions.txt byte-identical; returns its number of lines (and checks that not all are empty)
+static int same_predictions(const char* tag, const char* ref, const char* out) {
+    char *pa = t5_path_join(ref, "generated_predictions.txt"), *pb = t5_path_join(out, "generated_predictions.txt");
+    size_t na = 0, nb = 0;
+    char *a = t5_read_file(pa, &na), *b = t5_read_file(pb, &nb);
+    if (!a || !b) fail_msg("%s: missing %s", tag, !a ? pa : pb);
+    if (na != nb || memcmp(a, b, na) != 0) {
+        size_t i = 0;
+        while (i < na && i < nb && a[i] == b[i]) i++;
+        int line = 1;
+        for (size_t j = 0; j < i; j++) line += a[j] == '\n';
+        fail_msg("%s: generated_predictions.txt differs at byte %zu (line %d; %zu / %zu bytes)", tag, i, line, na, nb);
+    }
+    int lines = na > 0, empty = 0;
+    for (size_t j = 0; j < na; j++) lines += a[j] == '\n';
+    for (size_t j = 0; j + 1 < na; j++) empty += a[j] == '\n' && a[j + 1] == '\n';
+    if (empty + 1 >= lines) fail_msg("%s: %d of %d predictions empty: the test would compare nothing", tag, empty, lines);
+    const char* nl = strchr(a, '\n');
+    print_message("%s: generated_predictions.txt identical, %d lines (%d empty), first: %.*s\n", tag, lines, empty,
+                  (int)(nl ? nl - a : (long)na), a);
+    free(a);
+    free(b);
+    free(pa);
+    free(pb);
+    return lines;
+}
+
+// the values of key in trainer_log.jsonl's evaluation lines (those without max_steps), in order; returns how many
+static int eval_log_values(const char* out, const char* key, double* v, int cap) {
+    char* p = t5_path_join(out, "trainer_log.jsonl");
+    char* text = t5_read_file(p, NULL);
+    if (!text) fail_msg("no %s", p);
+    int n = 0;
+    for (char* line = strtok(text, "\n"); line && n < cap; line = strtok(NULL, "\n")) {
+        json_t* j = json_loads(line, 0, NULL);
+        if (!j) fail_msg("%s: not JSON: %s", p, line);
+        const json_t* x = json_object_get(j, key);
+        if (x && json_is_number(x) && !json_object_get(j, "max_steps")) v[n++] = json_number_value(x);
+        json_decref(j);
+    }
+    free(text);
+    free(p);
+    return n;
+}
+
+// one GPU (ref_env) against 2 GPUs, and 4 when visible (env, extra); n_eval / n_pred sources
+static void compare(const char* tag, const char* ref_env, const char* env, const char* more, int n_eval, int n_pred) {
+    ensure_model();
+    char ref[512], out[512], flags[4096];
+    snprintf(ref, sizeof ref, "%s/meval_%s_1gpu", t5test_tmpdir(), tag);
+    eval_flags(flags, sizeof flags, n_eval, n_pred, more);
+    run(tag, ref_env, 1, ref, flags);
+    const int worlds[] = {2, 4};
+    for (size_t w = 0; w < T5_ARRAY_LEN(worlds); w++) {
+        const int n = worlds[w];
+        if (n > t5test_gpu_count()) {
+            print_message("%s: %d GPUs not visible, not run\n", tag, n);
+            continue;
+        }
+        snprintf(out, sizeof out, "%s/meval_%s_%dgpu", t5test_tmpdir(), tag, n);
+        run(tag, env, n, out, flags);
+        char t[128];
+        snprintf(t, sizeof t, "%s, %d GPUs", tag, n);
+        same_metrics(t, ref, out, "eval");
+        same_metrics(t, ref, out, "predict");
+        same_keys(ref, out, "all_results.json");
+        assert_int_equal(same_predictions(t, ref, out), n_pred);
+    }
+}
+
+#define S3 "--deepspeed '{\"zero_optimization\": {\"stage\": 3, \"stage3_param_persistence_threshold\": 0}}'"
+
+static void test_stage0(void** state) { (void)state; REQUIRE_TWO_GPUS(); compare("s0", "", "", "", 35, 37); }
+static void test_stage3_held(void** state) { (void)state; REQUIRE_TWO_GPUS(); compare("s3", "", "", S3, 35, 37); }
+// stage 3 gathering on demand on every rank (as when the units do not fit), one GPU likewise
+static void test_stage3_on_demand(void** state) {
+    (void)state;
+    REQUIRE_TWO_GPUS();
+    compare("s3_nohold", "T5TRAIN_EVAL_NO_HOLD=1", "T5TRAIN_EVAL_NO_HOLD=1", S3, 35, 37);
+    // 3 sources: one batch; on N GPUs every rank but rank 0 runs only a padding step
+    compare("s3_nohold_one_batch", "T5TRAIN_EVAL_NO_HOLD=1", "T5TRAIN_EVAL_NO_HOLD=1", S3, 3, 3);
+}
+
+// training's in-loop evaluation (eval_steps) after 2 updates of learning rate 0 at stage 2: one GPU x 4 against
+// N GPUs x (4 / N); the logged eval_loss / eval_bleu of step 2 and the final eval_results.json agree
+static void test_in_loop_eval(void** state) {
+    (void)state;
+    REQUIRE_TWO_GPUS();
+    ensure_model();
+    const char* d = t5test_data_dir();
+    char ref[512], out[512], flags[4096], more[2048];
+    snprintf(ref, sizeof ref, "%s/meval_loop_1gpu", t5test_tmpdir());
+    snprintf(out, sizeof out, "%s/meval_loop_2gpu", t5test_tmpdir());
+    const char* common = "--do_train --train_file %s/wmt16-ro-en/validation.en --max_train_samples 16 --max_steps 2 "
+                         "--learning_rate 0 --save_strategy no --logging_steps 1 --evaluation_strategy steps "
+                         "--eval_steps 2 --per_device_train_batch_size %d --deepspeed '{\"zero_optimization\": "
+                         "{\"stage\": 2}}'";
+    snprintf(more, sizeof more, common, d, 4);
+    eval_flags(flags, sizeof flags, 35, 37, more);
+    run("in-loop", "", 1, ref, flags);
+    snprintf(more, sizeof more, common, d, 2);
+    eval_flags(flags, sizeof flags, 35, 37, more);
+    run("in-loop", "", 2, out, flags);
+    double a[8], b[8];
+    const char* keys[] = {"eval_loss", "eval_bleu", "eval_gen_len"};
+    for (size_t i = 0; i < T5_ARRAY_LEN(keys); i++) {
+        const int na = eval_log_values(ref, keys[i], a, 8), nb = eval_log_values(out, keys[i], b, 8);
+        assert_true(na >= 1);  // step 2's (and the final evaluation's)
+        assert_int_equal(na, nb);
+        for (int k = 0; k < na; k++) {
+            const double rel = fabs(a[k] - b[k]) / fmax(fabs(a[k]), 1e-30);
+            print_message("in-loop %s, evaluation %d: %.9g (1 GPU) / %.9g (2 GPUs), rel diff %.3g\n", keys[i], k + 1,
+                          a[k], b[k], rel);
+            if (!(rel <= (i == 0 ? 1e-6 : 0))) fail_msg("in-loop %s differs by %.3g", keys[i], rel);
+        }
+    }
+    same_metrics("in-loop, 2 GPUs", ref, out, "eval");
+    same_metrics("in-loop, 2 GPUs", ref, out, "predict");
+    same_predictions("in-loop, 2 GPUs", ref, out);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_stage0),
+        cmocka_unit_test(test_stage3_held),
+        cmocka_unit_test(test_stage3_on_demand),
+        cmocka_unit_test(test_in_loop_eval),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
