@@ -368,12 +368,128 @@ static void test_push_errors(void** state) {
     setenv("HF_ENDPOINT", srv.endpoint, 1);
 }
 
+// `t5train push`: the folder as the end of a run pushes it; usage errors and a missing token as one line
+static void test_push_command(void** state) {
+    (void)state;
+    static char out[1 << 16];
+    char dir[600], q[1200];
+    snprintf(dir, sizeof dir, "%s/cmd-out", t5test_tmpdir());
+    make_output(dir);
+    const char* env = "env -u HF_TOKEN -u HF_HOME -u HF_HUB_OFFLINE";
+    int r0 = record_lines();
+    int rc = t5test_run(out, sizeof out, "%s HOME=%s HF_ENDPOINT=%s '%s' push '%s' --hub_model_id org/cmd --hub_token %s "
+                        "--commit_message 'first push' 2>&1", env, t5test_tmpdir(), srv.endpoint, t5test_bin(), dir,
+                        TOKEN);
+    if (rc) fail_msg("exit %d:\n%s", rc, out);
+    assert_contains(out, "push: org/cmd: commit ");
+    assert_null(strstr(out, TOKEN));
+    json_t* rec = record_load(r0);
+    const json_t* c = nth_commit(rec, 0);
+    assert_non_null(c);
+    assert_string_equal(json_string_value(json_object_get(c, "summary")), "first push");
+    assert_string_equal(op_key(c, "model.safetensors"), "lfsFile");
+    assert_null(op_key(c, "checkpoint-2/config.json"));
+    json_decref(rec);
+    snprintf(q, sizeof q, "%s/org/cmd/model.safetensors", served);
+    assert_true(t5_is_file(q));
+    // again: nothing changed
+    rc = t5test_run(out, sizeof out, "%s HOME=%s HF_ENDPOINT=%s HF_TOKEN=%s '%s' push '%s' --hub_model_id org/cmd 2>&1",
+                    env, t5test_tmpdir(), srv.endpoint, TOKEN, t5test_bin(), dir);
+    if (rc) fail_msg("exit %d:\n%s", rc, out);
+    assert_contains(out, "nothing committed");
+    // --all: the checkpoint folder too
+    rc = t5test_run(out, sizeof out, "%s HOME=%s HF_ENDPOINT=%s HF_TOKEN=%s '%s' push '%s' --hub_model_id org/cmd --all 2>&1",
+                    env, t5test_tmpdir(), srv.endpoint, TOKEN, t5test_bin(), dir);
+    if (rc) fail_msg("exit %d:\n%s", rc, out);
+    snprintf(q, sizeof q, "%s/org/cmd/checkpoint-2/config.json", served);
+    assert_true(t5_is_file(q));
+    // errors: no repo, no token, an unknown flag: one "t5train: error:" line, non-zero exit
+    rc = t5test_run(out, sizeof out, "%s HOME=%s '%s' push '%s' 2>&1", env, t5test_tmpdir(), t5test_bin(), dir);
+    assert_int_equal(rc, 2);
+    assert_contains(out, "t5train: error: push: --hub_model_id is missing");
+    rc = t5test_run(out, sizeof out, "%s HOME=%s HF_ENDPOINT=%s '%s' push '%s' --hub_model_id org/cmd 2>&1", env,
+                    t5test_tmpdir(), srv.endpoint, t5test_bin(), dir);
+    assert_int_not_equal(rc, 0);
+    assert_contains(out, "t5train: error: push: pushing to the Hub needs a token");
+    rc = t5test_run(out, sizeof out, "%s HOME=%s '%s' push '%s' --hub_model_id x --bogus 2>&1", env, t5test_tmpdir(),
+                    t5test_bin(), dir);
+    assert_int_equal(rc, 2);
+    assert_contains(out, "unknown flag '--bogus'");
+}
+
+// the main job's command line with --push_to_hub, against this Hub
+static void run_base(char* base, size_t n, const char* endpoint, const char* env_extra) {
+    const char* d = t5test_data_dir();
+    snprintf(base, n,
+             "env -u HF_TOKEN -u HF_HOME -u HF_HUB_OFFLINE %s HOME=%s HF_ENDPOINT=%s CUDA_VISIBLE_DEVICES=-1 "
+             "T5TRAIN_HTTP_RETRY_BASE_S=0.01 "
+             "%s --model_name_or_path %s/test/fixtures/t5/tiny_v10 --tokenizer_name %s/t5-spiece/spiece.model "
+             "--train_file %s/wmt16-ro-en/validation.en --source_lang en --target_lang ro --max_train_samples 8 "
+             "--output_dir %s/run-cli-out --overwrite_output_dir --do_train --max_steps 2 --push_to_hub "
+             "--hub_private_repo",
+             env_extra, t5test_tmpdir(), endpoint, t5test_bin(), t5test_repo_dir(), d, d, t5test_tmpdir());
+}
+
+// a run with --push_to_hub: the dry run checks for a token (no request); the real run creates the repo before
+// anything else (here it then stops at the missing GPU: CUDA_VISIBLE_DEVICES=-1); the token is never printed
+static void test_run_push_to_hub(void** state) {
+    (void)state;
+    T5_REQUIRE_DATA();
+    static char out[1 << 17];
+    char base[4096];
+    run_base(base, sizeof base, srv.endpoint, "");
+    int r0 = record_lines();
+    int rc = t5test_run(out, sizeof out, "%s --dry_run 2>&1", base);
+    assert_int_equal(rc, 2);
+    assert_contains(out, "t5train: error: --push_to_hub needs a token with write access");
+    rc = t5test_run(out, sizeof out, "%s --hub_token %s --hub_strategy checkpoint --dry_run 2>&1", base, TOKEN);
+    if (rc) fail_msg("exit %d:\n%s", rc, out);
+    assert_contains(out, "dry run: checked push_to_hub: repo run-cli-out on ");
+    assert_contains(out, "hub_strategy checkpoint");
+    assert_null(strstr(out, TOKEN));
+    assert_contains(out, "<HUB_TOKEN>");
+    assert_int_equal(record_lines(), r0);  // the dry run asked the Hub nothing
+    // the real run: the repo is created first, then the run stops at the GPU; nothing pushed
+    rc = t5test_run(out, sizeof out, "%s --hub_token %s --hub_model_id org/from-run 2>&1", base, TOKEN);
+    assert_int_not_equal(rc, 0);
+    assert_contains(out, "push_to_hub: repo org/from-run ready (private)");
+    json_t* rec = record_load(r0);
+    assert_int_equal(json_array_size(rec), 1);
+    const json_t* create = json_array_get(rec, 0);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(create, "request"), "visibility")),
+                        "private");
+    json_decref(rec);
+    // the resolved config written into output_dir holds the mask, not the token
+    char p[1200];
+    snprintf(p, sizeof p, "%s/run-cli-out/t5train_config.json", t5test_tmpdir());
+    size_t n = 0;
+    char* cfg = t5_read_file(p, &n);
+    if (cfg) {
+        assert_null(strstr(cfg, TOKEN));
+        free(cfg);
+    }
+    // offline: refused before anything
+    char offline[4096];
+    run_base(offline, sizeof offline, srv.endpoint, "HF_HUB_OFFLINE=1");
+    rc = t5test_run(out, sizeof out, "%s --hub_token %s 2>&1", offline, TOKEN);
+    assert_int_equal(rc, 2);
+    assert_contains(out, "t5train: error: --push_to_hub: HF_HUB_OFFLINE is set");
+    // an unreachable Hub: one line, exit 1, before training (nothing listens on port 9)
+    run_base(base, sizeof base, "http://127.0.0.1:9", "");
+    rc = t5test_run(out, sizeof out, "%s --hub_token %s 2>&1", base, TOKEN);
+    assert_int_equal(rc, 1);
+    assert_contains(out, "t5train: error: push_to_hub: cannot reach http://127.0.0.1:9/api/repos/create");
+    assert_null(strstr(out, "Running training"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_push_output_dir),
         cmocka_unit_test(test_push_resumed),
         cmocka_unit_test(test_push_strategies),
         cmocka_unit_test(test_push_errors),
+        cmocka_unit_test(test_push_command),
+        cmocka_unit_test(test_run_push_to_hub),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

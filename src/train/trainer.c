@@ -214,6 +214,8 @@ typedef struct {
     bool writer;                 // writes the run's shared files: rank 0, or with save_on_each_node the local rank 0
                                  // of every node (HF's should_save; nodes without a shared file system)
     float* d_losses;             // (gas) several ranks: the micro-batch losses, all-reduced
+    int64_t step_input_tokens;   // include_num_input_tokens_seen: this rank's count in the current update
+    int64_t input_tokens0;       // hf.num_input_tokens_seen when this session's training began (HF's initial count)
 } Trainer;
 
 static uint64_t splitmix64(uint64_t x) {
@@ -513,6 +515,18 @@ static int sink_write(void* ctx, const void* data, size_t n, char* err, size_t e
 }
 static int sink_end(void* ctx, char* err, size_t errlen) { return checkpoint_state_blob_end(ctx, err, errlen); }
 
+// HF's _push_from_checkpoint, synchronous (src/upload/push_to_hub.h): a failed push is a warning, the run goes on
+static void push_after_save(Trainer* t, const char* ckpt_dir) {
+    static char err[TRAINER_ERR_LEN];
+    char msg[128];
+    if (t->a->save_strategy == TRAINER_INTERVAL_EPOCH)
+        snprintf(msg, sizeof msg, "Training in progress, epoch %d", (int)t->hf.epoch);
+    else
+        snprintf(msg, sizeof msg, "Training in progress, step %lld", (long long)t->st.global_step);
+    if (push_to_hub_save(&t->a->push, t->a->output_dir, ckpt_dir, msg, err, sizeof err))
+        t5_warn("push_to_hub: %s; %s is saved, training goes on and the next push sends everything", err, ckpt_dir);
+}
+
 static void save_checkpoint(Trainer* t) {
     const TrainerArgs* a = t->a;
     static char err[TRAINER_ERR_LEN];
@@ -561,6 +575,8 @@ static void save_checkpoint(Trainer* t) {
         checkpoint_rotate(a->output_dir, (int)a->save_total_limit, step, t->best.has_best ? t->best.best_step : -1,
                           stdout, err, sizeof err) < 0)
         t5_warn("%s", err);
+    // --push_to_hub with hub_strategy every_save / checkpoint / all_checkpoints (not the save a stop request makes)
+    if (a->push.enabled && t->main && !signals_stop_requested()) push_after_save(t, w.final_dir);
     checkpoint_writer_free(&w);
 }
 
@@ -666,7 +682,20 @@ static void load_checkpoint(Trainer* t, const char* dir) {
     t->last_saved_step = c.global_step;
 }
 
+// include_num_input_tokens_seen: the update's count, summed over the ranks (HF gathers it), into HF's state (saved in
+// trainer_state.json, so a resume continues it); off, the state keeps HF's 0
+static void count_input_tokens(Trainer* t) {
+    if (!t->a->num_input_tokens) return;
+    int64_t n = t->step_input_tokens;
+    t->step_input_tokens = 0;
+    if (t->world > 1) n = comm_host_i32(t->comm, (int)n, ncclSum, t->s);  // one update's tokens: far below 2^31
+    t->hf.num_input_tokens_seen += n;
+}
+
 static void hf_log_entry(Trainer* t, json_t* e) {
+    // HF's Trainer.log adds num_input_tokens_seen to every entry while it is tracked
+    if (t->a->num_input_tokens && !json_object_get(e, "num_input_tokens_seen"))
+        results_set_int(e, "num_input_tokens_seen", t->hf.num_input_tokens_seen);
     trainer_state_append_log(&t->hf, e);
     reporter_log(&t->rep, e);  // HF's callbacks' on_log
 }
@@ -767,6 +796,8 @@ static void micro_batch(Trainer* t, int64_t i, int64_t n_micro, json_t* dump_ste
     engine_micro_end(t->E, (int)i, t->s);
     t->rng.micro_counter++;
     t->st.tokens_seen += b->n_src_tokens + b->n_tgt_tokens;
+    // HF's include_num_input_tokens_seen: input_ids.numel() (padding included) or attention_mask.sum()
+    if (a->num_input_tokens) t->step_input_tokens += a->num_input_tokens == 1 ? (int64_t)b->B * b->Ts : b->n_src_tokens;
     t->hf.total_flos += results_hf_floating_point_ops(&a->model, (int64_t)b->B * b->Ts);  // HF: per micro-batch
     t->win_model_flops += flops_t5_train_step(&a->model, b->B, b->Ts, b->Tt);           // the MFU's numerator
     t->st.samples_seen += b->B;
@@ -920,7 +951,7 @@ static void resume_setup(Trainer* t) {
     if (!a->resume_from_checkpoint[0]) return;
     char* dir = checkpoint_resolve_resume(a->resume_from_checkpoint, a->output_dir, stderr, err, sizeof err);
     if (!dir) t5_die(T5_EXIT_FAILURE, "%s", err);
-    printf("Resuming from %s\n", dir);
+    if (t5_log_info()) printf("Resuming from %s\n", dir);
     // several ranks (save_on_each_node: each node resolves "last" in its own folder): the same step everywhere
     const int64_t rs = checkpoint_parse_name(strrchr(dir, '/') ? strrchr(dir, '/') + 1 : dir);
     if (t->world > 1 && from_rank0(t, (int)rs) != (int)rs)
@@ -985,7 +1016,9 @@ static void log_update(Trainer* t, LogWindow* w, int64_t step, double epoch_f, d
                   .gpu_mem_alloc_gib = gpu_mem_used_gib(t), .gpu_mem_peak_gib = t->peak_mem_gib,
                   .rss_gib = (double)trainer_log_host_rss() / (1024.0 * 1024 * 1024),
                   .model_flops_per_s = dt > 0 ? t->win_model_flops / dt : 0,
-                  .mfu = dt > 0 && t->peak_flops > 0 ? t->win_model_flops / dt / t->peak_flops : 0};
+                  .mfu = dt > 0 && t->peak_flops > 0 ? t->win_model_flops / dt / t->peak_flops : 0,
+                  .tokens_seen_on = t->a->num_input_tokens != 0,
+                  .num_input_tokens_seen = t->hf.num_input_tokens_seen};
     t->win_model_flops = 0;
     trainer_log_step(&t->log, &sl);
     json_t* e = json_object();
@@ -993,6 +1026,13 @@ static void log_update(Trainer* t, LogWindow* w, int64_t step, double epoch_f, d
     if (!isnan(norm)) results_set_real(e, "grad_norm", norm);
     results_set_real(e, "learning_rate", lr);
     results_set_real(e, "epoch", epoch_f);
+    if (t->a->num_input_tokens) {  // HF's log(logs, start_time): the count, then speed_metrics("train", ..., num_tokens)
+        const int64_t seen = t->hf.num_input_tokens_seen;
+        const double rt = now - t->t_train0;
+        results_set_int(e, "num_input_tokens_seen", seen);
+        results_set_real(e, "train_runtime", py_round(rt, 4));
+        if (rt > 0) results_set_real(e, "train_tokens_per_second", py_round((double)(seen - t->input_tokens0) / rt, 3));
+    }
     hf_log_entry(t, e);
     t->st.win_loss_sum = 0;
     t->st.win_steps = 0;
@@ -1038,6 +1078,7 @@ static bool train_loop(Trainer* t, int64_t gas) {
     if (a->resume_from_checkpoint[0]) trainer_log_resume(stdout, epoch, t->st.global_step, CEIL_DIV(bie, gas));
     signals_install();
     t->t_train0 = trainer_log_now();
+    t->input_tokens0 = t->hf.num_input_tokens_seen;
     progress_init(&t->log.bar, stdout, t->total_steps, t->st.global_step, t->t_train0, 0);
     t->log.bar_on = true;
     LogWindow w = {.t0 = t->t_train0};
@@ -1072,7 +1113,7 @@ static bool train_loop(Trainer* t, int64_t gas) {
         const double epoch_f = (double)epoch + (double)bie / (double)t->nb;
         t->hf.epoch = epoch_f;
         t->hf.global_step = step;  // log_history entries carry it (HF's state.global_step)
-        t->hf.num_input_tokens_seen = t->st.tokens_seen;
+        count_input_tokens(t);
         if (t->dump && step >= a->dump_batches_steps) write_dump(t);
         double now = trainer_log_now();
         progress_update(&t->log.bar, step, now);
@@ -1121,12 +1162,12 @@ static json_t* train_finish(Trainer* t, int64_t gas) {
     const TrainerArgs* a = t->a;
     static char err[TRAINER_ERR_LEN];
     double runtime = trainer_log_now() - t->t_train0;
-    printf("\n\nTraining completed. Do not forget to share your model on huggingface.co/models =)\n\n\n");
+    if (t5_log_info()) printf("\n\nTraining completed. Do not forget to share your model on huggingface.co/models =)\n\n\n");
     if (a->load_best_model_at_end && t->hf.has_best) {
         // HF _load_best_model: the best checkpoint's weights, before the final save and the final evaluation
         char score[64];
         py_float_repr(score, sizeof score, t->hf.best_metric);
-        printf("Loading best model from %s (score: %s).\n", t->hf.best_model_checkpoint, score);
+        if (t5_log_info()) printf("Loading best model from %s (score: %s).\n", t->hf.best_model_checkpoint, score);
         fflush(stdout);
         if (engine_load_weights(t->E, t->hf.best_model_checkpoint, 0, t->s, err, sizeof err))
             t5_die(T5_EXIT_FAILURE, "loading the best model: %s", err);
@@ -1203,6 +1244,16 @@ int trainer_run(const TrainerArgs* a) {
     json_decref(train_metrics);
     json_decref(eval_metrics);
     json_decref(predict_metrics);
+    // --push_to_hub: run_translation's trainer.push_to_hub() ("End of training"), once every file is written; a failure
+    // leaves them all in place and says how to push them later
+    int rc = T5_EXIT_OK;
+    static char err[TRAINER_ERR_LEN];
+    if (a->push.enabled && t->main && push_to_hub_end(&a->push, a->output_dir, err, sizeof err)) {
+        fprintf(stderr, "t5train: error: push_to_hub: %s. Everything is saved in %s; push it later with: t5train push "
+                "%s --hub_model_id %s\n", err, a->output_dir, a->output_dir, a->push.repo_id);
+        t5_error_reported = 1;
+        rc = T5_EXIT_FAILURE;
+    }
     run_close(t);
-    return T5_EXIT_OK;
+    return rc;
 }

@@ -8,9 +8,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../base/common.h"
 #include "../download/http.h"
+#include "../download/hub.h"
 #include "hub_push.h"
 
 // HF's Trainer: upload_folder(..., ignore_patterns=["_*", "checkpoint-*"]) for the output folder
@@ -20,34 +22,62 @@ static const char* const MODEL_FILES[] = {"config.json", "generation_config.json
                                           "model.safetensors.index.json", "spiece.model", "tokenizer.json",
                                           "tokenizer_config.json", "special_tokens_map.json", NULL};
 
+static const char* const STRATEGY_NAMES[] = {"end", "every_save", "checkpoint", "all_checkpoints"};
+
 static void options(const PushToHubArgs* p, HubPushOptions* o) {
     memset(o, 0, sizeof *o);
+    o->quiet = !t5_log_info();
     o->token = p->token;
     o->revision = p->revision[0] ? p->revision : NULL;
 }
 
+// HF: Path(output_dir).absolute().name (the folder need not exist yet; no symlink is resolved)
+static void default_repo(PushToHubArgs* p, const char* output_dir) {
+    if (p->repo_id[0]) return;
+    char cwd[4096] = "";
+    if (output_dir[0] != '/' && !getcwd(cwd, sizeof cwd)) cwd[0] = 0;
+    size_t n = strlen(cwd) + strlen(output_dir) + 2;
+    char* abs = malloc_check(n);
+    snprintf(abs, n, "%s%s%s", cwd, cwd[0] ? "/" : "", output_dir);
+    n = strlen(abs);
+    while (n > 1 && abs[n - 1] == '/') abs[--n] = 0;
+    snprintf(p->repo_id, sizeof p->repo_id, "%s", basename(abs));
+    free(abs);
+}
+
+int push_to_hub_check(PushToHubArgs* p, const char* output_dir, char* what, size_t whatlen, char* err, size_t errlen) {
+    default_repo(p, output_dir);
+    if (hub_offline_from_env())
+        return t5_set_err(err, errlen, "--push_to_hub: HF_HUB_OFFLINE is set; unset it to push, or drop --push_to_hub");
+    char* tok = p->token[0] ? NULL : hub_token_read();
+    if (!p->token[0] && !tok)
+        return t5_set_err(err, errlen, "--push_to_hub needs a token with write access: pass --hub_token, set HF_TOKEN, "
+                          "or log in once with `hf auth login` (it writes ~/.cache/huggingface/token)");
+    free(tok);
+    char ep[1024];
+    hub_endpoint(NULL, ep, sizeof ep);
+    snprintf(what, whatlen, "push_to_hub: repo %s on %s (created when the run starts), hub_strategy %s, token from %s",
+             p->repo_id, ep, STRATEGY_NAMES[p->strategy], p->token[0] ? "--hub_token" : "HF_TOKEN / the token file");
+    return 0;
+}
+
 int push_to_hub_init(PushToHubArgs* p, const char* output_dir, char* err, size_t errlen) {
-    if (!p->repo_id[0]) {  // HF: Path(output_dir).absolute().name
-        char* abs = realpath(output_dir, NULL);
-        char* copy = strdup_check(abs ? abs : output_dir);
-        size_t n = strlen(copy);
-        while (n > 1 && copy[n - 1] == '/') copy[--n] = 0;
-        snprintf(p->repo_id, sizeof p->repo_id, "%s", basename(copy));
-        free(copy);
-        free(abs);
-    }
+    default_repo(p, output_dir);
     HubPushOptions o;
     options(p, &o);
     char id[512];
     if (hub_push_create_repo(&o, p->repo_id, p->private_repo, id, sizeof id, err, errlen)) return -1;
     snprintf(p->repo_id, sizeof p->repo_id, "%s", id);
-    printf("push_to_hub: repo %s ready%s; hub_strategy %s\n", p->repo_id, p->private_repo ? " (private)" : "",
-           (const char* const[]){"end", "every_save", "checkpoint", "all_checkpoints"}[p->strategy]);
-    fflush(stdout);
+    if (t5_log_info()) {
+        printf("push_to_hub: repo %s ready%s; hub_strategy %s\n", p->repo_id, p->private_repo ? " (private)" : "",
+               STRATEGY_NAMES[p->strategy]);
+        fflush(stdout);
+    }
     return 0;
 }
 
 static void report(const char* repo_id, const char* message, const PushResult* r) {
+    if (!t5_log_info()) return;
     char b[32];
     if (!r->committed)
         printf("push_to_hub: %s: no file changed since the last commit (%d files on the Hub already): nothing "

@@ -41,6 +41,9 @@ typedef struct {
     int strategy;          // HubStrategy
 } PushToHubArgs;
 
+// The run's pre-flight (no request): the repo name it will use (p->repo_id filled from output_dir when empty), a
+// token to send, not offline. 0 with one line in what, or -1 + one sentence in err.
+int push_to_hub_check(PushToHubArgs* p, const char* output_dir, char* what, size_t whatlen, char* err, size_t errlen);
 // The repo created (or found) at the start of the run; p->repo_id becomes its full id. 0, or -1 + err.
 int push_to_hub_init(PushToHubArgs* p, const char* output_dir, char* err, size_t errlen);
 // After checkpoint ckpt_dir was saved (every strategy but end); message is HF's "Training in progress, step N".
