@@ -270,10 +270,11 @@ static void test_command_line(void** state) {
     assert_int_equal(parse_line("--torch_compile true --seed 4"), 0);
     assert_int_equal(cfg.seed, 4);
     // refused: the default spelled out is fine, anything else is "not implemented yet" (exit 2)
-    const char* fine[] = {"--eval_delay 0", "--ddp_backend nccl"};
+    const char* fine[] = {"--eval_delay 0", "--ddp_backend nccl", "--save_safetensors", "--save_safetensors True"};
     for (size_t i = 0; i < sizeof fine / sizeof *fine; i++)
         if (parse_line(fine[i])) fail_msg("'%s' refused: %s", fine[i], err);
-    const char* refused[] = {"--eval_delay 5", "--token hf_x", "--ddp_backend gloo", "--use_cpu"};
+    const char* refused[] = {"--eval_delay 5", "--token hf_x", "--ddp_backend gloo", "--use_cpu",
+                             "--save_safetensors false"};
     for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
         int rc = parse_line(refused[i]);
         if (rc != 2) fail_msg("'%s' gave %d, want 2", refused[i], rc);

@@ -196,6 +196,20 @@ static void test_tokens_seen(void** state) {
     assert_non_null(strstr(b, " nits:123456"));
 }
 
+// wall_clock_breakdown: DeepSpeed's SynchronizedWallClockTimer.log lines (utils/timer.py, 0.19.8), byte for byte
+static void test_wall_clock_lines(void** state) {
+    (void)state;
+    const double ms[5] = {12.345, 30.5, 25.25, 5.25, 0};
+    char b[512];
+    trainer_log_format_wall_clock(b, sizeof b, true, ms);
+    assert_string_equal(b, "[Rank 0] time (ms) | fwd_microstep: 12.35 | bwd_microstep: 30.50 | bwd_inner_microstep: "
+                           "25.25 | bwd_allreduce_microstep: 5.25 | step_microstep: 0.00");
+    const double sum[5] = {24.5, 61, 50.5, 10.5, 7.125};
+    trainer_log_format_wall_clock(b, sizeof b, false, sum);
+    assert_string_equal(b, "[Rank 0] time (ms) | fwd: 24.50 | bwd: 61.00 | bwd_inner: 50.50 | bwd_allreduce: 10.50 | "
+                           "step: 7.12");
+}
+
 // --log_level warning and above: HF's logger.info lines (the header, "***** train metrics *****", info lines) go;
 // the step and eval-metric lines (HF's progress callback) and warnings stay; error drops the warnings too
 static void test_log_level(void** state) {
@@ -408,6 +422,7 @@ int main(void) {
         cmocka_unit_test(test_step_lines),
         cmocka_unit_test(test_tokens_seen),
         cmocka_unit_test(test_log_level),
+        cmocka_unit_test(test_wall_clock_lines),
         cmocka_unit_test(test_log_files_parse_back),
         cmocka_unit_test(test_progress_plain_lines),
         cmocka_unit_test(test_progress_disabled),

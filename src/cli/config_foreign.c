@@ -75,10 +75,15 @@ const ForeignKey CONFIG_FOREIGN_KEYS[] = {
     {"eval_on_start", B, REFUSE, "", "not implemented yet: --eval_on_start"},
     {"eval_do_concat_batches", B, NOOP, "", "evaluation metrics are computed without concatenating tensors"},
     {"eval_use_gather_object", B, NOOP, "", "evaluation metrics are computed without gathering Python objects"},
-    {"eval_accumulation_steps", I, NOOP, "", "generated ids go to host memory batch by batch already"},
+    {"eval_accumulation_steps", I, NOOP, "",
+     "each batch's generated ids and loss go to host memory as they come (HF with eval_accumulation_steps 1); the "
+     "metrics do not depend on it"},
     {"include_for_metrics", S, REFUSE, "[]", "not implemented yet: compute_metrics is run_translation's (BLEU, gen_len)"},
     {"batch_eval_metrics", B, REFUSE, "", "not implemented yet: metrics are computed over the whole split"},
     // ---- checkpoints and the Hub
+    // transformers 4.x (removed in 5: safetensors always); older launch scripts still pass it
+    {"save_safetensors", B, REFUSE, "true|True|1",
+     "not implemented: pytorch_model.bin (t5train saves model.safetensors always, as transformers 5 does)"},
     {"save_only_model", B, REFUSE, "", "not implemented yet: checkpoints always hold the optimizer state"},
     {"enable_jit_checkpoint", B, REFUSE, "", "not implemented yet: --enable_jit_checkpoint"},
     {"hub_always_push", B, NOOP, "", "pushes are synchronous here: none is ever skipped for a push still running"},
@@ -117,7 +122,8 @@ const ForeignKey CONFIG_FOREIGN_KEYS[] = {
     SECTION("autotuning", "--zero_plan auto plans the run: docs/estimate.md"),
     SECTION("comet", "the monitors t5train writes: --report_to tensorboard, csv"),
     SECTION("wandb", "no network on these machines; --report_to tensorboard, csv"),
-    SECTION("comms_logger", "the collectives are timed in the step breakdown"),
+    SECTION("comms_logger", "per-collective timings; wall_clock_breakdown's bwd_allreduce times the gradient "
+                            "reductions as the compute stream waits for them"),
     SECTION("flops_profiler", "trainer_log.jsonl logs model FLOPs and MFU"),
     SECTION("compression_training", "no quantization-aware training or pruning"),
     SECTION("curriculum_learning", "the data order is HF's random sampler"),

@@ -342,6 +342,7 @@ static void run_build_trainer_args(const RunConfig* c, TrainerArgs* a) {
     a->zero.rank = t5_rank;
     a->save_on_each_node = c->save_on_each_node;
     a->save_16bit_model = c->has_deepspeed && c->ds.zero_optimization.stage3_gather_16bit_weights_on_model_save;
+    a->wall_clock_breakdown = c->has_deepspeed && c->ds.wall_clock_breakdown;
     a->zero.comm_dtype = a->dtype;
     // the optimizer, so that the automatic plan sizes its state (the trainer fills the rest of these fields)
     a->zero.optimizer = a->optimizer == TRAINER_OPTIM_ADAFACTOR ? ZERO_OPTIM_ADAFACTOR : ZERO_OPTIM_ADAMW;

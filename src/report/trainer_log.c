@@ -455,6 +455,17 @@ void trainer_log_line(TrainerLog* t, const char* line) {
     if (t5_log_info()) emit(t, line);
 }
 
+void trainer_log_print(TrainerLog* t, const char* line) { emit(t, line); }
+
+int trainer_log_format_wall_clock(char* buf, size_t cap, bool micro, const double ms[5]) {
+    static const char* const NAMES[5] = {"fwd", "bwd", "bwd_inner", "bwd_allreduce", "step"};
+    size_t k = 0;
+    if (cap) buf[0] = 0;
+    appendf(buf, cap, &k, "[Rank 0] time (ms)");
+    for (int i = 0; i < 5; i++) appendf(buf, cap, &k, " | %s%s: %.2f", NAMES[i], micro ? "_microstep" : "", ms[i]);
+    return (int)k;
+}
+
 void trainer_log_step(TrainerLog* t, const StepLog* s) {
     if (t->rank != 0) return;
     char line[1024];

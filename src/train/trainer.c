@@ -178,6 +178,8 @@ typedef struct {
     double t_train0;             // the training loop's start (trainer_log_now), for train_runtime
     double prof_h2d, prof_d2h;   // engine copy counters at the last profile line
     cudaEvent_t prof_ev[4];      // T5TRAIN_ZERO_PROFILE: forward start, forward end, backward end, gradients handed on
+    cudaEvent_t* wcb_ev;         // wall_clock_breakdown: per micro-batch i, [4i..4i+3] forward start, forward end,
+                                 // backward end, gradients handed on; then the norm's end and the step's end
     bool zero_profile;           // T5TRAIN_ZERO_PROFILE=1 at stages 1-3: one JSON line per step with the engine's breakdown
     double first_step_s;         // seconds from process start to the end of the first step (0: not yet)
     LRSchedule sched;
@@ -339,6 +341,11 @@ static void model_setup(Trainer* t) {
     if (t->world > 1) CUDA_CHECK(cudaMalloc((void**)&t->d_losses, T5_MAX(a->gradient_accumulation_steps, 1) * sizeof(float)));
     if (t->zero_profile)
         for (int k = 0; k < 4; k++) CUDA_CHECK(cudaEventCreate(&t->prof_ev[k]));
+    if (a->wall_clock_breakdown) {
+        const int64_t nev = 4 * T5_MAX(a->gradient_accumulation_steps, (int64_t)1) + 2;
+        t->wcb_ev = (cudaEvent_t*)malloc_check((size_t)nev * sizeof(cudaEvent_t));
+        for (int64_t k = 0; k < nev; k++) CUDA_CHECK(cudaEventCreate(&t->wcb_ev[k]));
+    }
     t->t_engine = process_age_s();
     if (engine_load_weights(t->E, a->init_random ? NULL : a->weights_path, a->seed, t->s, err, sizeof err))
         t5_die(T5_EXIT_FAILURE, "%s", err);
@@ -782,11 +789,15 @@ static void micro_batch(Trainer* t, int64_t i, int64_t n_micro, json_t* dump_ste
     const uint64_t ctr = (uint64_t)t->rng.micro_counter * (uint64_t)t->world + (uint64_t)t->rank;
     uint64_t seed = splitmix64(a->seed ^ splitmix64(ctr));
     const bool prof = t->zero_profile;
+    cudaEvent_t* wcb = t->wcb_ev ? t->wcb_ev + 4 * i : NULL;
     if (prof && i == 0) CUDA_CHECK(cudaEventRecord(t->prof_ev[0], t->s));
+    if (wcb) CUDA_CHECK(cudaEventRecord(wcb[0], t->s));
     t5_model_forward(t->M, true, grad_scale, seed, t->s);
     if (prof && i == n_micro - 1) CUDA_CHECK(cudaEventRecord(t->prof_ev[1], t->s));
+    if (wcb) CUDA_CHECK(cudaEventRecord(wcb[1], t->s));
     t5_model_backward(t->M, t->s);
     if (prof && i == n_micro - 1) CUDA_CHECK(cudaEventRecord(t->prof_ev[2], t->s));
+    if (wcb) CUDA_CHECK(cudaEventRecord(wcb[2], t->s));
     if (t->world > 1)
         CUDA_CHECK(cudaMemcpyAsync(t->d_losses + i, t5_model_loss_device(t->M), sizeof(float),
                                    cudaMemcpyDeviceToDevice, t->s));
@@ -794,6 +805,7 @@ static void micro_batch(Trainer* t, int64_t i, int64_t n_micro, json_t* dump_ste
         CUDA_CHECK(cudaMemcpyAsync(t->h_loss + i, t5_model_loss_device(t->M), sizeof(float), cudaMemcpyDeviceToHost,
                                    t->s));
     engine_micro_end(t->E, (int)i, t->s);
+    if (wcb) CUDA_CHECK(cudaEventRecord(wcb[3], t->s));
     t->rng.micro_counter++;
     t->st.tokens_seen += b->n_src_tokens + b->n_tgt_tokens;
     // HF's include_num_input_tokens_seen: input_ids.numel() (padding included) or attention_mask.sum()
@@ -821,6 +833,34 @@ static void print_profile(Trainer* t, double t_step0, const EngineStepResult* r)
     t->prof_d2h = zs->d2h_bytes;
 }
 
+// DeepSpeed's wall_clock_breakdown lines for the update just stepped (the events of micro_batch and train_step):
+// fwd = the forward; bwd_inner = the backward; bwd_allreduce = handing the gradients to the engine (its reductions as
+// far as the compute stream waits for them; the last micro-batch's includes the norm's wait for every reduction);
+// bwd = both; step = the engine's step (clipping, scaler, optimizer, on the last micro-batch, as DeepSpeed's)
+static void print_wall_clock(Trainer* t, int64_t n_micro) {
+    cudaEvent_t* e = t->wcb_ev;
+    CUDA_CHECK(cudaEventRecord(e[4 * n_micro + 1], t->s));
+    CUDA_CHECK(cudaEventSynchronize(e[4 * n_micro + 1]));
+    double sum[5] = {0, 0, 0, 0, 0};
+    char line[512];
+    for (int64_t i = 0; i < n_micro; i++) {
+        float f, b, r, x = 0, st = 0;
+        CUDA_CHECK(cudaEventElapsedTime(&f, e[4 * i], e[4 * i + 1]));
+        CUDA_CHECK(cudaEventElapsedTime(&b, e[4 * i + 1], e[4 * i + 2]));
+        CUDA_CHECK(cudaEventElapsedTime(&r, e[4 * i + 2], e[4 * i + 3]));
+        if (i == n_micro - 1) {
+            CUDA_CHECK(cudaEventElapsedTime(&x, e[4 * i + 3], e[4 * n_micro]));
+            CUDA_CHECK(cudaEventElapsedTime(&st, e[4 * n_micro], e[4 * n_micro + 1]));
+        }
+        const double ms[5] = {f, (double)b + r + x, b, (double)r + x, st};
+        for (int k = 0; k < 5; k++) sum[k] += ms[k];
+        trainer_log_format_wall_clock(line, sizeof line, true, ms);
+        trainer_log_print(&t->log, line);
+    }
+    trainer_log_format_wall_clock(line, sizeof line, false, sum);
+    trainer_log_print(&t->log, line);
+}
+
 // One optimizer update: its micro-batches, the engine's norm, the loss mean, the engine's step (clipping, the loss
 // scaler, the update or the overflow skip). Returns the mean loss of the micro-batches; *norm_out the unscaled global
 // norm (NAN when skipped).
@@ -832,6 +872,7 @@ static double train_step(Trainer* t, int64_t n_micro, double* norm_out, bool* sk
     if (dump_step) json_array_append_new(t->dump, dump_step);
     engine_grad_norm(t->E, a->inject_inf_step > 0 && t->st.global_step + 1 == a->inject_inf_step, t->s);
     if (t->zero_profile) CUDA_CHECK(cudaEventRecord(t->prof_ev[3], t->s));
+    if (t->wcb_ev) CUDA_CHECK(cudaEventRecord(t->wcb_ev[4 * n_micro], t->s));
     if (t->world > 1) {  // the logged loss: the mean over the ranks (after the norm's wait for every reduction)
         comm_all_reduce_sum_f32(t->comm, t->d_losses, (size_t)n_micro, t->s);
         CUDA_CHECK(cudaMemcpyAsync(t->h_loss, t->d_losses, (size_t)n_micro * sizeof(float), cudaMemcpyDeviceToHost,
@@ -841,6 +882,7 @@ static double train_step(Trainer* t, int64_t n_micro, double* norm_out, bool* sk
     *lr_out = lr_schedule_get(&t->sched, t->st.global_step - t->st.skipped_steps);
     const EngineStepResult r = engine_step(t->E, *lr_out, t->s);
     if (t->zero_profile) print_profile(t, t_step0, &r);
+    if (t->wcb_ev) print_wall_clock(t, n_micro);
     double loss = 0;
     for (int64_t i = 0; i < n_micro; i++) loss += t->h_loss[i];
     loss /= (double)n_micro * (double)t->world;

@@ -117,6 +117,10 @@ typedef struct {
     // HF's include_num_input_tokens_seen: 0 no, 1 all (the batches' input_ids, padding included), 2 non_padding
     // (their attention_mask sum), summed over the ranks, into trainer_state's num_input_tokens_seen and the log
     int num_input_tokens;
+    // DeepSpeed's wall_clock_breakdown: each update's micro-batches timed on the compute stream (CUDA events, as
+    // DeepSpeed's timers) and printed as DeepSpeed prints them: a "fwd_microstep | bwd_microstep | ..." line per
+    // micro-batch, then the update's "fwd | bwd | bwd_inner | bwd_allreduce | step" sums
+    bool wall_clock_breakdown;
     // test hooks
     char dump_batches[4096];     // write the token ids of the first dump_batches_steps updates to this JSON file
     int64_t dump_batches_steps;
