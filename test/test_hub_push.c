@@ -92,6 +92,15 @@ static const json_t* nth_commit(const json_t* rec, int k) {
     return NULL;
 }
 
+// the one commit in rec, with this summary (fails the test otherwise)
+static const json_t* only_commit(const json_t* rec, const char* summary) {
+    const json_t* c = nth_commit(rec, 0);
+    if (!c || nth_commit(rec, 1)) fail_msg("want exactly one commit \"%s\"", summary);
+    const char* s = json_string_value(json_object_get(c, "summary"));
+    if (!s || strcmp(s, summary) != 0) fail_msg("commit \"%s\", want \"%s\"", s ? s : "", summary);
+    return c;
+}
+
 // the key ("file" / "lfsFile") of path in a commit's operations, NULL when absent
 static const char* op_key(const json_t* commit, const char* path) {
     size_t i;
@@ -165,10 +174,7 @@ static void test_push_output_dir(void** state) {
     snprintf(q, sizeof q, "%s/t5user/run-one/_private_notes.txt", served);
     assert_false(t5_path_exists(q));
     // one commit "End of training": LFS for the safetensors, the .model, the event file and the big text file
-    const json_t* c = nth_commit(rec, 0);
-    assert_non_null(c);
-    assert_null(nth_commit(rec, 1));
-    assert_string_equal(json_string_value(json_object_get(c, "summary")), "End of training");
+    const json_t* c = only_commit(rec, "End of training");
     assert_string_equal(op_key(c, "model.safetensors"), "lfsFile");
     assert_string_equal(op_key(c, "spiece.model"), "lfsFile");
     assert_string_equal(op_key(c, "runs/x/events.out.tfevents.1.host"), "lfsFile");
@@ -278,10 +284,7 @@ static void test_push_strategies(void** state) {
     r0 = record_lines();
     if (push_to_hub_save(&a, out, ckpt, "Training in progress, step 2", err, sizeof err)) fail_msg("%s", err);
     json_t* rec = record_load(r0);
-    const json_t* c = nth_commit(rec, 0);
-    assert_non_null(c);
-    assert_null(nth_commit(rec, 1));
-    assert_string_equal(json_string_value(json_object_get(c, "summary")), "Training in progress, step 2");
+    const json_t* c = only_commit(rec, "Training in progress, step 2");
     assert_string_equal(op_key(c, "model.safetensors"), "lfsFile");
     assert_string_equal(op_key(c, "config.json"), "file");
     assert_string_equal(op_key(c, "trainer_log.jsonl"), "file");

@@ -171,14 +171,20 @@ static void common_setopt(const CurlApi* c, CURL* h, const char* url, struct cur
     c->easy_setopt(h, CURLOPT_LOW_SPEED_TIME, stall > 0 ? stall : 60L);
 }
 
-int http_head(const char* url, const HttpOptions* opt, HttpMeta* meta, char* err, size_t errlen) {
+// libcurl, and opt or the defaults (into *dflt) when NULL
+static const CurlApi* begin(const HttpOptions** opt, HttpOptions* dflt, char* err, size_t errlen) {
     const CurlApi* c = dynlib_curl(err, errlen);
-    if (!c) return -1;
-    HttpOptions dflt;
-    if (!opt) {
-        http_options_default(&dflt);
-        opt = &dflt;
+    if (c && !*opt) {
+        http_options_default(dflt);
+        *opt = dflt;
     }
+    return c;
+}
+
+int http_head(const char* url, const HttpOptions* opt, HttpMeta* meta, char* err, size_t errlen) {
+    HttpOptions dflt;
+    const CurlApi* c = begin(&opt, &dflt, err, errlen);
+    if (!c) return -1;
     char cur[4096];
     snprintf(cur, sizeof cur, "%s", url);
     int redirects = 0;
@@ -352,13 +358,9 @@ int http_download(const char* url, const char* path, int64_t expected_size, cons
     long dummy;
     if (!status_out) status_out = &dummy;
     *status_out = 0;
-    const CurlApi* c = dynlib_curl(err, errlen);
-    if (!c) return -1;
     HttpOptions dflt;
-    if (!opt) {
-        http_options_default(&dflt);
-        opt = &dflt;
-    }
+    const CurlApi* c = begin(&opt, &dflt, err, errlen);
+    if (!c) return -1;
     double t_start = now_s();
     bool announced = false;
     for (int attempt = 0;; attempt++) {
@@ -536,13 +538,9 @@ void http_response_free(HttpResponse* r) {
 int http_request(const char* url, const HttpOptions* opt, const HttpRequest* req, HttpResponse* resp, char* err,
                  size_t errlen) {
     memset(resp, 0, sizeof *resp);
-    const CurlApi* c = dynlib_curl(err, errlen);
-    if (!c) return -1;
     HttpOptions dflt;
-    if (!opt) {
-        http_options_default(&dflt);
-        opt = &dflt;
-    }
+    const CurlApi* c = begin(&opt, &dflt, err, errlen);
+    if (!c) return -1;
     HttpOptions o = *opt;
     if (req->no_token) o.token = NULL;
     const bool has_body = req->body || req->body_path;

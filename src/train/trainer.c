@@ -1272,6 +1272,7 @@ int trainer_run(const TrainerArgs* a) {
         report_start(t);
         eval_metrics = run_eval(t, t->hf.epoch);
         json_t* e = json_deep_copy(eval_metrics);  // HF's evaluate() logs it (after trainer_state.json is saved)
+        if (a->num_input_tokens) results_set_int(e, "num_input_tokens_seen", t->hf.num_input_tokens_seen);
         json_object_set_new(e, "step", json_integer(t->st.global_step));
         reporter_log(&t->rep, e);
         json_decref(e);

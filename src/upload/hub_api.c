@@ -29,6 +29,16 @@ char* hub_base64(const void* data, size_t n) {
     return out;
 }
 
+const json_t* hub_json_find(const json_t* arr, const char* key, const char* value) {
+    size_t i;
+    const json_t* it;
+    json_array_foreach(arr, i, it) {
+        const json_t* v = json_object_get(it, key);
+        if (json_is_string(v) && strcmp(json_string_value(v), value) == 0) return it;
+    }
+    return NULL;
+}
+
 int hub_conn_init(HubConn* h, const char* endpoint, const char* token, const char* revision, bool quiet, char* err,
                   size_t errlen) {
     memset(h, 0, sizeof *h);
@@ -96,14 +106,30 @@ static int post_raw(HubConn* h, const char* url, const char* content_type, const
     return 0;
 }
 
-int hub_api_post_json(HubConn* h, const char* url, const char* content_type, const json_t* body, bool no_token,
-                      json_t** answer, long* status, char* msg, size_t msglen, char* err, size_t errlen) {
+// the answer whatever its status (*status; msg: the Hub's message of a non-2xx), or -1 + err when none came
+static int post_json(HubConn* h, const char* url, const char* content_type, const json_t* body, bool no_token,
+                     json_t** answer, long* status, char* msg, size_t msglen, char* err, size_t errlen) {
     char* text = body ? json_dumps(body, JSON_COMPACT) : NULL;
     if (body && !text) return t5_set_err(err, errlen, "out of memory building a request to %s", url);
     int rc = post_raw(h, url, content_type ? content_type : "application/json", text, text ? strlen(text) : 0,
                       no_token, answer, status, msg, msglen, err, errlen);
     free(text);
     return rc;
+}
+
+int hub_api_call(HubConn* h, const char* url, const char* content_type, json_t* body, bool no_token, const char* what,
+                 json_t** answer, char* err, size_t errlen) {
+    long status = 0;
+    char msg[512];
+    int rc = post_json(h, url, content_type, body, no_token, answer, &status, msg, sizeof msg, err, errlen);
+    json_decref(body);
+    if (rc) return -1;
+    if (status < 200 || status >= 300) {
+        json_decref(*answer);
+        *answer = NULL;
+        return hub_api_error(err, errlen, what, status, msg);
+    }
+    return 0;
 }
 
 int hub_api_create_repo(HubConn* h, const char* repo, bool private_repo, char* repo_id, size_t idlen, char* err,
@@ -124,7 +150,7 @@ int hub_api_create_repo(HubConn* h, const char* repo, bool private_repo, char* r
     snprintf(what, sizeof what, "creating repo %s on %s", repo, h->endpoint);
     json_t* ans = NULL;
     long status = 0;
-    int rc = hub_api_post_json(h, url, NULL, body, false, &ans, &status, msg, sizeof msg, err, errlen);
+    int rc = post_json(h, url, NULL, body, false, &ans, &status, msg, sizeof msg, err, errlen);
     json_decref(body);
     if (rc) return -1;
     if ((status < 200 || status >= 300) && status != 409) {
@@ -190,17 +216,8 @@ int hub_api_preupload(HubConn* h, const char* repo_id, PushList* l, char* err, s
                                                    (json_int_t)l->v[i].size));
             free(b64);
         }
-        json_t* body = json_pack("{s:o}", "files", files);
         json_t* ans = NULL;
-        long status = 0;
-        char msg[512];
-        int rc = hub_api_post_json(h, url, NULL, body, false, &ans, &status, msg, sizeof msg, err, errlen);
-        json_decref(body);
-        if (rc) return -1;
-        if (status < 200 || status >= 300) {
-            json_decref(ans);
-            return hub_api_error(err, errlen, what, status, msg);
-        }
+        if (hub_api_call(h, url, NULL, json_pack("{s:o}", "files", files), false, what, &ans, err, errlen)) return -1;
         const json_t* arr = ans ? json_object_get(ans, "files") : NULL;
         if (!json_is_array(arr)) {
             json_decref(ans);
@@ -209,13 +226,7 @@ int hub_api_preupload(HubConn* h, const char* repo_id, PushList* l, char* err, s
         }
         for (int i = start; i < end; i++) {
             PushFile* f = &l->v[i];
-            const json_t* info = NULL;
-            size_t k;
-            const json_t* it;
-            json_array_foreach(arr, k, it) {
-                const json_t* p = json_object_get(it, "path");
-                if (json_is_string(p) && strcmp(json_string_value(p), f->path) == 0) info = it;
-            }
+            const json_t* info = hub_json_find(arr, "path", f->path);
             const json_t* mode = info ? json_object_get(info, "uploadMode") : NULL;
             if (!json_is_string(mode) || (strcmp(json_string_value(mode), "lfs") != 0 &&
                                           strcmp(json_string_value(mode), "regular") != 0)) {

@@ -52,12 +52,16 @@ int hub_api_preupload(HubConn* h, const char* repo_id, PushList* l, char* err, s
 int hub_api_commit(HubConn* h, const char* repo_id, const PushList* l, const char* summary, PushResult* res,
                    char* err, size_t errlen);
 
-// POSTs a JSON body (NULL: none) to url with this connection's token (no_token: without it); 0 with *answer (NULL
-// when the body is not JSON) and *status, or -1 + err (no answer). Shared by the LFS steps.
-int hub_api_post_json(HubConn* h, const char* url, const char* content_type, const json_t* body, bool no_token,
-                      json_t** answer, long* status, char* msg, size_t msglen, char* err, size_t errlen);
+// POSTs a JSON body (NULL: none; consumed) to url with this connection's token (no_token: without it, for the
+// storage URLs) and wants a 2xx answer: 0 with *answer (NULL when not JSON), or -1 + err: no answer, or
+// hub_api_error's sentence about `what`. Shared by the LFS steps.
+int hub_api_call(HubConn* h, const char* url, const char* content_type, json_t* body, bool no_token, const char* what,
+                 json_t** answer, char* err, size_t errlen);
 // The error sentence for a failed call: "<what>: the Hub answered HTTP <status>: <message>" + a hint for 401/403/404.
 int hub_api_error(char* err, size_t errlen, const char* what, long status, const char* msg);
+
+// the object of array arr whose string member `key` equals value (the Hub's answers list files and objects), or NULL
+const json_t* hub_json_find(const json_t* arr, const char* key, const char* value);
 
 // base64 (RFC 4648, padded) of n bytes, NUL-terminated, malloc'ed
 char* hub_base64(const void* data, size_t n);

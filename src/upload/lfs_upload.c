@@ -66,20 +66,13 @@ static int upload_multipart(HubConn* h, const PushFile* f, const char* href, con
         }
         json_array_append_new(parts, json_pack("{s:I, s:s}", "partNumber", (json_int_t)k, "etag", etag));
     }
-    json_t* body = json_pack("{s:s, s:o}", "oid", f->sha256, "parts", parts);
+    char what[1200];
+    snprintf(what, sizeof what, "completing the multipart upload of %s", f->path);
     json_t* ans = NULL;
-    long status = 0;
-    char msg[512];
-    int rc = hub_api_post_json(h, href, LFS_JSON, body, true, &ans, &status, msg, sizeof msg, err, errlen);
-    json_decref(body);
+    int rc = hub_api_call(h, href, LFS_JSON, json_pack("{s:s, s:o}", "oid", f->sha256, "parts", parts), true, what,
+                          &ans, err, errlen);
     json_decref(ans);
-    if (rc) return -1;
-    if (status < 200 || status >= 300) {
-        char what[1200];
-        snprintf(what, sizeof what, "completing the multipart upload of %s", f->path);
-        return hub_api_error(err, errlen, what, status, msg);
-    }
-    return 0;
+    return rc;
 }
 
 // the upload (and verify) of one object the batch answer asks for
@@ -96,22 +89,15 @@ static int upload_one(HubConn* h, const PushFile* f, const json_t* actions, char
     const json_t* ver = json_object_get(actions, "verify");
     const json_t* vhref = ver ? json_object_get(ver, "href") : NULL;
     if (json_is_string(vhref)) {
-        json_t* body = json_pack("{s:s, s:I}", "oid", f->sha256, "size", (json_int_t)f->size);
+        char what[1200];
+        snprintf(what, sizeof what, "verifying the upload of %s", f->path);
         json_t* ans = NULL;
-        long status = 0;
-        char msg[512];
-        rc = hub_api_post_json(h, json_string_value(vhref), LFS_JSON, body, false, &ans, &status, msg, sizeof msg,
-                               err, errlen);
-        json_decref(body);
+        rc = hub_api_call(h, json_string_value(vhref), LFS_JSON,
+                          json_pack("{s:s, s:I}", "oid", f->sha256, "size", (json_int_t)f->size), false, what, &ans,
+                          err, errlen);
         json_decref(ans);
-        if (rc) return -1;
-        if (status < 200 || status >= 300) {
-            char what[1200];
-            snprintf(what, sizeof what, "verifying the upload of %s", f->path);
-            return hub_api_error(err, errlen, what, status, msg);
-        }
     }
-    return 0;
+    return rc;
 }
 
 int lfs_upload_files(HubConn* h, const char* repo_id, PushList* l, PushResult* res, char* err, size_t errlen) {
@@ -138,18 +124,10 @@ int lfs_upload_files(HubConn* h, const char* repo_id, PushList* l, PushResult* r
         }
         json_t* body = json_pack("{s:s, s:[ss], s:o, s:s, s:{s:s}}", "operation", "upload", "transfers", "basic",
                                  "multipart", "objects", objs, "hash_algo", "sha256", "ref", "name", h->revision);
+        char what[1200];
+        snprintf(what, sizeof what, "asking the Hub where to upload the LFS files of %s", repo_id);
         json_t* ans = NULL;
-        long status = 0;
-        char msg[512];
-        int rc = hub_api_post_json(h, url, LFS_JSON, body, false, &ans, &status, msg, sizeof msg, err, errlen);
-        json_decref(body);
-        if (rc) return -1;
-        if (status < 200 || status >= 300) {
-            json_decref(ans);
-            char what[1200];
-            snprintf(what, sizeof what, "asking the Hub where to upload the LFS files of %s", repo_id);
-            return hub_api_error(err, errlen, what, status, msg);
-        }
+        if (hub_api_call(h, url, LFS_JSON, body, false, what, &ans, err, errlen)) return -1;
         const json_t* arr = ans ? json_object_get(ans, "objects") : NULL;
         if (!json_is_array(arr)) {
             json_decref(ans);
@@ -157,13 +135,7 @@ int lfs_upload_files(HubConn* h, const char* repo_id, PushList* l, PushResult* r
         }
         for (int k = 0; k < n; k++) {
             PushFile* f = &l->v[idx[k]];
-            const json_t* o = NULL;
-            size_t j;
-            const json_t* it;
-            json_array_foreach(arr, j, it) {
-                const json_t* oid = json_object_get(it, "oid");
-                if (json_is_string(oid) && strcmp(json_string_value(oid), f->sha256) == 0) o = it;
-            }
+            const json_t* o = hub_json_find(arr, "oid", f->sha256);
             if (!o) {
                 json_decref(ans);
                 return t5_set_err(err, errlen, "the Hub's LFS batch answer leaves out %s", f->path);
