@@ -15,7 +15,7 @@ floor_of() {
     cuda) echo 1 ;;
     model | data | src/launch) echo 2 ;;
     src/zero | src/report | src/download) echo 3 ;;
-    src/eval) echo 4 ;;
+    src/eval | src/upload) echo 4 ;;
     src/train) echo 5 ;;
     src/cli) echo 6 ;;
     *) echo "" ;;

@@ -20,6 +20,7 @@ typedef struct {
     char root[512];    // served folder (paths below are derived from it)
     char log[512];     // request log
     char faults[512];  // fault rules (JSON list)
+    char record[512];  // push calls, JSON lines (hub_server.py --record)
     char endpoint[128];
 } HubServer;
 
@@ -65,20 +66,26 @@ static __attribute__((unused)) void dl_write_text(const char* root, const char* 
     t5test_write_file(p, text);
 }
 
-// starts python3 test/hub_server.py on a free port; fails the test when it does not come up in 10 s
-static __attribute__((unused)) void hub_server_start(HubServer* s, const char* root) {
+// starts python3 test/hub_server.py on a free port with these further arguments (NULL-terminated list, or NULL);
+// fails the test when it does not come up in 10 s
+static __attribute__((unused)) void hub_server_start_ex(HubServer* s, const char* root, const char* const* extra) {
     memset(s, 0, sizeof *s);
     snprintf(s->root, sizeof s->root, "%s", root);
     snprintf(s->log, sizeof s->log, "%.500s.log", root);
     snprintf(s->faults, sizeof s->faults, "%.490s.faults.json", root);
+    snprintf(s->record, sizeof s->record, "%.490s.record.jsonl", root);
     char portfile[600], script[600];
     snprintf(portfile, sizeof portfile, "%s.port", root);
     snprintf(script, sizeof script, "%s/test/hub_server.py", t5test_repo_dir());
     unlink(portfile);
     pid_t pid = fork();
     if (pid == 0) {
-        execlp("python3", "python3", script, "--root", root, "--port-file", portfile, "--log", s->log, "--faults",
-               s->faults, (char*)NULL);
+        const char* argv[32] = {"python3", script, "--root", root, "--port-file", portfile, "--log", s->log,
+                                "--faults", s->faults, "--record", s->record};
+        int n = 12;
+        for (int i = 0; extra && extra[i] && n < 31; i++) argv[n++] = extra[i];
+        argv[n] = NULL;
+        execvp("python3", (char* const*)argv);
         _exit(127);
     }
     s->pid = pid;
@@ -94,6 +101,10 @@ static __attribute__((unused)) void hub_server_start(HubServer* s, const char* r
     }
     if (s->port <= 0) fail_msg("the loopback Hub server did not start (python3 %s)", script);
     snprintf(s->endpoint, sizeof s->endpoint, "http://127.0.0.1:%d", s->port);
+}
+
+static __attribute__((unused)) void hub_server_start(HubServer* s, const char* root) {
+    hub_server_start_ex(s, root, NULL);
 }
 
 static __attribute__((unused)) void hub_server_stop(HubServer* s) {

@@ -13,6 +13,7 @@
 #include <math.h>
 #include <strings.h>
 
+#include "../src/base/common.h"
 #include "../src/cli/config.h"
 
 static RunConfig cfg;  // large: static
@@ -269,12 +270,11 @@ static void test_command_line(void** state) {
     assert_int_equal(parse_line("--torch_compile true --seed 4"), 0);
     assert_int_equal(cfg.seed, 4);
     // refused: the default spelled out is fine, anything else is "not implemented yet" (exit 2)
-    const char* fine[] = {"--log_level info", "--log_level passive", "--eval_delay 0",
-                          "--include_num_input_tokens_seen no", "--ddp_backend nccl", "--push_to_hub false"};
+    const char* fine[] = {"--eval_delay 0", "--ddp_backend nccl", "--save_safetensors", "--save_safetensors True"};
     for (size_t i = 0; i < sizeof fine / sizeof *fine; i++)
         if (parse_line(fine[i])) fail_msg("'%s' refused: %s", fine[i], err);
-    const char* refused[] = {"--log_level debug", "--eval_delay 5", "--push_to_hub",
-                             "--token hf_x", "--ddp_backend gloo", "--use_cpu"};
+    const char* refused[] = {"--eval_delay 5", "--token hf_x", "--ddp_backend gloo", "--use_cpu",
+                             "--save_safetensors false"};
     for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
         int rc = parse_line(refused[i]);
         if (rc != 2) fail_msg("'%s' gave %d, want 2", refused[i], rc);
@@ -290,6 +290,36 @@ static void test_command_line(void** state) {
     // --auto_find_batch_size and --disable_tqdm likewise
     assert_int_equal(parse_line("--auto_find_batch_size --disable_tqdm"), 0);
     assert_true(cfg.auto_find_batch_size && cfg.disable_tqdm);
+    // the log levels, include_num_input_tokens_seen (HF's str | bool) and the hub_* flags are keys of t5train's own
+    assert_int_equal(parse_line("--log_level warning --log_level_replica error"), 0);
+    assert_int_equal(cfg.log_level, T5_LOG_WARNING);
+    assert_int_equal(cfg.log_level_replica, T5_LOG_ERROR);
+    assert_int_equal(parse_line("--log_level passive"), 0);
+    assert_int_equal(cfg.log_level, T5_LOG_PASSIVE);
+    assert_int_equal(cfg.log_level_replica, T5_LOG_WARNING);  // HF's default
+    assert_int_equal(parse_line("--log_level verbose"), 2);
+    assert_non_null(strstr(err, "passive, debug, info, warning, error, critical"));
+    const char* tokens_seen[][2] = {{"no", "0"}, {"all", "1"}, {"non_padding", "2"}, {"True", "1"}, {"false", "0"}};
+    for (size_t i = 0; i < 5; i++) {
+        char line[128];
+        snprintf(line, sizeof line, "--include_num_input_tokens_seen %s", tokens_seen[i][0]);
+        if (parse_line(line)) fail_msg("'%s': %s", line, err);
+        assert_int_equal(cfg.include_num_input_tokens_seen, atoi(tokens_seen[i][1]));
+    }
+    assert_int_equal(parse_line("--include_num_input_tokens_seen some"), 2);
+    assert_int_equal(parse_line("--push_to_hub --hub_model_id org/m --hub_strategy checkpoint --hub_private_repo "
+                                "--hub_revision dev --hub_token hf_abc"), 0);
+    assert_true(cfg.push_to_hub && cfg.hub_private_repo);
+    assert_string_equal(cfg.hub_model_id, "org/m");
+    assert_string_equal(cfg.hub_revision, "dev");
+    assert_int_equal(cfg.hub_strategy, 2);  // HUB_STRATEGY_CHECKPOINT
+    char shown[128];
+    config_format_value(&cfg, config_key_index("hub_token"), shown, sizeof shown);
+    assert_string_equal(shown, "\"<HUB_TOKEN>\"");  // never printed
+    assert_string_equal(cfg.hub_token, "hf_abc");
+    assert_int_equal(parse_line("--hub_strategy sometimes"), 2);
+    assert_int_equal(parse_line("--push_to_hub"), 0);
+    assert_int_equal(cfg.hub_strategy, 1);  // HF's default, every_save
     // a flag nobody defines is still unknown
     assert_int_equal(parse_line("--torch_compiled"), 2);
     assert_non_null(strstr(err, "unknown flag --torch_compiled"));
@@ -307,9 +337,15 @@ static void test_config_file(void** state) {
     assert_int_equal(cfg.foreign_set[config_foreign_index("remove_unused_columns")], 1);
     assert_false(cfg.tf32);  // HF writes "tf32": null: off
     assert_int_equal(cfg.foreign_set[config_foreign_index("gradient_checkpointing_kwargs")], 1);
+    // a config file: include_num_input_tokens_seen as JSON true; hub_token as t5train_config.json writes it (the mask)
+    // reads back as null
     config_init(&cfg);
-    assert_int_not_equal(config_load_string(&cfg, "{\"push_to_hub\": true}", "job.json", err, sizeof err), 0);
-    assert_non_null(strstr(err, "job.json: push_to_hub: not implemented yet"));
+    assert_int_equal(config_load_string(&cfg, "{\"push_to_hub\": true, \"include_num_input_tokens_seen\": true, "
+                                              "\"hub_token\": \"<HUB_TOKEN>\"}", "job.json", err, sizeof err),
+                     0);
+    assert_true(cfg.push_to_hub);
+    assert_int_equal(cfg.include_num_input_tokens_seen, 1);
+    assert_string_equal(cfg.hub_token, "");
     config_init(&cfg);
     assert_int_not_equal(config_load_string(&cfg, "{\"fsdp\": \"full_shard\"}", "job.json", err, sizeof err), 0);
     assert_non_null(strstr(err, "FSDP"));

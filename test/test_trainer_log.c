@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "../src/base/common.h"
+#include "../src/report/results.h"
 #include "../src/report/trainer_log.h"
 
 static char* fixture_path(const char* name) {
@@ -169,6 +170,86 @@ static void test_step_lines(void** state) {
     assert_true(n > 10);
     assert_int_equal(strlen(small), 9);
     assert_int_equal(small[10], 'x');
+}
+
+// include_num_input_tokens_seen: the count on the step line, in HF's dict (after the epoch, as Trainer.log), in
+// trainer_log.jsonl and main.log; absent when off (above)
+static void test_tokens_seen(void** state) {
+    (void)state;
+    StepLog s = example_step();
+    s.grad_norm = 0.81;
+    s.tokens_seen_on = true;
+    s.num_input_tokens_seen = 123456;
+    char b[1024];
+    trainer_log_format_step(b, sizeof b, &s);
+    assert_non_null(strstr(b, " | tokens seen 123456"));
+    trainer_log_format_hf_dict(b, sizeof b, &s);
+    assert_string_equal(b, "{'loss': 1.2346, 'grad_norm': 0.81, 'learning_rate': 4.8e-05, 'epoch': 0.12, "
+                           "'num_input_tokens_seen': 123456}");
+    trainer_log_format_json(b, sizeof b, &s);
+    json_error_t je;
+    json_t* j = json_loads(b, 0, &je);
+    assert_non_null(j);
+    assert_int_equal(json_integer_value(json_object_get(j, "num_input_tokens_seen")), 123456);
+    json_decref(j);
+    trainer_log_format_main(b, sizeof b, &s);
+    assert_non_null(strstr(b, " nits:123456"));
+}
+
+// wall_clock_breakdown: DeepSpeed's SynchronizedWallClockTimer.log lines (utils/timer.py, 0.19.8), byte for byte
+static void test_wall_clock_lines(void** state) {
+    (void)state;
+    const double ms[5] = {12.345, 30.5, 25.25, 5.25, 0};
+    char b[512];
+    trainer_log_format_wall_clock(b, sizeof b, true, ms);
+    assert_string_equal(b, "[Rank 0] time (ms) | fwd_microstep: 12.35 | bwd_microstep: 30.50 | bwd_inner_microstep: "
+                           "25.25 | bwd_allreduce_microstep: 5.25 | step_microstep: 0.00");
+    const double sum[5] = {24.5, 61, 50.5, 10.5, 7.125};
+    trainer_log_format_wall_clock(b, sizeof b, false, sum);
+    assert_string_equal(b, "[Rank 0] time (ms) | fwd: 24.50 | bwd: 61.00 | bwd_inner: 50.50 | bwd_allreduce: 10.50 | "
+                           "step: 7.12");
+}
+
+// --log_level warning and above: HF's logger.info lines (the header, "***** train metrics *****", info lines) go;
+// the step and eval-metric lines (HF's progress callback) and warnings stay; error drops the warnings too
+static void test_log_level(void** state) {
+    (void)state;
+    TrainHeader h = {.num_examples = 5, .num_epochs = 1, .per_device_batch_size = 1, .total_batch_size = 1,
+                     .gradient_accumulation_steps = 1, .max_steps = 5, .num_trainable_params = 10};
+    char* dir = t5_path_join(t5test_tmpdir(), "levels");
+    assert_int_equal(t5_mkdir_p(dir), 0);
+    for (int lvl = T5_LOG_PASSIVE; lvl <= T5_LOG_CRITICAL; lvl++) {
+        t5_set_log_level(lvl);
+        char* out = NULL;
+        size_t len = 0;
+        FILE* o = open_memstream(&out, &len);
+        trainer_log_header(o, &h);
+        trainer_log_eval_header(o, 5, 1);
+        json_t* m = json_pack("{s:f}", "train_loss", 1.5);
+        results_log_metrics(o, "train", m);
+        json_decref(m);
+        TrainerLog t;
+        trainer_log_init(&t, o, dir, 0);
+        trainer_log_line(&t, "Saving model checkpoint to x");
+        StepLog s = example_step();
+        trainer_log_step(&t, &s);
+        const char* keys[1] = {"eval_loss"};
+        double vals[1] = {0.5};
+        trainer_log_eval(&t, 5, keys, vals, 1);
+        trainer_log_free(&t);
+        fclose(o);
+        const bool info = lvl <= T5_LOG_INFO;
+        if ((strstr(out, "***** Running training *****") != NULL) != info) fail_msg("level %d: header", lvl);
+        if ((strstr(out, "***** Running Evaluation *****") != NULL) != info) fail_msg("level %d: eval header", lvl);
+        if ((strstr(out, "***** train metrics *****") != NULL) != info) fail_msg("level %d: metrics", lvl);
+        if ((strstr(out, "Saving model checkpoint") != NULL) != info) fail_msg("level %d: info line", lvl);
+        if (!strstr(out, "step 120/3000") || !strstr(out, "eval step 5 | eval_loss 0.5000"))
+            fail_msg("level %d: a step or eval line is missing:\n%s", lvl, out);
+        assert_int_equal(t5_log_info(), info);
+        free(out);
+    }
+    t5_set_log_level(T5_LOG_PASSIVE);
+    free(dir);
 }
 
 static void test_log_files_parse_back(void** state) {
@@ -339,6 +420,9 @@ int main(void) {
         cmocka_unit_test(test_python_repr_and_round),
         cmocka_unit_test(test_hf_header),
         cmocka_unit_test(test_step_lines),
+        cmocka_unit_test(test_tokens_seen),
+        cmocka_unit_test(test_log_level),
+        cmocka_unit_test(test_wall_clock_lines),
         cmocka_unit_test(test_log_files_parse_back),
         cmocka_unit_test(test_progress_plain_lines),
         cmocka_unit_test(test_progress_disabled),

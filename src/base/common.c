@@ -36,7 +36,13 @@ void t5_die_hint(int code, const char* hint, const char* fmt, ...) {
     exit(code);
 }
 
+static int log_level = T5_LOG_PASSIVE;
+void t5_set_log_level(int level) { log_level = level; }
+int t5_log_level(void) { return log_level; }
+bool t5_log_info(void) { return log_level <= T5_LOG_INFO; }
+
 void t5_warn(const char* fmt, ...) {
+    if (log_level >= T5_LOG_ERROR) return;
     va_list ap;
     va_start(ap, fmt);
     vprint_line("warning", fmt, ap);

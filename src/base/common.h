@@ -30,8 +30,18 @@ extern int t5_error_reported;
 __attribute__((noreturn, format(printf, 2, 3))) void t5_die(int code, const char* fmt, ...);
 // Same, with a second line "HINT: <hint>".
 __attribute__((noreturn, format(printf, 3, 4))) void t5_die_hint(int code, const char* hint, const char* fmt, ...);
-// Prints "t5train: warning: <msg>" to stderr.
+// Prints "t5train: warning: <msg>" to stderr (not at log level error / critical).
 __attribute__((format(printf, 1, 2))) void t5_warn(const char* fmt, ...);
+
+// HF's log levels (TrainingArguments.log_level / log_level_replica), in the order of the config's choices.
+// passive: what run_translation makes of it, info. The process's level gates t5_warn (error, critical: off) and
+// the info lines (t5_log_info: warning and above drop them; the step and eval metric lines, which HF prints through
+// its progress callback rather than its logger, are not info lines). Errors always print.
+typedef enum { T5_LOG_PASSIVE = 0, T5_LOG_DEBUG, T5_LOG_INFO, T5_LOG_WARNING, T5_LOG_ERROR, T5_LOG_CRITICAL } T5LogLevel;
+void t5_set_log_level(int level);
+int t5_log_level(void);
+// true when info lines print (passive, debug, info)
+bool t5_log_info(void);
 
 // The error-return idiom of library code: writes the formatted message into err (when err and
 // errlen are non-zero) and returns -1 (t5_set_err) or `code` (t5_errf); the command-line layer turns

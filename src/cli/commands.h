@@ -16,6 +16,8 @@ int dump_grads_main(int argc, char** argv);
 int estimate_main(int argc, char** argv);
 // ./t5train env [--output_dir DIR] [--cache_dir DIR] [--data_dir DIR] [--json]: ds_report's counterpart (src/cli/env_cmd.c)
 int env_main(int argc, char** argv);
+// ./t5train push FOLDER --hub_model_id ID [--hub_token T] ...: a folder to a Hub repo (src/cli/push_cmd.c, src/upload/)
+int push_main(int argc, char** argv);
 // ./t5train --num_gpus N [--master_port P] ARGS...: N ranks of `t5train ARGS...` on this host (src/cli/launch_cmd.c)
 #include <stdbool.h>
 bool launch_num_gpus_given(int argc, char** argv);

@@ -264,15 +264,25 @@ int config_set_json(RunConfig* c, int ki, const json_t* v, ConfigSource src, con
                 return t5_errf(err, n, T5_EXIT_USAGE, "%s: value is too long (%zu characters, at most %zu)", where,
                             strlen(s), k->len - 1);
             memcpy(p, s, strlen(s) + 1);
+            if ((k->flags & CONFIG_F_SECRET) && strcmp(s, CONFIG_SECRET_MASK) == 0) *(char*)p = 0;  // written masked
             if (k->offset == offsetof(RunConfig, source_prefix)) c->source_prefix_set = true;
             break;
         }
         case CONFIG_ENUM: {
             char list[256];
             enum_list(k, list, sizeof list);
+            if ((k->flags & CONFIG_F_BOOLENUM) && json_is_boolean(v)) {
+                *(int*)p = json_is_true(v) ? 1 : 0;
+                break;
+            }
             if (!json_is_string(v))
                 return t5_errf(err, n, T5_EXIT_USAGE, "%s: expected one of %s, got %s", where, list, got);
             int idx = enum_lookup(k, json_string_value(v));
+            if (idx < 0 && (k->flags & CONFIG_F_BOOLENUM)) {  // HF's str | bool: True is the 2nd choice, False the 1st
+                const char* b = json_string_value(v);
+                if (!strcmp(b, "true") || !strcmp(b, "True")) idx = 1;
+                else if (!strcmp(b, "false") || !strcmp(b, "False")) idx = 0;
+            }
             if (idx < 0 || (idx == 0 && (k->flags & CONFIG_F_NULL) && strcmp(json_string_value(v), "null") == 0))
                 return t5_errf(err, n, T5_EXIT_USAGE, "%s: %s is not one of %s", where, got, list);
             *(int*)p = idx;
@@ -369,6 +379,7 @@ void config_format_value(const RunConfig* c, int ki, char* buf, size_t len) {
             bool is_null = !s[0] && (k->flags & CONFIG_F_NULL);
             if (k->offset == offsetof(RunConfig, source_prefix)) is_null = !c->source_prefix_set;
             if (is_null) snprintf(buf, len, "null");
+            else if (k->flags & CONFIG_F_SECRET) snprintf(buf, len, "\"%s\"", CONFIG_SECRET_MASK);
             else snprintf(buf, len, "\"%s\"", s);
             break;
         }
@@ -543,6 +554,7 @@ static json_t* value_to_json(const RunConfig* c, int ki) {
             const char* s = (const char*)p;
             bool is_null = !s[0] && (k->flags & CONFIG_F_NULL);
             if (k->offset == offsetof(RunConfig, source_prefix)) is_null = !c->source_prefix_set;
+            if (!is_null && (k->flags & CONFIG_F_SECRET)) return json_string(CONFIG_SECRET_MASK);
             return is_null ? json_null() : json_string(s);
         }
         case CONFIG_ENUM: {

@@ -36,6 +36,7 @@ extern "C" {
 #define CONFIG_ERR_LEN 2048  // size of the error buffers the functions below write to
 #define CONFIG_NOTE_LEN 320
 #define CONFIG_FOREIGN_MAX 256  // entries of CONFIG_FOREIGN_KEYS (config_foreign.c)
+#define CONFIG_SECRET_MASK "<HUB_TOKEN>"  // a secret's printed value (HF writes hub_token so); read back as null
 
 // Where a key's value came from. A DeepSpeed key that is absent from the DeepSpeed JSON keeps
 // CONFIG_SRC_DEFAULT (DeepSpeed's own default applies, as with the HF Trainer).
@@ -340,6 +341,17 @@ typedef struct {
     bool early_stopping;
     char report_to[64];
     char resume_from_checkpoint[CONFIG_STR_LEN];
+    // the Hub (HF's push_to_hub / hub_*; src/upload/push_to_hub.h)
+    bool push_to_hub;
+    char hub_model_id[CONFIG_STR_LEN];  // "" = null: the output_dir's name
+    char hub_token[CONFIG_STR_LEN];     // "" = null: HF_TOKEN, else the token file (printed and written masked)
+    bool hub_private_repo;              // null: the Hub's default (public)
+    int hub_strategy;                   // "end|every_save|checkpoint|all_checkpoints" (HubStrategy's order)
+    char hub_revision[256];             // "" = null: main
+    // logging (HF's log levels; "passive|debug|info|warning|error|critical" in LogLevel's order, src/base/common.h)
+    int log_level;                      // rank 0 ("passive": run_translation's info)
+    int log_level_replica;              // the other ranks ("warning")
+    int include_num_input_tokens_seen;  // "no|all|non_padding" (true: all, false: no)
     char deepspeed[CONFIG_STR_LEN];     // the DeepSpeed JSON path, "" when inline or absent
     // DeepSpeed
     bool has_deepspeed;                 // a deepspeed section/file was given
@@ -400,6 +412,8 @@ enum {
     CONFIG_F_NOCASE = 1 << 3,    // ENUM compared case-insensitively (DeepSpeed optimizer/scheduler types)
     CONFIG_F_TRUNCATE = 1 << 4,  // INT: a fractional value is truncated (DeepSpeed sizes, as pydantic int())
     CONFIG_F_NOCLI = 1 << 5,     // not a command-line flag (file only)
+    CONFIG_F_SECRET = 1 << 6,    // STR: printed and written as "<KEY_NAME>" (HF's TrainingArguments.to_dict: hub_token)
+    CONFIG_F_BOOLENUM = 1 << 7,  // ENUM: true / false also accepted, as the 2nd / 1st choice (HF's str | bool fields)
 };
 
 typedef struct {

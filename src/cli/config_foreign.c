@@ -29,7 +29,6 @@
 #define DDP "a knob of PyTorch DDP; t5train's data parallelism is its ZeRO engine over NCCL (docs/zero.md)"
 #define LOADER "a knob of torch's DataLoader; t5train reads an mmap'ed token cache in the training process"
 #define COLUMNS "a datasets column option; t5train reads translation pairs, not dataset columns"
-#define HUB "used by --push_to_hub, which is not implemented yet"
 #define TRACKIO "used by --report_to trackio, which t5train does not write (report_to: tensorboard, csv)"
 
 const ForeignKey CONFIG_FOREIGN_KEYS[] = {
@@ -59,13 +58,11 @@ const ForeignKey CONFIG_FOREIGN_KEYS[] = {
     {"full_determinism", B, NOOP, "",
      "runs are deterministic already (fixed kernels and reduction orders, counter-based dropout)"},
     // ---- logging
-    {"log_on_each_node", B, NOOP, "", "t5train logs from rank 0 only"},
+    {"log_on_each_node", B, NOOP, "", "t5train logs from global rank 0 only (HF's log_on_each_node false; the same on one "
+     "node); the other ranks follow log_level_replica"},
     {"logging_nan_inf_filter", B, NOOP, "",
      "a non-finite loss is never averaged into the log: fp16 skips the step (DeepSpeed's OVERFLOW line), bf16 and "
      "fp32 stop with an error"},
-    {"include_num_input_tokens_seen", S, REFUSE, "no|false|False", "not implemented yet: --include_num_input_tokens_seen"},
-    {"log_level", S, REFUSE, "passive|info", "not implemented yet: log levels other than info (t5train logs HF's info lines)"},
-    {"log_level_replica", S, NOOP, "", "ranks other than 0 print errors only"},
     {"project", S, NOOP, "", TRACKIO},
     {"trackio_space_id", S, NOOP, "", TRACKIO},
     {"trackio_bucket_id", S, NOOP, "", TRACKIO},
@@ -78,19 +75,18 @@ const ForeignKey CONFIG_FOREIGN_KEYS[] = {
     {"eval_on_start", B, REFUSE, "", "not implemented yet: --eval_on_start"},
     {"eval_do_concat_batches", B, NOOP, "", "evaluation metrics are computed without concatenating tensors"},
     {"eval_use_gather_object", B, NOOP, "", "evaluation metrics are computed without gathering Python objects"},
-    {"eval_accumulation_steps", I, NOOP, "", "generated ids go to host memory batch by batch already"},
+    {"eval_accumulation_steps", I, NOOP, "",
+     "each batch's generated ids and loss go to host memory as they come (HF with eval_accumulation_steps 1); the "
+     "metrics do not depend on it"},
     {"include_for_metrics", S, REFUSE, "[]", "not implemented yet: compute_metrics is run_translation's (BLEU, gen_len)"},
     {"batch_eval_metrics", B, REFUSE, "", "not implemented yet: metrics are computed over the whole split"},
     // ---- checkpoints and the Hub
+    // transformers 4.x (removed in 5: safetensors always); older launch scripts still pass it
+    {"save_safetensors", B, REFUSE, "true|True|1",
+     "not implemented: pytorch_model.bin (t5train saves model.safetensors always, as transformers 5 does)"},
     {"save_only_model", B, REFUSE, "", "not implemented yet: checkpoints always hold the optimizer state"},
     {"enable_jit_checkpoint", B, REFUSE, "", "not implemented yet: --enable_jit_checkpoint"},
-    {"push_to_hub", B, REFUSE, "", "not implemented yet: --push_to_hub"},
-    {"hub_token", S, NOOP, "", HUB},
-    {"hub_private_repo", B, NOOP, "", HUB},
-    {"hub_model_id", S, NOOP, "", HUB},
-    {"hub_strategy", S, NOOP, "", HUB},
-    {"hub_always_push", B, NOOP, "", HUB},
-    {"hub_revision", S, NOOP, "", HUB},
+    {"hub_always_push", B, NOOP, "", "pushes are synchronous here: none is ever skipped for a push still running"},
     {"ignore_data_skip", B, REFUSE, "", "not implemented yet: a resume always restores the exact data position"},
     {"restore_callback_states_from_checkpoint", B, NOOP, "",
      "t5train has no callbacks; early stopping's state is always restored"},
@@ -126,7 +122,8 @@ const ForeignKey CONFIG_FOREIGN_KEYS[] = {
     SECTION("autotuning", "--zero_plan auto plans the run: docs/estimate.md"),
     SECTION("comet", "the monitors t5train writes: --report_to tensorboard, csv"),
     SECTION("wandb", "no network on these machines; --report_to tensorboard, csv"),
-    SECTION("comms_logger", "the collectives are timed in the step breakdown"),
+    SECTION("comms_logger", "per-collective timings; wall_clock_breakdown's bwd_allreduce times the gradient "
+                            "reductions as the compute stream waits for them"),
     SECTION("flops_profiler", "trainer_log.jsonl logs model FLOPs and MFU"),
     SECTION("compression_training", "no quantization-aware training or pruning"),
     SECTION("curriculum_learning", "the data order is HF's random sampler"),

@@ -26,6 +26,7 @@ static const Subcommand SUBCOMMANDS[] = {
     {"launch-check", launch_check_main, "each rank of a launch bootstraps (MPI / rendezvous, NCCL) and prints its place"},
     {"estimate", estimate_main, "memory per ZeRO plan (GPU, host), fits here?, step time; DeepSpeed's numbers"},
     {"env", env_main, "versions, GPUs, memory, free disk, libraries and variables (DeepSpeed's ds_report)"},
+    {"push", push_main, "a folder (a run's output_dir) to a Hub model repo, as --push_to_hub does at the end"},
 };
 
 static void print_usage(void) {

@@ -43,6 +43,7 @@
 #include "../../model/params.h"
 #include "../launch/comm.h"
 #include "../launch/launch_env.h"
+#include "../upload/push_to_hub.h"
 
 #include <dirent.h>
 #include <sys/stat.h>
@@ -342,6 +343,7 @@ static void run_build_trainer_args(const RunConfig* c, TrainerArgs* a) {
     a->zero.rank = t5_rank;
     a->save_on_each_node = c->save_on_each_node;
     a->save_16bit_model = c->has_deepspeed && c->ds.zero_optimization.stage3_gather_16bit_weights_on_model_save;
+    a->wall_clock_breakdown = c->has_deepspeed && c->ds.wall_clock_breakdown;
     a->zero.comm_dtype = a->dtype;
     // the optimizer, so that the automatic plan sizes its state (the trainer fills the rest of these fields)
     a->zero.optimizer = a->optimizer == TRAINER_OPTIM_ADAFACTOR ? ZERO_OPTIM_ADAFACTOR : ZERO_OPTIM_ADAMW;
@@ -410,6 +412,13 @@ static void run_build_trainer_args(const RunConfig* c, TrainerArgs* a) {
     copy_str(a->resume_from_checkpoint, sizeof a->resume_from_checkpoint, c->resume_from_checkpoint);
     copy_str(a->report_to, sizeof a->report_to, c->report_to);
     copy_str(a->logging_dir, sizeof a->logging_dir, c->logging_dir);
+    a->push.enabled = c->push_to_hub;
+    copy_str(a->push.repo_id, sizeof a->push.repo_id, c->hub_model_id);
+    copy_str(a->push.token, sizeof a->push.token, c->hub_token);
+    copy_str(a->push.revision, sizeof a->push.revision, c->hub_revision);
+    a->push.private_repo = c->hub_private_repo;
+    a->push.strategy = c->hub_strategy;  // the config's choices are in HubStrategy's order
+    a->num_input_tokens = c->include_num_input_tokens_seen;
     a->inject_inf_step = env_int("T5TRAIN_INJECT_INF_STEP");
     a->stop_after_steps = env_int("T5TRAIN_STOP_AFTER_STEPS");
 }
@@ -672,8 +681,17 @@ static void preflight_creatable(const char* key, const char* path) {
     free(p);
 }
 
-static void run_preflight(const RunConfig* c, const TrainerArgs* a) {
+// --push_to_hub: a token, not offline (no request; the repo is created when the run starts)
+static void preflight_push(const RunConfig* c, TrainerArgs* a) {
+    if (!c->push_to_hub || t5_rank != 0) return;
+    static char what[1200], err[1024];
+    if (push_to_hub_check(&a->push, c->output_dir, what, sizeof what, err, sizeof err)) t5_die(T5_EXIT_USAGE, "%s", err);
+    preflight_note("%s", what);
+}
+
+static void run_preflight(const RunConfig* c, TrainerArgs* a) {
     preflight_creatable("output_dir", c->output_dir);
+    preflight_push(c, a);
     if (c->logging_dir[0]) preflight_creatable("logging_dir", c->logging_dir);
     if (!a->init_random) preflight_weights(a);
     preflight_tokenizer(a);
@@ -795,11 +813,12 @@ int run_main(int argc, char** argv) {
     static RunConfig raw;  // before "auto" is resolved: the zero plan auto may resolve it again (issue 17)
     raw = *c;
     if ((rc = config_resolve(c, err, sizeof err))) t5_die(rc, "%s", err);
+    t5_set_log_level(t5_rank == 0 ? c->log_level : c->log_level_replica);  // HF's get_process_log_level
     // resuming continues in the same output_dir (HF run_translation): its checkpoints are why it is not empty
     if (!c->resume_from_checkpoint[0] && (rc = config_check_output_dir(c, err, sizeof err))) t5_die(rc, "%s", err);
 
     if (t5_rank == 0) {
-        config_print_table(c, stdout);
+        if (t5_log_info()) config_print_table(c, stdout);  // HF logs its TrainingArguments at info
         if (!c->source_prefix_set && strstr(c->model_name_or_path, "t5"))
             t5_warn("You're running a t5 model but didn't provide a source prefix, which is expected, e.g. with "
                     "`--source_prefix 'translate English to Romanian: '`");
@@ -837,6 +856,12 @@ int run_main(int argc, char** argv) {
         printf("dry run: every check passed; nothing was downloaded or created\n");
         return T5_EXIT_OK;
     }
+
+    // --push_to_hub: the repo created (or found) before anything is trained, as HF's Trainer does at its start;
+    // no network, a refused token or an unknown namespace stop the run here (rank 0; the others learn it at the
+    // rendezvous)
+    if (c->push_to_hub && t5_rank == 0 && push_to_hub_init(&targs.push, c->output_dir, err, sizeof err))
+        t5_die(T5_EXIT_FAILURE, "push_to_hub: %s", err);
 
     // several ranks: the NCCL communicator (every rank passed every check above; a rank that failed has exited,
     // and the others learn it from the bootstrap), then rank 0 creates output_dir while the others wait

@@ -171,14 +171,20 @@ static void common_setopt(const CurlApi* c, CURL* h, const char* url, struct cur
     c->easy_setopt(h, CURLOPT_LOW_SPEED_TIME, stall > 0 ? stall : 60L);
 }
 
-int http_head(const char* url, const HttpOptions* opt, HttpMeta* meta, char* err, size_t errlen) {
+// libcurl, and opt or the defaults (into *dflt) when NULL
+static const CurlApi* begin(const HttpOptions** opt, HttpOptions* dflt, char* err, size_t errlen) {
     const CurlApi* c = dynlib_curl(err, errlen);
-    if (!c) return -1;
-    HttpOptions dflt;
-    if (!opt) {
-        http_options_default(&dflt);
-        opt = &dflt;
+    if (c && !*opt) {
+        http_options_default(dflt);
+        *opt = dflt;
     }
+    return c;
+}
+
+int http_head(const char* url, const HttpOptions* opt, HttpMeta* meta, char* err, size_t errlen) {
+    HttpOptions dflt;
+    const CurlApi* c = begin(&opt, &dflt, err, errlen);
+    if (!c) return -1;
     char cur[4096];
     snprintf(cur, sizeof cur, "%s", url);
     int redirects = 0;
@@ -352,13 +358,9 @@ int http_download(const char* url, const char* path, int64_t expected_size, cons
     long dummy;
     if (!status_out) status_out = &dummy;
     *status_out = 0;
-    const CurlApi* c = dynlib_curl(err, errlen);
-    if (!c) return -1;
     HttpOptions dflt;
-    if (!opt) {
-        http_options_default(&dflt);
-        opt = &dflt;
-    }
+    const CurlApi* c = begin(&opt, &dflt, err, errlen);
+    if (!c) return -1;
     double t_start = now_s();
     bool announced = false;
     for (int attempt = 0;; attempt++) {
@@ -473,7 +475,185 @@ int http_download(const char* url, const char* path, int64_t expected_size, cons
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// requests with a body, the answer in memory (the Hub's JSON APIs, LFS uploads)
+
+#define HTTP_BODY_KEEP ((size_t)64 << 20)
+
+typedef struct {
+    const HttpRequest* req;
+    FILE* f;           // body_path, positioned at body_offset
+    size_t sent;       // body bytes handed to libcurl
+    HttpResponse* resp;
+    size_t cap;
+    Sink bar;          // upload progress (written = bytes sent), printed as the downloads' bar
+} ReqCtx;
+
+static size_t req_read_cb(char* buf, size_t size, size_t nitems, void* user) {
+    ReqCtx* r = (ReqCtx*)user;
+    size_t want = T5_MIN(size * nitems, r->req->body_len - r->sent);
+    if (want == 0) return 0;
+    size_t got;
+    if (r->f) {
+        got = fread(buf, 1, want, r->f);
+        if (got == 0) return CURL_READFUNC_ABORT;  // the file shrank under us
+    } else {
+        memcpy(buf, r->req->body + r->sent, want);
+        got = want;
+    }
+    r->sent += got;
+    return got;
+}
+
+static size_t req_write_cb(char* data, size_t size, size_t nmemb, void* user) {
+    ReqCtx* r = (ReqCtx*)user;
+    size_t n = size * nmemb;
+    HttpResponse* o = r->resp;
+    size_t take = o->body_len + n > HTTP_BODY_KEEP ? HTTP_BODY_KEEP - o->body_len : n;
+    if (o->body_len + take + 1 > r->cap) {
+        r->cap = T5_MAX(r->cap * 2, o->body_len + take + 1);
+        o->body = realloc_check(o->body, r->cap);
+    }
+    memcpy(o->body + o->body_len, data, take);
+    o->body_len += take;
+    o->body[o->body_len] = 0;
+    return n;
+}
+
+static int req_xferinfo_cb(void* user, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow) {
+    (void)dltotal;
+    (void)dlnow;
+    (void)ultotal;
+    ReqCtx* r = (ReqCtx*)user;
+    r->bar.written = (int64_t)ulnow;
+    progress_print(&r->bar, false);
+    return 0;
+}
+
+void http_response_free(HttpResponse* r) {
+    free(r->body);
+    memset(r, 0, sizeof *r);
+}
+
+int http_request(const char* url, const HttpOptions* opt, const HttpRequest* req, HttpResponse* resp, char* err,
+                 size_t errlen) {
+    memset(resp, 0, sizeof *resp);
+    HttpOptions dflt;
+    const CurlApi* c = begin(&opt, &dflt, err, errlen);
+    if (!c) return -1;
+    HttpOptions o = *opt;
+    if (req->no_token) o.token = NULL;
+    const bool has_body = req->body || req->body_path;
+    const bool is_put = strcmp(req->method, "PUT") == 0;
+    const double t0 = now_s();
+    for (int attempt = 0;; attempt++) {
+        ReqCtx r;
+        memset(&r, 0, sizeof r);
+        r.req = req;
+        r.resp = resp;
+        http_response_free(resp);
+        if (req->body_path) {
+            r.f = fopen(req->body_path, "rb");
+            if (!r.f || fseeko(r.f, (off_t)req->body_offset, SEEK_SET) != 0) {
+                if (r.f) fclose(r.f);
+                return t5_set_err(err, errlen, "cannot read %s: %s", req->body_path, strerror(errno));
+            }
+        }
+        // a large body's progress, as a download's (bytes, rate, ETA)
+        r.bar.opt = &o;
+        r.bar.total = (int64_t)req->body_len;
+        r.bar.t0 = t0;
+        r.bar.tty = isatty(2);
+        const bool show = !o.quiet && req->body_path && req->body_len >= ((size_t)1 << 20);
+        CURL* h = c->easy_init();
+        if (!h) {
+            if (r.f) fclose(r.f);
+            return t5_set_err(err, errlen, "curl_easy_init failed");
+        }
+        struct curl_slist* hdrs = common_headers(c, &o);
+        char line[256];
+        if (req->content_type) {
+            snprintf(line, sizeof line, "Content-Type: %s", req->content_type);
+            hdrs = c->slist_append(hdrs, line);
+        }
+        if (req->accept) {
+            snprintf(line, sizeof line, "Accept: %s", req->accept);
+            hdrs = c->slist_append(hdrs, line);
+        }
+        hdrs = c->slist_append(hdrs, "Expect:");  // no 100-continue round trip
+        common_setopt(c, h, url, hdrs);
+        c->easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
+        c->easy_setopt(h, CURLOPT_MAXREDIRS, 10L);
+        c->easy_setopt(h, CURLOPT_HEADERFUNCTION, header_cb);
+        c->easy_setopt(h, CURLOPT_HEADERDATA, &resp->meta);
+        c->easy_setopt(h, CURLOPT_WRITEFUNCTION, req_write_cb);
+        c->easy_setopt(h, CURLOPT_WRITEDATA, &r);
+        if (has_body) {
+            c->easy_setopt(h, CURLOPT_READFUNCTION, req_read_cb);
+            c->easy_setopt(h, CURLOPT_READDATA, &r);
+            if (is_put) {
+                c->easy_setopt(h, CURLOPT_UPLOAD, 1L);
+                c->easy_setopt(h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)req->body_len);
+            } else {
+                c->easy_setopt(h, CURLOPT_POST, 1L);
+                c->easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->body_len);
+                if (strcmp(req->method, "POST") != 0) c->easy_setopt(h, CURLOPT_CUSTOMREQUEST, req->method);
+            }
+        } else if (strcmp(req->method, "GET") != 0) {
+            c->easy_setopt(h, CURLOPT_CUSTOMREQUEST, req->method);
+        }
+        if (show) {
+            c->easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+            c->easy_setopt(h, CURLOPT_XFERINFOFUNCTION, req_xferinfo_cb);
+            c->easy_setopt(h, CURLOPT_XFERINFODATA, &r);
+        }
+        memset(&resp->meta, 0, sizeof resp->meta);
+        resp->meta.linked_size = resp->meta.content_length = -1;
+        CURLcode rc = c->easy_perform(h);
+        long status = 0;
+        c->easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+        c->easy_cleanup(h);
+        c->slist_free_all(hdrs);
+        if (r.f) fclose(r.f);
+        resp->status = resp->meta.status = status;
+        if (rc != CURLE_OK) {
+            if (r.bar.printed && r.bar.tty) fputc('\n', stderr);
+            bool no_name = rc == CURLE_COULDNT_RESOLVE_HOST || rc == CURLE_COULDNT_RESOLVE_PROXY;
+            if (transport_retryable(rc) && !no_name && attempt < o.max_retries) {
+                backoff_sleep(&o, attempt);
+                continue;
+            }
+            return t5_set_err(err, errlen, "cannot reach %s: %s (after %d attempt%s)", url, c->easy_strerror(rc),
+                              attempt + 1, attempt ? "s" : "");
+        }
+        if (status_retryable(status) && attempt < o.max_retries) {
+            if (!o.quiet)
+                fprintf(stderr, "%s: server answered %ld, retrying (%d/%d)\n", o.label ? o.label : url, status,
+                        attempt + 1, o.max_retries);
+            backoff_sleep(&o, attempt);
+            continue;
+        }
+        if (show && status >= 200 && status < 300) progress_print(&r.bar, true);
+        if (!resp->body) resp->body = calloc_check(1, 1);
+        return 0;
+    }
+}
+
 #else  // !T5_HAVE_CURL
+
+void http_response_free(HttpResponse* r) {
+    free(r->body);
+    memset(r, 0, sizeof *r);
+}
+
+int http_request(const char* url, const HttpOptions* opt, const HttpRequest* req, HttpResponse* resp, char* err,
+                 size_t errlen) {
+    (void)opt;
+    (void)req;
+    memset(resp, 0, sizeof *resp);
+    return t5_set_err(err, errlen, "cannot reach %s: this t5train was built without libcurl headers "
+                      "(HINT: bash scripts/install_deps.sh, then rebuild)", url);
+}
 
 int http_head(const char* url, const HttpOptions* opt, HttpMeta* meta, char* err, size_t errlen) {
     (void)opt;

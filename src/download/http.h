@@ -54,6 +54,32 @@ int http_head(const char* url, const HttpOptions* opt, HttpMeta* meta, char* err
 int http_download(const char* url, const char* path, int64_t expected_size, const HttpOptions* opt, long* status,
                   char* err, size_t errlen);
 
+// A request with a body (POST / PUT), its answer kept in memory: the Hub's JSON APIs and uploads (src/upload/).
+typedef struct {
+    const char* method;        // "POST", "PUT", "GET"
+    const char* content_type;  // Content-Type (NULL: none)
+    const char* accept;        // Accept (NULL: none)
+    const char* body;          // in-memory body (NULL with body_path: the file slice below)
+    size_t body_len;
+    const char* body_path;     // or: bytes [body_offset, body_offset + body_len) of this file (an LFS upload)
+    int64_t body_offset;
+    bool no_token;             // do not send opt->token (a pre-signed storage URL rejects a second credential)
+} HttpRequest;
+
+typedef struct {
+    long status;        // final HTTP status
+    HttpMeta meta;      // its headers (etag: a multipart part's ETag)
+    char* body;         // the answer's body, NUL-terminated (malloc'ed; http_response_free), up to 64 MiB kept
+    size_t body_len;
+} HttpResponse;
+
+// Sends req to url (following redirects) and keeps the answer. Transport errors, 429 and 5xx are retried as the
+// downloads are (a file body is re-read from its offset). 0 with *resp filled whatever the final status (the caller
+// reads 4xx), or -1 + err when no answer came. The caller frees resp with http_response_free.
+int http_request(const char* url, const HttpOptions* opt, const HttpRequest* req, HttpResponse* resp, char* err,
+                 size_t errlen);
+void http_response_free(HttpResponse* r);
+
 // Human-readable size: "1.5 MiB" (buf >= 32 bytes).
 const char* http_format_bytes(double bytes, char* buf, size_t len);
 

@@ -59,7 +59,7 @@ typedef struct {
     int n_downloaded;
 } Ctx;
 
-static char* read_token(void) {
+char* hub_token_read(void) {
     const char* e;
     if ((e = getenv("HF_TOKEN")) && *e) return strdup_check(e);
     if ((e = getenv("HUGGING_FACE_HUB_TOKEN")) && *e) return strdup_check(e);
@@ -79,8 +79,15 @@ static char* read_token(void) {
     return s;
 }
 
+void hub_endpoint(const char* given, char* out, size_t len) {
+    const char* ep = given && *given ? given : getenv("HF_ENDPOINT");
+    snprintf(out, len, "%s", ep && *ep ? ep : "https://huggingface.co");
+    size_t el = strlen(out);
+    while (el && out[el - 1] == '/') out[--el] = 0;
+}
+
 // percent-encodes everything but unreserved characters (a revision may hold '/')
-static void url_quote(const char* s, char* out, size_t len) {
+void hub_url_quote(const char* s, char* out, size_t len) {
     size_t n = 0;
     for (const unsigned char* p = (const unsigned char*)s; *p && n + 4 < len; p++) {
         if (isalnum(*p) || *p == '-' || *p == '_' || *p == '.' || *p == '~') out[n++] = (char)*p;
@@ -91,7 +98,7 @@ static void url_quote(const char* s, char* out, size_t len) {
 
 static void file_url(const Ctx* c, const char* filename, char* out, size_t len) {
     char rev[512];
-    url_quote(c->revision, rev, sizeof rev);
+    hub_url_quote(c->revision, rev, sizeof rev);
     snprintf(out, len, "%s/%s/resolve/%s/%s", c->endpoint, c->repo_id, rev, filename);
 }
 
@@ -363,11 +370,8 @@ int hub_fetch_model(const char* repo_id, const HubOptions* opt, char* dir, size_
     if (hub_cache_root(c.o.cache_dir, c.root, sizeof c.root, err, errlen) != 0) return -1;
     hub_cache_repo_folder("model", repo_id, c.folder, sizeof c.folder);
     snprintf(c.repo_dir, sizeof c.repo_dir, "%s/%s", c.root, c.folder);
-    const char* ep = c.o.endpoint && *c.o.endpoint ? c.o.endpoint : getenv("HF_ENDPOINT");
-    snprintf(c.endpoint, sizeof c.endpoint, "%s", ep && *ep ? ep : "https://huggingface.co");
-    size_t el = strlen(c.endpoint);
-    while (el && c.endpoint[el - 1] == '/') c.endpoint[--el] = 0;
-    c.token = c.o.token && *c.o.token ? strdup_check(c.o.token) : read_token();
+    hub_endpoint(c.o.endpoint, c.endpoint, sizeof c.endpoint);
+    c.token = c.o.token && *c.o.token ? strdup_check(c.o.token) : hub_token_read();
     http_options_default(&c.http);
     c.http.token = c.token;
     c.http.quiet = c.o.quiet;

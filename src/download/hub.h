@@ -63,6 +63,14 @@ int hub_fetch_model(const char* repo_id, const HubOptions* opt, char* dir, size_
 // "/" or "~", only [A-Za-z0-9._-] in each part.
 bool hub_is_repo_id(const char* name);
 
+// The token huggingface_hub would send: $HF_TOKEN, $HUGGING_FACE_HUB_TOKEN, else the file $HF_TOKEN_PATH,
+// $HF_HOME/token or ~/.cache/huggingface/token (what `hf auth login` writes), trimmed; NULL when none (malloc'ed).
+char* hub_token_read(void);
+// The Hub's address: `given`, else $HF_ENDPOINT, else https://huggingface.co; no trailing '/'.
+void hub_endpoint(const char* given, char* out, size_t len);
+// Percent-encodes every byte but the unreserved ones (a revision in a URL may hold '/').
+void hub_url_quote(const char* s, char* out, size_t len);
+
 #ifdef __cplusplus
 }
 #endif

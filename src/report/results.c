@@ -318,6 +318,7 @@ static void secs2timedelta(char* buf, size_t cap, double secs) {
 }
 
 void results_log_metrics(FILE* f, const char* split, const json_t* metrics) {
+    if (!t5_log_info()) return;  // HF's log_metrics: logger.info
     fprintf(f, "***** %s metrics *****\n", split);
     size_t n = json_object_size(metrics);
     if (n == 0) return;

@@ -112,6 +112,7 @@ int trainer_log_format_thousands(char* buf, size_t cap, int64_t n) {
 }
 
 void trainer_log_header(FILE* f, const TrainHeader* h) {
+    if (!t5_log_info()) return;  // HF's logger.info
     char a[48];
     fprintf(f, "***** Running training *****\n");
     trainer_log_format_thousands(a, sizeof a, h->num_examples);
@@ -130,6 +131,7 @@ void trainer_log_header(FILE* f, const TrainHeader* h) {
 }
 
 void trainer_log_resume(FILE* f, int64_t epochs_trained, int64_t global_step, int64_t steps_trained_in_epoch) {
+    if (!t5_log_info()) return;
     fprintf(f, "  Continuing training from checkpoint, will skip to saved global_step\n");
     fprintf(f, "  Continuing training from epoch %lld\n", (long long)epochs_trained);
     fprintf(f, "  Continuing training from global step %lld\n", (long long)global_step);
@@ -138,6 +140,7 @@ void trainer_log_resume(FILE* f, int64_t epochs_trained, int64_t global_step, in
 }
 
 void trainer_log_eval_header(FILE* f, int64_t num_examples, int64_t batch_size) {
+    if (!t5_log_info()) return;
     fprintf(f, "***** Running Evaluation *****\n");
     fprintf(f, "  Num examples = %lld\n", (long long)num_examples);
     fprintf(f, "  Batch size = %lld\n", (long long)batch_size);
@@ -338,6 +341,7 @@ int trainer_log_format_step(char* buf, size_t cap, const StepLog* s) {
         appendf(buf, cap, &k, " | mem %.1f/%.1f GiB", s->gpu_mem_alloc_gib, s->gpu_mem_peak_gib);
     if (s->rss_gib >= 0) appendf(buf, cap, &k, " | rss %.1f GiB", s->rss_gib);
     if (s->mfu > 0) appendf(buf, cap, &k, " | mfu %.1f%%", 100.0 * s->mfu);
+    if (s->tokens_seen_on) appendf(buf, cap, &k, " | tokens seen %lld", (long long)s->num_input_tokens_seen);
     return (int)k;
 }
 
@@ -347,9 +351,13 @@ int trainer_log_format_hf_dict(char* buf, size_t cap, const StepLog* s) {
     py_float_repr(g, sizeof g, s->grad_norm);
     py_float_repr(r, sizeof r, s->lr);
     py_float_repr(e, sizeof e, py_round(s->epoch, 2));
-    if (isnan(s->grad_norm))
-        return snprintf(buf, cap, "{'loss': %s, 'learning_rate': %s, 'epoch': %s}", l, r, e);
-    return snprintf(buf, cap, "{'loss': %s, 'grad_norm': %s, 'learning_rate': %s, 'epoch': %s}", l, g, r, e);
+    int k;
+    if (isnan(s->grad_norm)) k = snprintf(buf, cap, "{'loss': %s, 'learning_rate': %s, 'epoch': %s}", l, r, e);
+    else k = snprintf(buf, cap, "{'loss': %s, 'grad_norm': %s, 'learning_rate': %s, 'epoch': %s}", l, g, r, e);
+    if (s->tokens_seen_on && k > 0 && (size_t)k < cap)  // HF's Trainer.log adds it after the epoch
+        k += snprintf(buf + k - 1, cap - (size_t)k + 1, ", 'num_input_tokens_seen': %lld}",
+                      (long long)s->num_input_tokens_seen) - 1;
+    return k;
 }
 
 int trainer_log_format_main(char* buf, size_t cap, const StepLog* s) {
@@ -357,6 +365,7 @@ int trainer_log_format_main(char* buf, size_t cap, const StepLog* s) {
     if (cap) buf[0] = 0;
     appendf(buf, cap, &k, "s:%lld trl:%.4f lr:%.3g norm:%.4g", (long long)s->step, s->loss, s->lr, s->grad_norm);
     if (s->loss_scale > 0) appendf(buf, cap, &k, " scale:%.0f", s->loss_scale);
+    if (s->tokens_seen_on) appendf(buf, cap, &k, " nits:%lld", (long long)s->num_input_tokens_seen);
     return (int)k;
 }
 
@@ -390,6 +399,7 @@ int trainer_log_format_json(char* buf, size_t cap, const StepLog* s) {
         json_num(buf, cap, &k, "model_tflops_per_s", s->model_flops_per_s / 1e12, false);
         json_num(buf, cap, &k, "mfu", s->mfu, false);
     }
+    if (s->tokens_seen_on) appendf(buf, cap, &k, ",\"num_input_tokens_seen\":%lld", (long long)s->num_input_tokens_seen);
     appendf(buf, cap, &k, "}");
     return (int)k;
 }
@@ -430,7 +440,8 @@ static void append_or_warn(TrainerLog* t, const char* name, const char* line) {
     }
 }
 
-void trainer_log_line(TrainerLog* t, const char* line) {
+// a line on the console, above the progress bar
+static void emit(TrainerLog* t, const char* line) {
     if (t->rank != 0) return;
     if (t->bar_on)
         progress_write(&t->bar, line);
@@ -440,14 +451,29 @@ void trainer_log_line(TrainerLog* t, const char* line) {
     }
 }
 
+void trainer_log_line(TrainerLog* t, const char* line) {
+    if (t5_log_info()) emit(t, line);
+}
+
+void trainer_log_print(TrainerLog* t, const char* line) { emit(t, line); }
+
+int trainer_log_format_wall_clock(char* buf, size_t cap, bool micro, const double ms[5]) {
+    static const char* const NAMES[5] = {"fwd", "bwd", "bwd_inner", "bwd_allreduce", "step"};
+    size_t k = 0;
+    if (cap) buf[0] = 0;
+    appendf(buf, cap, &k, "[Rank 0] time (ms)");
+    for (int i = 0; i < 5; i++) appendf(buf, cap, &k, " | %s%s: %.2f", NAMES[i], micro ? "_microstep" : "", ms[i]);
+    return (int)k;
+}
+
 void trainer_log_step(TrainerLog* t, const StepLog* s) {
     if (t->rank != 0) return;
     char line[1024];
     trainer_log_format_step(line, sizeof line, s);
-    trainer_log_line(t, line);
+    emit(t, line);  // HF prints its log dicts through the progress callback, at every log level
     if (t->hf_dict) {
         trainer_log_format_hf_dict(line, sizeof line, s);
-        trainer_log_line(t, line);
+        emit(t, line);
     }
     trainer_log_format_json(line, sizeof line, s);
     append_or_warn(t, "trainer_log.jsonl", line);
@@ -468,7 +494,7 @@ void trainer_log_eval(TrainerLog* t, int64_t step, const char* const* keys, cons
         appendf(ml, sizeof ml, &km, " %s:%.4f", keys[i], values[i]);
     }
     appendf(js, sizeof js, &kj, "}");
-    trainer_log_line(t, con);
+    emit(t, con);
     append_or_warn(t, "trainer_log.jsonl", js);
     append_or_warn(t, "main.log", ml);
 }
@@ -492,7 +518,7 @@ static void json_escape(char* out, size_t cap, const char* s) {
 
 void trainer_log_overflow(TrainerLog* t, int64_t step, const char* ds_line, double new_scale) {
     if (t->rank != 0) return;
-    trainer_log_line(t, ds_line);
+    emit(t, ds_line);
     char esc[1024], js[1200], ml[128];
     json_escape(esc, sizeof esc, ds_line);
     snprintf(js, sizeof js, "{\"step\":%lld,\"event\":\"overflow\",\"message\":\"%s\"}", (long long)step, esc);

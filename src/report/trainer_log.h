@@ -124,6 +124,8 @@ typedef struct {
     // model FLOPs per second over the window (flops_t5_train_step, src/report/flops.h) and their share of the
     // GPU's dense 16-bit peak; mfu <= 0: the peak is not known (H100/H200 only), neither is printed
     double model_flops_per_s, mfu;
+    bool tokens_seen_on;             // include_num_input_tokens_seen: print num_input_tokens_seen
+    int64_t num_input_tokens_seen;   // HF's count so far, summed over the ranks
 } StepLog;
 
 // "step 120/3000 | loss 1.234567 | norm 0.8123 | lr 4.80e-05 | scale 65536 | skipped 3 | 412.3 ms |
@@ -151,8 +153,16 @@ typedef struct {
 
 void trainer_log_init(TrainerLog* t, FILE* out, const char* output_dir, int rank);
 void trainer_log_free(TrainerLog* t);
-// A line to stdout (above the progress bar if one is drawn). Rank 0 only.
+// An info line to stdout (above the progress bar if one is drawn), as HF's logger.info: rank 0 only, and only at
+// log levels passive, debug and info (t5_log_info). Step, eval-metric and OVERFLOW lines print at every level.
 void trainer_log_line(TrainerLog* t, const char* line);
+// A line to stdout at every log level (DeepSpeed's print_dist: the wall_clock_breakdown lines). Rank 0 only.
+void trainer_log_print(TrainerLog* t, const char* line);
+// DeepSpeed's wall_clock_breakdown line (SynchronizedWallClockTimer.log on rank 0), times in ms in the order fwd, bwd,
+// bwd_inner, bwd_allreduce, step: "[Rank 0] time (ms) | fwd_microstep: 1.23 | bwd_microstep: ... | step_microstep: ..."
+// for one micro-batch (micro), else the update's sums "... | fwd: ... | bwd: ... | bwd_inner: ... | bwd_allreduce: ...
+// | step: ...". Returns the length snprintf would write.
+int trainer_log_format_wall_clock(char* buf, size_t cap, bool micro, const double ms[5]);
 // Step line (+HF dict line) to stdout, JSON line to trainer_log.jsonl, key:value line to main.log.
 void trainer_log_step(TrainerLog* t, const StepLog* s);
 // Eval result: "eval step 500 | eval_loss 0.9877 | ..." to stdout, {"step":500,"eval_loss":..} to the

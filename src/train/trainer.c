@@ -179,6 +179,8 @@ typedef struct {
     double t_train0;             // the training loop's start (trainer_log_now), for train_runtime
     double prof_h2d, prof_d2h;   // engine copy counters at the last profile line
     cudaEvent_t prof_ev[4];      // T5TRAIN_ZERO_PROFILE: forward start, forward end, backward end, gradients handed on
+    cudaEvent_t* wcb_ev;         // wall_clock_breakdown: per micro-batch i, [4i..4i+3] forward start, forward end,
+                                 // backward end, gradients handed on; then the norm's end and the step's end
     bool zero_profile;           // T5TRAIN_ZERO_PROFILE=1 at stages 1-3: one JSON line per step with the engine's breakdown
     double first_step_s;         // seconds from process start to the end of the first step (0: not yet)
     LRSchedule sched;
@@ -215,6 +217,8 @@ typedef struct {
     bool writer;                 // writes the run's shared files: rank 0, or with save_on_each_node the local rank 0
                                  // of every node (HF's should_save; nodes without a shared file system)
     float* d_losses;             // (gas) several ranks: the micro-batch losses, all-reduced
+    int64_t step_input_tokens;   // include_num_input_tokens_seen: this rank's count in the current update
+    int64_t input_tokens0;       // hf.num_input_tokens_seen when this session's training began (HF's initial count)
 } Trainer;
 
 static uint64_t splitmix64(uint64_t x) {
@@ -338,6 +342,11 @@ static void model_setup(Trainer* t) {
     if (t->world > 1) CUDA_CHECK(cudaMalloc((void**)&t->d_losses, T5_MAX(a->gradient_accumulation_steps, 1) * sizeof(float)));
     if (t->zero_profile)
         for (int k = 0; k < 4; k++) CUDA_CHECK(cudaEventCreate(&t->prof_ev[k]));
+    if (a->wall_clock_breakdown) {
+        const int64_t nev = 4 * T5_MAX(a->gradient_accumulation_steps, (int64_t)1) + 2;
+        t->wcb_ev = (cudaEvent_t*)malloc_check((size_t)nev * sizeof(cudaEvent_t));
+        for (int64_t k = 0; k < nev; k++) CUDA_CHECK(cudaEventCreate(&t->wcb_ev[k]));
+    }
     t->t_engine = process_age_s();
     if (engine_load_weights(t->E, a->init_random ? NULL : a->weights_path, a->seed, t->s, err, sizeof err))
         t5_die(T5_EXIT_FAILURE, "%s", err);
@@ -535,6 +544,18 @@ static int sink_write(void* ctx, const void* data, size_t n, char* err, size_t e
 }
 static int sink_end(void* ctx, char* err, size_t errlen) { return checkpoint_state_blob_end(ctx, err, errlen); }
 
+// HF's _push_from_checkpoint, synchronous (src/upload/push_to_hub.h): a failed push is a warning, the run goes on
+static void push_after_save(Trainer* t, const char* ckpt_dir) {
+    static char err[TRAINER_ERR_LEN];
+    char msg[128];
+    if (t->a->save_strategy == TRAINER_INTERVAL_EPOCH)
+        snprintf(msg, sizeof msg, "Training in progress, epoch %d", (int)t->hf.epoch);
+    else
+        snprintf(msg, sizeof msg, "Training in progress, step %lld", (long long)t->st.global_step);
+    if (push_to_hub_save(&t->a->push, t->a->output_dir, ckpt_dir, msg, err, sizeof err))
+        t5_warn("push_to_hub: %s; %s is saved, training goes on and the next push sends everything", err, ckpt_dir);
+}
+
 static void save_checkpoint(Trainer* t) {
     const TrainerArgs* a = t->a;
     static char err[TRAINER_ERR_LEN];
@@ -583,6 +604,8 @@ static void save_checkpoint(Trainer* t) {
         checkpoint_rotate(a->output_dir, (int)a->save_total_limit, step, t->best.has_best ? t->best.best_step : -1,
                           stdout, err, sizeof err) < 0)
         t5_warn("%s", err);
+    // --push_to_hub with hub_strategy every_save / checkpoint / all_checkpoints (not the save a stop request makes)
+    if (a->push.enabled && t->main && !signals_stop_requested()) push_after_save(t, w.final_dir);
     checkpoint_writer_free(&w);
 }
 
@@ -688,7 +711,20 @@ static void load_checkpoint(Trainer* t, const char* dir) {
     t->last_saved_step = c.global_step;
 }
 
+// include_num_input_tokens_seen: the update's count, summed over the ranks (HF gathers it), into HF's state (saved in
+// trainer_state.json, so a resume continues it); off, the state keeps HF's 0
+static void count_input_tokens(Trainer* t) {
+    if (!t->a->num_input_tokens) return;
+    int64_t n = t->step_input_tokens;
+    t->step_input_tokens = 0;
+    if (t->world > 1) n = comm_host_i32(t->comm, (int)n, ncclSum, t->s);  // one update's tokens: far below 2^31
+    t->hf.num_input_tokens_seen += n;
+}
+
 static void hf_log_entry(Trainer* t, json_t* e) {
+    // HF's Trainer.log adds num_input_tokens_seen to every entry while it is tracked
+    if (t->a->num_input_tokens && !json_object_get(e, "num_input_tokens_seen"))
+        results_set_int(e, "num_input_tokens_seen", t->hf.num_input_tokens_seen);
     trainer_state_append_log(&t->hf, e);
     reporter_log(&t->rep, e);  // HF's callbacks' on_log
 }
@@ -775,11 +811,15 @@ static void micro_batch(Trainer* t, int64_t i, int64_t n_micro, json_t* dump_ste
     const uint64_t ctr = (uint64_t)t->rng.micro_counter * (uint64_t)t->world + (uint64_t)t->rank;
     uint64_t seed = splitmix64(a->seed ^ splitmix64(ctr));
     const bool prof = t->zero_profile;
+    cudaEvent_t* wcb = t->wcb_ev ? t->wcb_ev + 4 * i : NULL;
     if (prof && i == 0) CUDA_CHECK(cudaEventRecord(t->prof_ev[0], t->s));
+    if (wcb) CUDA_CHECK(cudaEventRecord(wcb[0], t->s));
     t5_model_forward(t->M, true, grad_scale, seed, t->s);
     if (prof && i == n_micro - 1) CUDA_CHECK(cudaEventRecord(t->prof_ev[1], t->s));
+    if (wcb) CUDA_CHECK(cudaEventRecord(wcb[1], t->s));
     t5_model_backward(t->M, t->s);
     if (prof && i == n_micro - 1) CUDA_CHECK(cudaEventRecord(t->prof_ev[2], t->s));
+    if (wcb) CUDA_CHECK(cudaEventRecord(wcb[2], t->s));
     if (t->world > 1)
         CUDA_CHECK(cudaMemcpyAsync(t->d_losses + i, t5_model_loss_device(t->M), sizeof(float),
                                    cudaMemcpyDeviceToDevice, t->s));
@@ -787,8 +827,11 @@ static void micro_batch(Trainer* t, int64_t i, int64_t n_micro, json_t* dump_ste
         CUDA_CHECK(cudaMemcpyAsync(t->h_loss + i, t5_model_loss_device(t->M), sizeof(float), cudaMemcpyDeviceToHost,
                                    t->s));
     engine_micro_end(t->E, (int)i, t->s);
+    if (wcb) CUDA_CHECK(cudaEventRecord(wcb[3], t->s));
     t->rng.micro_counter++;
     t->st.tokens_seen += b->n_src_tokens + b->n_tgt_tokens;
+    // HF's include_num_input_tokens_seen: input_ids.numel() (padding included) or attention_mask.sum()
+    if (a->num_input_tokens) t->step_input_tokens += a->num_input_tokens == 1 ? (int64_t)b->B * b->Ts : b->n_src_tokens;
     t->hf.total_flos += results_hf_floating_point_ops(&a->model, (int64_t)b->B * b->Ts);  // HF: per micro-batch
     t->win_model_flops += flops_t5_train_step(&a->model, b->B, b->Ts, b->Tt);           // the MFU's numerator
     t->st.samples_seen += b->B;
@@ -812,6 +855,34 @@ static void print_profile(Trainer* t, double t_step0, const EngineStepResult* r)
     t->prof_d2h = zs->d2h_bytes;
 }
 
+// DeepSpeed's wall_clock_breakdown lines for the update just stepped (the events of micro_batch and train_step):
+// fwd = the forward; bwd_inner = the backward; bwd_allreduce = handing the gradients to the engine (its reductions as
+// far as the compute stream waits for them; the last micro-batch's includes the norm's wait for every reduction);
+// bwd = both; step = the engine's step (clipping, scaler, optimizer, on the last micro-batch, as DeepSpeed's)
+static void print_wall_clock(Trainer* t, int64_t n_micro) {
+    cudaEvent_t* e = t->wcb_ev;
+    CUDA_CHECK(cudaEventRecord(e[4 * n_micro + 1], t->s));
+    CUDA_CHECK(cudaEventSynchronize(e[4 * n_micro + 1]));
+    double sum[5] = {0, 0, 0, 0, 0};
+    char line[512];
+    for (int64_t i = 0; i < n_micro; i++) {
+        float f, b, r, x = 0, st = 0;
+        CUDA_CHECK(cudaEventElapsedTime(&f, e[4 * i], e[4 * i + 1]));
+        CUDA_CHECK(cudaEventElapsedTime(&b, e[4 * i + 1], e[4 * i + 2]));
+        CUDA_CHECK(cudaEventElapsedTime(&r, e[4 * i + 2], e[4 * i + 3]));
+        if (i == n_micro - 1) {
+            CUDA_CHECK(cudaEventElapsedTime(&x, e[4 * i + 3], e[4 * n_micro]));
+            CUDA_CHECK(cudaEventElapsedTime(&st, e[4 * n_micro], e[4 * n_micro + 1]));
+        }
+        const double ms[5] = {f, (double)b + r + x, b, (double)r + x, st};
+        for (int k = 0; k < 5; k++) sum[k] += ms[k];
+        trainer_log_format_wall_clock(line, sizeof line, true, ms);
+        trainer_log_print(&t->log, line);
+    }
+    trainer_log_format_wall_clock(line, sizeof line, false, sum);
+    trainer_log_print(&t->log, line);
+}
+
 // One optimizer update: its micro-batches, the engine's norm, the loss mean, the engine's step (clipping, the loss
 // scaler, the update or the overflow skip). Returns the mean loss of the micro-batches; *norm_out the unscaled global
 // norm (NAN when skipped).
@@ -823,6 +894,7 @@ static double train_step(Trainer* t, int64_t n_micro, double* norm_out, bool* sk
     if (dump_step) json_array_append_new(t->dump, dump_step);
     engine_grad_norm(t->E, a->inject_inf_step > 0 && t->st.global_step + 1 == a->inject_inf_step, t->s);
     if (t->zero_profile) CUDA_CHECK(cudaEventRecord(t->prof_ev[3], t->s));
+    if (t->wcb_ev) CUDA_CHECK(cudaEventRecord(t->wcb_ev[4 * n_micro], t->s));
     if (t->world > 1) {  // the logged loss: the mean over the ranks (after the norm's wait for every reduction)
         comm_all_reduce_sum_f32(t->comm, t->d_losses, (size_t)n_micro, t->s);
         CUDA_CHECK(cudaMemcpyAsync(t->h_loss, t->d_losses, (size_t)n_micro * sizeof(float), cudaMemcpyDeviceToHost,
@@ -832,6 +904,7 @@ static double train_step(Trainer* t, int64_t n_micro, double* norm_out, bool* sk
     *lr_out = lr_schedule_get(&t->sched, t->st.global_step - t->st.skipped_steps);
     const EngineStepResult r = engine_step(t->E, *lr_out, t->s);
     if (t->zero_profile) print_profile(t, t_step0, &r);
+    if (t->wcb_ev) print_wall_clock(t, n_micro);
     double loss = 0;
     for (int64_t i = 0; i < n_micro; i++) loss += t->h_loss[i];
     loss /= (double)n_micro * (double)t->world;
@@ -942,7 +1015,7 @@ static void resume_setup(Trainer* t) {
     if (!a->resume_from_checkpoint[0]) return;
     char* dir = checkpoint_resolve_resume(a->resume_from_checkpoint, a->output_dir, stderr, err, sizeof err);
     if (!dir) t5_die(T5_EXIT_FAILURE, "%s", err);
-    printf("Resuming from %s\n", dir);
+    if (t5_log_info()) printf("Resuming from %s\n", dir);
     // several ranks (save_on_each_node: each node resolves "last" in its own folder): the same step everywhere
     const int64_t rs = checkpoint_parse_name(strrchr(dir, '/') ? strrchr(dir, '/') + 1 : dir);
     if (t->world > 1 && from_rank0(t, (int)rs) != (int)rs)
@@ -1007,7 +1080,9 @@ static void log_update(Trainer* t, LogWindow* w, int64_t step, double epoch_f, d
                   .gpu_mem_alloc_gib = gpu_mem_used_gib(t), .gpu_mem_peak_gib = t->peak_mem_gib,
                   .rss_gib = (double)trainer_log_host_rss() / (1024.0 * 1024 * 1024),
                   .model_flops_per_s = dt > 0 ? t->win_model_flops / dt : 0,
-                  .mfu = dt > 0 && t->peak_flops > 0 ? t->win_model_flops / dt / t->peak_flops : 0};
+                  .mfu = dt > 0 && t->peak_flops > 0 ? t->win_model_flops / dt / t->peak_flops : 0,
+                  .tokens_seen_on = t->a->num_input_tokens != 0,
+                  .num_input_tokens_seen = t->hf.num_input_tokens_seen};
     t->win_model_flops = 0;
     trainer_log_step(&t->log, &sl);
     json_t* e = json_object();
@@ -1015,6 +1090,13 @@ static void log_update(Trainer* t, LogWindow* w, int64_t step, double epoch_f, d
     if (!isnan(norm)) results_set_real(e, "grad_norm", norm);
     results_set_real(e, "learning_rate", lr);
     results_set_real(e, "epoch", epoch_f);
+    if (t->a->num_input_tokens) {  // HF's log(logs, start_time): the count, then speed_metrics("train", ..., num_tokens)
+        const int64_t seen = t->hf.num_input_tokens_seen;
+        const double rt = now - t->t_train0;
+        results_set_int(e, "num_input_tokens_seen", seen);
+        results_set_real(e, "train_runtime", py_round(rt, 4));
+        if (rt > 0) results_set_real(e, "train_tokens_per_second", py_round((double)(seen - t->input_tokens0) / rt, 3));
+    }
     hf_log_entry(t, e);
     t->st.win_loss_sum = 0;
     t->st.win_steps = 0;
@@ -1060,6 +1142,7 @@ static bool train_loop(Trainer* t, int64_t gas) {
     if (a->resume_from_checkpoint[0]) trainer_log_resume(stdout, epoch, t->st.global_step, CEIL_DIV(bie, gas));
     signals_install();
     t->t_train0 = trainer_log_now();
+    t->input_tokens0 = t->hf.num_input_tokens_seen;
     progress_init(&t->log.bar, stdout, t->total_steps, t->st.global_step, t->t_train0, 0);
     t->log.bar_on = true;
     LogWindow w = {.t0 = t->t_train0};
@@ -1094,7 +1177,7 @@ static bool train_loop(Trainer* t, int64_t gas) {
         const double epoch_f = (double)epoch + (double)bie / (double)t->nb;
         t->hf.epoch = epoch_f;
         t->hf.global_step = step;  // log_history entries carry it (HF's state.global_step)
-        t->hf.num_input_tokens_seen = t->st.tokens_seen;
+        count_input_tokens(t);
         if (t->dump && step >= a->dump_batches_steps) write_dump(t);
         double now = trainer_log_now();
         progress_update(&t->log.bar, step, now);
@@ -1143,12 +1226,12 @@ static json_t* train_finish(Trainer* t, int64_t gas) {
     const TrainerArgs* a = t->a;
     static char err[TRAINER_ERR_LEN];
     double runtime = trainer_log_now() - t->t_train0;
-    printf("\n\nTraining completed. Do not forget to share your model on huggingface.co/models =)\n\n\n");
+    if (t5_log_info()) printf("\n\nTraining completed. Do not forget to share your model on huggingface.co/models =)\n\n\n");
     if (a->load_best_model_at_end && t->hf.has_best) {
         // HF _load_best_model: the best checkpoint's weights, before the final save and the final evaluation
         char score[64];
         py_float_repr(score, sizeof score, t->hf.best_metric);
-        printf("Loading best model from %s (score: %s).\n", t->hf.best_model_checkpoint, score);
+        if (t5_log_info()) printf("Loading best model from %s (score: %s).\n", t->hf.best_model_checkpoint, score);
         fflush(stdout);
         if (engine_load_weights(t->E, t->hf.best_model_checkpoint, 0, t->s, err, sizeof err))
             t5_die(T5_EXIT_FAILURE, "loading the best model: %s", err);
@@ -1211,6 +1294,7 @@ int trainer_run(const TrainerArgs* a) {
         report_start(t);
         eval_metrics = run_eval(t, t->hf.epoch);
         json_t* e = json_deep_copy(eval_metrics);  // HF's evaluate() logs it (after trainer_state.json is saved)
+        if (a->num_input_tokens) results_set_int(e, "num_input_tokens_seen", t->hf.num_input_tokens_seen);
         json_object_set_new(e, "step", json_integer(t->st.global_step));
         reporter_log(&t->rep, e);
         json_decref(e);
@@ -1225,6 +1309,16 @@ int trainer_run(const TrainerArgs* a) {
     json_decref(train_metrics);
     json_decref(eval_metrics);
     json_decref(predict_metrics);
+    // --push_to_hub: run_translation's trainer.push_to_hub() ("End of training"), once every file is written; a failure
+    // leaves them all in place and says how to push them later
+    int rc = T5_EXIT_OK;
+    static char err[TRAINER_ERR_LEN];
+    if (a->push.enabled && t->main && push_to_hub_end(&a->push, a->output_dir, err, sizeof err)) {
+        fprintf(stderr, "t5train: error: push_to_hub: %s. Everything is saved in %s; push it later with: t5train push "
+                "%s --hub_model_id %s\n", err, a->output_dir, a->output_dir, a->push.repo_id);
+        t5_error_reported = 1;
+        rc = T5_EXIT_FAILURE;
+    }
     run_close(t);
-    return T5_EXIT_OK;
+    return rc;
 }

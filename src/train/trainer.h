@@ -39,6 +39,7 @@
 #include "../../model/zero.h"
 #include "../zero/cpu_adafactor.h"
 #include "../zero/loss_scaler.h"
+#include "../upload/push_to_hub.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -110,6 +111,16 @@ typedef struct {
     char resume_from_checkpoint[4096];   // "", a checkpoint dir, or "last"
     char report_to[64];          // --report_to as resolved ("none", "csv", "tensorboard", "csv,tensorboard")
     char logging_dir[4096];      // TensorBoard's folder (src/report/report_to.h)
+    // --push_to_hub (src/upload/push_to_hub.h): the repo was created by src/cli before the run (push.repo_id is its
+    // full id there); rank 0 pushes after each checkpoint (hub_strategy other than end) and at the end
+    PushToHubArgs push;
+    // HF's include_num_input_tokens_seen: 0 no, 1 all (the batches' input_ids, padding included), 2 non_padding
+    // (their attention_mask sum), summed over the ranks, into trainer_state's num_input_tokens_seen and the log
+    int num_input_tokens;
+    // DeepSpeed's wall_clock_breakdown: each update's micro-batches timed on the compute stream (CUDA events, as
+    // DeepSpeed's timers) and printed as DeepSpeed prints them: a "fwd_microstep | bwd_microstep | ..." line per
+    // micro-batch, then the update's "fwd | bwd | bwd_inner | bwd_allreduce | step" sums
+    bool wall_clock_breakdown;
     // test hooks
     char dump_batches[4096];     // write the token ids of the first dump_batches_steps updates to this JSON file
     int64_t dump_batches_steps;
