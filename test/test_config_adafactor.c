@@ -34,6 +34,18 @@ static int api_run(RunConfig* c, const char* line, char* err, size_t n) {
     return config_check_implemented(c, err, n);
 }
 
+// the same on `world` ranks (what the launcher's environment gives run.c)
+static int api_run_world(RunConfig* c, const char* line, int world, char* err, size_t n) {
+    char* argv[128];
+    const int argc = t5test_argv(line, argv, 128);
+    config_init(c);
+    c->world_size = world;
+    int rc = config_parse_args(c, argc, argv, err, n);
+    if (rc) return rc;
+    if ((rc = config_resolve(c, err, n))) return rc;
+    return config_check_implemented(c, err, n);
+}
+
 static void expect_ok(const char* args) {
     char err[4096] = "";
     int rc = api_run(&cfg, args, err, sizeof err);
@@ -125,6 +137,32 @@ static void test_adafactor_zero_stages(void** state) {
     assert_true(fabs(cfg.adafactor_beta1 - 0.9) < 1e-12);
 }
 
+
+// several ranks: stages 1-3 on the GPU run (the statistics of a split matrix all-reduced); the CPU Adafactor over a split
+// matrix and the automatic plan (which may offload) are refused as not implemented
+static void test_adafactor_several_ranks(void** state) {
+    (void)state;
+    char err[4096];
+    for (int st = 0; st <= 3; st++) {
+        char line[512];
+        snprintf(line, sizeof line, BASE "--optim adafactor --deepspeed {\"zero_optimization\":{\"stage\":%d}}", st);
+        err[0] = 0;
+        if (api_run_world(&cfg, line, 4, err, sizeof err)) fail_msg("stage %d on 4 ranks: %s", st, err);
+    }
+    err[0] = 0;
+    int rc = api_run_world(&cfg, BASE "--optim adafactor --deepspeed {\"zero_optimization\":{\"stage\":3,"
+                                      "\"offload_optimizer\":{\"device\":\"cpu\"}}}", 2, err, sizeof err);
+    assert_int_not_equal(rc, 0);
+    assert_contains(err, "not implemented yet: optim adafactor with offload_optimizer on 2 ranks");
+    err[0] = 0;
+    rc = api_run_world(&cfg, BASE "--optim adafactor --deepspeed {\"zero_optimization\":{\"stage\":\"auto\"}}", 2, err,
+                       sizeof err);
+    assert_int_not_equal(rc, 0);
+    assert_contains(err, "not implemented yet: optim adafactor with zero_optimization.stage auto on 2 ranks");
+    // one rank: both run
+    expect_ok(BASE "--optim adafactor --deepspeed {\"zero_optimization\":{\"stage\":3,\"offload_optimizer\":{\"device\":\"cpu\"}}}");
+}
+
 static void test_deepspeed_adafactor_block_refused(void** state) {
     (void)state;
     expect_err(BASE "--deepspeed {\"optimizer\":{\"type\":\"Adafactor\"}}",
@@ -170,7 +208,7 @@ int main(void) {
         cmocka_unit_test(test_adafactor_flag_is_optim),
         cmocka_unit_test(test_adafactor_options),
         cmocka_unit_test(test_adafactor_options_refused),
-        cmocka_unit_test(test_adafactor_zero_stages),
+        cmocka_unit_test(test_adafactor_zero_stages), cmocka_unit_test(test_adafactor_several_ranks),
         cmocka_unit_test(test_deepspeed_adafactor_block_refused),
         cmocka_unit_test(test_other_optimizers_still_missing),
         cmocka_unit_test(test_binary_dry_run),

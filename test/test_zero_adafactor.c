@@ -17,6 +17,12 @@
  *     models (tied and untied head): every tensor of a unit stepped in one shared gradient/weights buffer gives bit
  *     for bit the trainer's stage 0 stepping (per tensor in parameter-table order, separate buffers, the stage 0
  *     state layout): master, 16-bit weights, the "adafactor" blob, the logged lr of tensor 0.
+ *   - test_split_partial_sums: several ranks (src/zero/ada_split.c): units of matrices and vectors cut across W = 1..5
+ *     ranks at the engine's partition boundaries (anywhere, also inside a row): the slices cover every element once,
+ *     the shared sections of the reduce buffers are laid out identically on every rank, and each rank's partial row /
+ *     column sums of g^2 and sum of p^2 over its slice (the GPU plan's slice geometry: rows touched, partial first and
+ *     last rows), placed at its slots and added over the ranks in rank order, are the whole tensors' sums exactly
+ *     (integer data: fp64 sums exact); the tensors one rank holds alone have their whole sums in its local slots.
  */
 #include "t5test.h"
 
@@ -29,6 +35,7 @@
 #include "../model/t5_config.h"
 #include "../src/base/common.h"
 #include "../src/cli/planner.h"
+#include "../src/zero/ada_split.h"
 #include "../src/zero/cpu_adafactor.h"
 #include "../src/zero/cpu_adam.h"
 #include "../src/zero/estimate.h"
@@ -124,7 +131,7 @@ static size_t scratch_of(const Model* m, const ZeroLayout* L) {
         ft[nf++] = (AdafactorTensor){.rows = fac ? t->rows : 1, .cols = fac ? t->cols : (int64_t)t->numel,
                                      .factored = fac};
     }
-    size_t s = nf ? adafactor_plan_scratch_bytes_for(ft, nf) : 0;
+    size_t s = nf ? adafactor_plan_scratch_bytes_for(ft, nf, NULL) : 0;
     free(ft);
     return s;
 }
@@ -535,6 +542,149 @@ static void test_engine_cpu_units(void** state) {
     }
 }
 
+
+// ---- several ranks: the partial sums
+
+// One rank's partial sums of tensor t over its slice [f, f + c) into buffer 1 at off (the GPU plan's geometry: the
+// rows the slice touches, the first and last clipped to it; cuda/adafactor.cu rowstats / colstats): row sums and
+// column sums of g^2, then sum p^2 (a vector: sum p^2 only).
+static void slice_sums(const ZeroTensor* t, const double* g, const double* p, size_t f, size_t c, double* red1) {
+    const bool fac = t->rows > 0 && t->cols > 0;
+    const int64_t cols = fac ? t->cols : (int64_t)t->numel;
+    double ps = 0;
+    for (size_t i = f; i < f + c; i++) ps += p[i] * p[i];
+    if (!fac) {
+        red1[0] = ps;
+        return;
+    }
+    const int64_t r0 = (int64_t)f / cols, r1 = CEIL_DIV((int64_t)(f + c), cols);
+    for (int64_t r = r0; r < r1; r++) {
+        const int64_t jlo = (int64_t)f > r * cols ? (int64_t)f - r * cols : 0;
+        const int64_t jhi = (int64_t)(f + c) < (r + 1) * cols ? (int64_t)(f + c) - r * cols : cols;
+        for (int64_t j = jlo; j < jhi; j++) {
+            const double gg = g[r * cols + j] * g[r * cols + j];
+            red1[r] += gg;
+            red1[t->rows + j] += gg;
+        }
+    }
+    red1[t->rows + t->cols] = ps;
+}
+
+static void test_split_partial_sums(void** state) {
+    (void)state;
+    // three units: matrices (odd shapes, one row, one column) and vectors, every unit a multiple of 8 elements
+    enum { NT = 9 };
+    const int64_t shape[NT][2] = {{7, 13}, {0, 0}, {1, 40}, {16, 1}, {0, 0}, {33, 17}, {5, 9}, {0, 0}, {64, 3}};
+    const size_t vlen[NT] = {0, 11, 0, 0, 29, 0, 0, 8, 0};
+    const int unit_of[NT] = {0, 0, 0, 1, 1, 1, 2, 2, 2};
+    ZeroTensor zt[NT];
+    size_t numel[3] = {0, 0, 0};
+    memset(zt, 0, sizeof zt);
+    for (int i = 0; i < NT; i++) {
+        zt[i].unit = unit_of[i];
+        zt[i].rows = shape[i][0];
+        zt[i].cols = shape[i][1];
+        zt[i].numel = shape[i][0] ? (size_t)(shape[i][0] * shape[i][1]) : vlen[i];
+        zt[i].offset = numel[unit_of[i]];
+        numel[unit_of[i]] += zt[i].numel;
+    }
+    for (int u = 0; u < 3; u++) numel[u] = CEIL_DIV(numel[u], (size_t)8) * 8;
+    // integer data: every sum below is exact in fp64, so "equal" means equal
+    double* g[NT];
+    double* p[NT];
+    uint64_t seed = 17;
+    for (int i = 0; i < NT; i++) {
+        g[i] = malloc(zt[i].numel * sizeof(double));
+        p[i] = malloc(zt[i].numel * sizeof(double));
+        for (size_t k = 0; k < zt[i].numel; k++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            g[i][k] = (double)((int)(seed >> 40) % 201 - 100);
+            p[i][k] = (double)((int)(seed >> 20) % 21 - 10);
+        }
+    }
+    char err[256];
+    int shared_seen = 0, partial_rows_seen = 0;
+    for (int W = 1; W <= 5; W++) {
+        ZeroLayout L[5];
+        ZeroAdaSplit S[5];
+        for (int r = 0; r < W; r++) {
+            assert_int_equal(zero_layout_build(&L[r], W, r, 3, numel, 1000000000, 0.0, err, sizeof err), 0);
+            zero_ada_split_build(&S[r], zt, NT, &L[r], NULL);
+        }
+        // the shared sections: the same on every rank
+        for (int r = 1; r < W; r++) {
+            assert_int_equal(S[r].shared1, S[0].shared1);
+            assert_int_equal(S[r].shared2, S[0].shared2);
+            for (int i = 0; i < NT; i++) {
+                assert_int_equal(S[r].shared[i], S[0].shared[i]);
+                if (S[0].shared[i]) {
+                    assert_int_equal(S[r].off1[i], S[0].off1[i]);
+                    assert_int_equal(S[r].off2[i], S[0].off2[i]);
+                }
+            }
+        }
+        double* total = calloc((size_t)T5_MAX(S[0].shared1, (int64_t)1), sizeof(double));
+        double* red[5];
+        for (int r = 0; r < W; r++) {
+            red[r] = calloc((size_t)T5_MAX(S[r].len1, (int64_t)1), sizeof(double));
+            for (int i = 0; i < NT; i++) {
+                if (S[r].count[i] == 0) continue;
+                assert_true(S[r].off1[i] >= 0 && S[r].off1[i] + zero_ada_red1_len(&zt[i]) <= S[r].len1);
+                assert_true(S[r].off2[i] >= 0 && S[r].off2[i] < S[r].len2);
+                if (zt[i].rows > 0 && (S[r].first[i] % (size_t)zt[i].cols || S[r].count[i] % (size_t)zt[i].cols))
+                    partial_rows_seen++;
+                slice_sums(&zt[i], g[i], p[i], S[r].first[i], S[r].count[i], red[r] + S[r].off1[i]);
+            }
+            for (int64_t k = 0; k < S[0].shared1; k++) total[k] += red[r][k];  // the all-reduce, in rank order
+        }
+        for (int i = 0; i < NT; i++) {
+            // every element on exactly one rank, the slices back to back in rank order
+            size_t next = 0;
+            int holders = 0;
+            for (int r = 0; r < W; r++) {
+                if (S[r].count[i] == 0) continue;
+                assert_int_equal(S[r].first[i], next);
+                next += S[r].count[i];
+                holders++;
+            }
+            assert_int_equal(next, zt[i].numel);
+            assert_int_equal(S[0].shared[i], holders > 1);
+            shared_seen += holders > 1;
+            // the whole tensor's sums
+            const int64_t len = zero_ada_red1_len(&zt[i]);
+            double* want = calloc((size_t)len, sizeof(double));
+            slice_sums(&zt[i], g[i], p[i], 0, zt[i].numel, want);
+            const double* got = NULL;
+            if (S[0].shared[i]) {
+                got = total + S[0].off1[i];
+            } else {
+                for (int r = 0; r < W; r++)
+                    if (S[r].count[i]) got = red[r] + S[r].off1[i];  // the one holder's local slots
+                assert_true(S[0].off1[i] < 0 || S[0].off1[i] >= S[0].shared1);
+            }
+            for (int64_t k = 0; k < len; k++)
+                if (got[k] != want[k])
+                    fail_msg("W %d tensor %d (%lld x %lld): reduced sum %lld is %.17g, the whole tensor's %.17g", W, i,
+                             (long long)zt[i].rows, (long long)zt[i].cols, (long long)k, got[k], want[k]);
+            free(want);
+        }
+        for (int r = 0; r < W; r++) {
+            free(red[r]);
+            zero_ada_split_free(&S[r]);
+            zero_layout_free(&L[r]);
+        }
+        free(total);
+    }
+    print_message("split partial sums: %d shared tensors over W = 1..5, %d slices with partial rows: every reduced "
+                  "sum equal to the whole tensor's\n", shared_seen, partial_rows_seen);
+    assert_true(shared_seen > 10);
+    assert_true(partial_rows_seen > 5);
+    for (int i = 0; i < NT; i++) {
+        free(g[i]);
+        free(p[i]);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layout_matches_stage0),
@@ -542,6 +692,7 @@ int main(void) {
         cmocka_unit_test(test_bytes_per_parameter),
         cmocka_unit_test(test_aliased_grad_work),
         cmocka_unit_test(test_engine_cpu_units),
+        cmocka_unit_test(test_split_partial_sums),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -44,6 +44,11 @@ typedef struct {
     // slice of one: docs/zero.md), v of a vector, m with beta1; gpu_ada_scratch: the fused GPU plan's scratch
     // (cuda/adafactor.cu) over the GPU-stepped tensors (stage 0: step0.c's plan over every tensor), in gpu_resident
     size_t gpu_ada_scratch;
+    // Adafactor on several ranks (stages 1-3): the two fp64 all-reduces of every step over the partial sums of the
+    // tensors the partitions cut (src/zero/ada_split.h: the shared sections of the plan's reduce buffers, in
+    // gpu_ada_scratch); 0, 0 at one rank or when no tensor is cut
+    size_t ada_reduce_doubles;  // shared1 + shared2: doubles all-reduced per step
+    int ada_collectives;        // 2 (one pair per step, for every GPU sub-group together) or 0
     size_t gpu_gacc;          // accumulated gradient partitions (stage 0: step0.c's fp32 sum, only with
                               // gradient accumulation)
     size_t gpu_weights;       // 16-bit weights resident (stage 0: the working copy, none in fp32; 1/2: every

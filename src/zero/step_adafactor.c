@@ -24,12 +24,14 @@
 #include "../base/check.h"
 #include "../base/common.h"
 #include "cpu_adafactor.h"
+#include "ada_split.h"
 #include "estimate.h"
 
 typedef struct {
     int unit;
-    size_t off;            // inside the unit's partition (W = 1: inside the unit)
-    size_t numel;
+    size_t off;            // of its slice inside the unit's partition (W = 1: of the tensor inside the unit)
+    size_t first;          // this rank's slice: elements [first, first + numel) of the tensor (W = 1: 0, all)
+    size_t numel;          // 0: another rank's tensor (no state here)
     int64_t rows, cols;    // factored: rows x cols; else 1 x numel
     bool factored;
     bool decay;
@@ -46,6 +48,7 @@ typedef struct ZpAda {
     int* unit_first;       // (num_units + 1) the unit's tensors: order[unit_first[u] .. unit_first[u + 1])
     int* order;            // (n)
     size_t total_floats;
+    ZeroAdaSplit split;    // slices and reduce slots (ada_split.h)
     AdafactorPlan* plan;   // the GPU-stepped tensors, NULL when none
     int64_t last_step;     // the step the plan last ran
     cudaStream_t last_stream;
@@ -71,6 +74,27 @@ static CpuAdafactorOpts cpu_opts(const ZeroPart* P, const ZeroStepArgs* a, bool 
     return o;
 }
 
+// tensor t's entry in the GPU plan: its slice of the unit's master, accumulated gradient and 16-bit weights
+static AdafactorTensor plan_tensor(ZeroPart* P, const ZeroOptions* o, const ZpAdaTensor* t, bool beta1) {
+    ZpUnit* U = &P->u[t->unit];
+    char* xdst = zp_unit_x_dst(P, t->unit);
+    AdafactorTensor f = {.master = U->master + t->off,
+                         .grad = (const char*)U->gacc + t->off * P->as,
+                         .work = P->X == DT_F32 ? NULL : xdst + t->off * P->xs,
+                         .rows = t->rows, .cols = t->cols, .factored = t->factored,
+                         .grad_dtype = P->A, .work_dtype = P->X == DT_F32 ? DT_F16 : P->X,
+                         .weight_decay = t->decay ? o->adafactor.weight_decay : 0.0,
+                         .first = (int64_t)t->first, .count = (int64_t)t->numel};
+    // the state of a slice: the whole row / column statistics (replicated), the slice's v and exp_avg
+    const CpuAdafactorState cs = cpu_adafactor_state_at(t->state, t->factored ? (size_t)t->rows : 1,
+                                                        t->factored ? (size_t)t->cols : t->numel, t->factored, beta1);
+    f.exp_avg_sq_row = cs.exp_avg_sq_row;
+    f.exp_avg_sq_col = cs.exp_avg_sq_col;
+    f.exp_avg_sq = cs.exp_avg_sq;
+    f.exp_avg = cs.exp_avg;
+    return f;
+}
+
 int zp_ada_create(ZeroPart* P, const ZeroOptions* o, char* err, size_t errlen) {
     ZpAda* A = calloc_check(1, sizeof *A);
     P->ada = A;
@@ -79,36 +103,43 @@ int zp_ada_create(ZeroPart* P, const ZeroOptions* o, char* err, size_t errlen) {
     A->unit_first = calloc_check((size_t)P->num_units + 1, sizeof(int));
     A->order = calloc_check((size_t)T5_MAX(A->n, 1), sizeof(int));
     const bool beta1 = o->adafactor.has_beta1;
+    // this rank's slice of every tensor and the reduce buffers' slots (ada_split.h; one rank: whole, nothing shared)
+    bool* in_plan = calloc_check((size_t)T5_MAX(A->n, 1), sizeof(bool));
+    for (int i = 0; i < A->n; i++) in_plan[i] = !P->u[o->tensors[i].unit].opt_cpu;
+    zero_ada_split_build(&A->split, o->tensors, A->n, &P->L, in_plan);
+    free(in_plan);
     size_t gpu_off = 0, host_off = 0;
     int gpu_count = 0;
-    // the state in the m buffers (estimate.c sized them): per unit kind in tensor order
+    // the state in the m buffers (estimate.c sized them): per unit kind in tensor order, the tensors this rank holds
     for (int i = 0; i < A->n; i++) {
         const ZeroTensor* zt = &o->tensors[i];
         ZpAdaTensor* t = &A->t[i];
         const int u = zt->unit;
-        const size_t lo = P->L.lo[u], hi = P->L.hi[u];
-        if (zt->offset < lo || zt->offset + zt->numel > hi)
-            return t5_set_err(err, errlen,
-                              "not implemented yet: Adafactor over a tensor split across ZeRO ranks (tensor %d of %s); "
-                              "docs/zero.md says how its row/column statistics would be reduced",
-                              i, P->name[u]);
+        t->unit = u;
+        t->plan_index = -1;
+        t->blob_off = A->total_floats;
         t->factored = zt->rows > 0 && zt->cols > 0;
         if (t->factored && (size_t)(zt->rows * zt->cols) != zt->numel)
             return t5_set_err(err, errlen, "ZeRO Adafactor: tensor %d is %lld x %lld but has %zu elements", i,
                               (long long)zt->rows, (long long)zt->cols, zt->numel);
-        t->unit = u;
-        t->off = zt->offset - lo;
-        t->numel = zt->numel;
+        t->first = A->split.first[i];
+        t->numel = A->split.count[i];
+        if (t->numel == 0) continue;  // another rank's
+        if (P->u[u].opt_cpu && t->numel != zt->numel)
+            return t5_set_err(err, errlen,
+                              "not implemented yet: the CPU Adafactor (offload_optimizer) over a tensor split across "
+                              "ZeRO ranks (tensor %d of %s); without offload_optimizer the GPU Adafactor reduces its "
+                              "row/column statistics across the ranks",
+                              i, P->name[u]);
+        t->off = zt->offset + t->first - P->L.lo[u];
         t->rows = t->factored ? zt->rows : 1;
         t->cols = t->factored ? zt->cols : (int64_t)zt->numel;
         t->decay = zt->decay;
-        t->floats = zero_adafactor_tensor_floats(zt, zt->numel, beta1);
-        t->blob_off = A->total_floats;
+        t->floats = zero_adafactor_tensor_floats(zt, t->numel, beta1);
         A->total_floats += t->floats;
         if (P->u[u].opt_cpu) {
             t->state = (float*)P->h_m.ptr + host_off;
             host_off += t->floats;
-            t->plan_index = -1;
         } else {
             t->state = P->d_m + gpu_off;
             gpu_off += t->floats;
@@ -123,37 +154,40 @@ int zp_ada_create(ZeroPart* P, const ZeroOptions* o, char* err, size_t errlen) {
                "bytes)", host_off, gpu_off, E.host_m, E.gpu_m);
     for (int u = 0; u < P->num_units; u++) A->unit_first[u + 1] += A->unit_first[u];
     int* fill = calloc_check((size_t)P->num_units, sizeof(int));
-    for (int i = 0; i < A->n; i++) A->order[A->unit_first[A->t[i].unit] + fill[A->t[i].unit]++] = i;
+    for (int i = 0; i < A->n; i++)
+        if (A->t[i].numel > 0) A->order[A->unit_first[A->t[i].unit] + fill[A->t[i].unit]++] = i;
     free(fill);
     // Adam's m, v are not there (their buffers hold this state)
     for (int u = 0; u < P->num_units; u++) P->u[u].m = P->u[u].v = NULL;
-    if (gpu_count > 0) {
-        AdafactorTensor* ft = calloc_check((size_t)gpu_count, sizeof *ft);
+    // the GPU plan: this rank's GPU tensors, and (several ranks) the reduce buffers every rank all-reduces
+    if (gpu_count > 0 || A->split.shared1 > 0) {
+        AdafactorTensor* ft = calloc_check((size_t)T5_MAX(gpu_count, 1), sizeof *ft);
+        int64_t* off1 = calloc_check((size_t)T5_MAX(gpu_count, 1), sizeof *off1);
+        int64_t* off2 = calloc_check((size_t)T5_MAX(gpu_count, 1), sizeof *off2);
         for (int i = 0; i < A->n; i++) {
             const ZpAdaTensor* t = &A->t[i];
             if (t->plan_index < 0) continue;
-            ZpUnit* U = &P->u[t->unit];
-            char* xdst = zp_unit_x_dst(P, t->unit);
-            AdafactorTensor* f = &ft[t->plan_index];
-            *f = (AdafactorTensor){.master = U->master + t->off,
-                                   .grad = (const char*)U->gacc + t->off * P->as,
-                                   .work = P->X == DT_F32 ? NULL : xdst + t->off * P->xs,
-                                   .rows = t->rows, .cols = t->cols, .factored = t->factored,
-                                   .grad_dtype = P->A, .work_dtype = P->X == DT_F32 ? DT_F16 : P->X,
-                                   .weight_decay = t->decay ? o->adafactor.weight_decay : 0.0};
-            const CpuAdafactorState cs =
-                cpu_adafactor_state_at(t->state, (size_t)t->rows, (size_t)t->cols, t->factored, beta1);
-            f->exp_avg_sq_row = cs.exp_avg_sq_row;
-            f->exp_avg_sq_col = cs.exp_avg_sq_col;
-            f->exp_avg_sq = cs.exp_avg_sq;
-            f->exp_avg = cs.exp_avg;
+            ft[t->plan_index] = plan_tensor(P, o, t, beta1);
+            off1[t->plan_index] = A->split.off1[i];
+            off2[t->plan_index] = A->split.off2[i];
         }
-        A->plan = adafactor_plan_create(ft, gpu_count);
+        const AdafactorReduce red = {.len1 = A->split.len1, .len2 = A->split.len2, .off1 = off1, .off2 = off2};
+        A->plan = adafactor_plan_create_reduce(ft, gpu_count, &red);
         P->gpu_bytes += adafactor_plan_scratch_bytes(A->plan);
         if (adafactor_plan_scratch_bytes(A->plan) != E.gpu_ada_scratch)
             t5_die(T5_EXIT_FAILURE, "internal: ZeRO Adafactor plan scratch %zu bytes, estimate.c says %zu",
                    adafactor_plan_scratch_bytes(A->plan), E.gpu_ada_scratch);
         free(ft);
+        free(off1);
+        free(off2);
+    }
+    if (A->split.shared1 > 0 && P->L.rank == 0) {
+        int cut = 0;
+        for (int i = 0; i < A->n; i++) cut += A->split.shared[i];
+        printf("Adafactor on %d ranks: %d of %d tensors cut across ranks; their row/column sums, sum p^2 and sum u^2 "
+               "all-reduced every step (2 fp64 all-reduces, %lld + %lld doubles)\n",
+               P->L.world, cut, A->n, (long long)A->split.shared1, (long long)A->split.shared2);
+        fflush(stdout);
     }
     return 0;
 }
@@ -162,6 +196,7 @@ void zp_ada_destroy(ZeroPart* P) {
     ZpAda* A = P->ada;
     if (!A) return;
     if (A->plan) adafactor_plan_free(A->plan);
+    zero_ada_split_free(&A->split);
     cpu_adafactor_scratch_free(&A->scratch);
     free(A->t);
     free(A->unit_first);
@@ -178,7 +213,20 @@ bool zp_ada_gpu_step(ZeroPart* P, const ZeroStepArgs* a, cudaStream_t s) {
                             .clip_threshold = z->clip_threshold, .decay_rate = z->decay_rate,
                             .has_beta1 = z->has_beta1, .beta1 = z->beta1, .scale_parameter = z->scale_parameter,
                             .relative_step = z->relative_step, .warmup_init = z->warmup_init};
-    adafactor_step(A->plan, &fa, a->d_inv_scale, NULL, s);
+    if (A->split.shared1 == 0) {
+        adafactor_step(A->plan, &fa, a->d_inv_scale, NULL, s);
+    } else {
+        // several ranks share tensors: their partial sums all-reduced between the phases (ada_split.h), one pair
+        // of collectives for every GPU sub-group of the step, on the compute stream (main communicator: every
+        // rank's step follows its norm's all-reduces there, in the same order)
+        adafactor_step_begin(A->plan, &fa, a->d_inv_scale, NULL, s);
+        zcoll_all_reduce_f64(&P->coll, adafactor_plan_reduce_buffer(A->plan, 1), (size_t)A->split.shared1, s,
+                             "Adafactor row/column sums");
+        adafactor_step_middle(A->plan, &fa, a->d_inv_scale, NULL, s);
+        zcoll_all_reduce_f64(&P->coll, adafactor_plan_reduce_buffer(A->plan, 2), (size_t)A->split.shared2, s,
+                             "Adafactor update rms");
+        adafactor_step_end(A->plan, &fa, a->d_inv_scale, NULL, s);
+    }
     A->last_step = a->step;
     A->last_stream = s;
     return true;
@@ -230,6 +278,7 @@ float zp_ada_last_lr(ZeroPart* P, int tensor) {
     ZpAda* A = P->ada;
     (void)zp_ada_tensor_unit(P, tensor);  // the index check
     const ZpAdaTensor* t = &A->t[tensor];
+    if (t->numel == 0) return 0.0f;  // another rank's tensor (tensor 0, the logged one, starts on rank 0)
     if (t->plan_index >= 0) {
         if (!A->last_step) return 0.0f;
         CUDA_CHECK(cudaStreamSynchronize(A->last_stream));

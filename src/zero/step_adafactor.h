@@ -12,8 +12,12 @@
  * then exp_avg with beta1: stage 0's layout. It lives in the buffers Adam's m would use (P->d_m for the GPU
  * units, P->h_m for the CPU units; v is empty), sized by src/zero/estimate.c.
  *
- * One rank only: every tensor must lie whole in this rank's partition (zp_ada_create refuses a split one; W > 1 is
- * refused before, by zp_create). How a split matrix's row/column statistics would be reduced: docs/zero.md.
+ * Several ranks: a rank holds a slice of a tensor when the unit's partition cuts it (ada_split.h). Its state: the
+ * whole row and column statistics of a matrix (replicated: every rank holding a slice updates them from the same
+ * all-reduced sums), v and exp_avg of its own elements. The GPU plan forms partial sums over the slice, and
+ * zp_ada_gpu_step all-reduces the shared tensors' sums between the plan's phases (two fp64 all-reduces per step,
+ * whatever the number of tensors or sub-groups). The CPU units (offload_optimizer) need whole tensors: a split one is
+ * refused by zp_ada_create ("not implemented yet").
  */
 #pragma once
 #include "part.h"
@@ -35,5 +39,5 @@ void zp_ada_state_io(ZeroPart* P, size_t offset, size_t n, float* host, bool to_
 // The unit of tensor i (ZeroOptions.tensors order).
 int zp_ada_tensor_unit(const ZeroPart* P, int tensor);
 // The lr tensor i used in the last step: a GPU tensor waits for the plan's stream; a CPU tensor's step must be done
-// (zp_optimizer_ada_lr waits for its unit).
+// (zp_optimizer_ada_lr waits for its unit); 0 for a tensor of which this rank holds nothing.
 float zp_ada_last_lr(ZeroPart* P, int tensor);
