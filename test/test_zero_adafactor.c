@@ -23,6 +23,12 @@
  *     column sums of g^2 and sum of p^2 over its slice (the GPU plan's slice geometry: rows touched, partial first and
  *     last rows), placed at its slots and added over the ranks in rank order, are the whole tensors' sums exactly
  *     (integer data: fp64 sums exact); the tensors one rank holds alone have their whole sums in its local slots.
+ *   - test_cpu_split_step: the CPU Adafactor over slices (cpu_adafactor_slice_sums / _factors / _apply, the offloaded
+ *     path on several ranks): matrices (wide: several blocks; tall; one row) and vectors cut into k = 2..4 slices at
+ *     odd element boundaries, the slices' sums added in rank order between the calls, 3 steps (beta1, weight decay,
+ *     parameter scale, clipping by a gradient jump; fp32 and bf16 gradients, a bf16 working copy), against
+ *     cpu_adafactor_step on the whole tensor: masters, every rank's replicated row / column statistics, v, exp_avg,
+ *     the 16-bit copy and the step's lr / RMS / divisor within 1e-6 (the fp64 sums are split differently).
  */
 #include "t5test.h"
 
@@ -685,6 +691,141 @@ static void test_split_partial_sums(void** state) {
     }
 }
 
+// ---- the CPU Adafactor over slices against the whole tensor
+
+static double worst_rel(const float* got, const float* want, size_t n, double scale) {
+    double w = 0;
+    for (size_t i = 0; i < n; i++) w = fmax(w, fabs((double)got[i] - (double)want[i]) / scale);
+    return w;
+}
+
+static float maxabs(const float* x, size_t n) {
+    float m = 1e-30f;
+    for (size_t i = 0; i < n; i++) m = fmaxf(m, fabsf(x[i]));
+    return m;
+}
+
+static void split_step_case(size_t rows, size_t cols, bool fac, int k, DType gdt, uint64_t seed) {
+    const size_t n = rows * cols;
+    CpuAdafactorOpts o;
+    cpu_adafactor_default_opts(&o);
+    o.has_lr = true, o.lr = 1e-2, o.relative_step = false, o.scale_parameter = true;
+    o.has_beta1 = true, o.beta1 = 0.9, o.weight_decay = 0.01;
+    // the whole tensor (reference) and k ranks' slices: cuts at i * n / k + 5 i
+    float* P = malloc(n * 4);
+    float* G = malloc(n * 4);
+    uint16_t* G16 = malloc(n * 2);
+    uint16_t* W = malloc(n * 2);
+    float* st = calloc(cpu_adafactor_state_floats(fac ? rows : 1, fac ? cols : n, fac, true), 4);
+    CpuAdafactorState S = cpu_adafactor_state_at(st, fac ? rows : 1, fac ? cols : n, fac, true);
+    size_t cut[5];
+    for (int r = 0; r <= k; r++) cut[r] = r == k ? n : T5_MIN(n, (size_t)r * n / (size_t)k + 5 * (size_t)r);
+    float* rp[4];
+    float* rst[4];
+    uint16_t* rw[4];
+    CpuAdafactorSlice sl[4];
+    const size_t len1 = fac ? rows + cols + 1 : 1;
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        P[i] = ((float)((seed >> 33) % 2001) - 1000.0f) * 5e-5f;
+    }
+    for (int r = 0; r < k; r++) {
+        const size_t c = cut[r + 1] - cut[r];
+        rp[r] = malloc((c ? c : 1) * 4);
+        memcpy(rp[r], P + cut[r], c * 4);
+        rw[r] = malloc((c ? c : 1) * 2);
+        // the slice's state: whole statistics of a matrix (replicated), the slice's v; then its exp_avg
+        rst[r] = calloc((fac ? rows + cols : c) + c + 1, 4);
+        sl[r] = (CpuAdafactorSlice){.rows = fac ? rows : 1, .cols = fac ? cols : n, .factored = fac, .first = cut[r],
+                                    .count = c, .master = rp[r], .grad_dtype = gdt, .grad_scale = 0.5f,
+                                    .work = rw[r], .work_dtype = DT_BF16};
+        sl[r].state = cpu_adafactor_state_at(rst[r], fac ? rows : 1, fac ? cols : c, fac, true);
+    }
+    double* red1 = malloc(len1 * 8);
+    double* tot1 = malloc(len1 * 8);
+    float* factors[4];
+    for (int r = 0; r < k; r++) factors[r] = malloc((rows + cols) * 4);
+    double worst = 0;
+    for (int step = 1; step <= 3; step++) {
+        for (size_t i = 0; i < n; i++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            G[i] = i % 53 == 3 ? 0.0f : ((float)((seed >> 30) % 4001) - 2000.0f) * 1e-3f * (step == 2 ? 30.0f : 1.0f);
+            G16[i] = cpu_adam_f32_to_bf16(G[i]);
+        }
+        const void* g = gdt == DT_BF16 ? (const void*)G16 : (const void*)G;
+        CpuAdafactorStepInfo want, got;
+        assert_int_equal(cpu_adafactor_step(&o, step, &S, P, g, gdt, 0.5f, W, DT_BF16, &want, NULL), 0);
+        // the three calls, the sums added over the ranks in rank order between them
+        double tot2 = 0;
+        for (size_t q = 0; q < len1; q++) tot1[q] = 0;
+        for (int r = 0; r < k; r++) {
+            if (!sl[r].count) continue;
+            sl[r].grad = gdt == DT_BF16 ? (const void*)(G16 + cut[r]) : (const void*)(G + cut[r]);
+            double r2 = 0;
+            cpu_adafactor_slice_sums(&o, step, &sl[r], red1, &r2, NULL);
+            for (size_t q = 0; q < len1; q++) tot1[q] += red1[q];
+            tot2 += r2;
+        }
+        double tot2b = fac ? 0 : tot2;
+        for (int r = 0; r < k; r++) {
+            if (!sl[r].count) continue;
+            double r2 = 0;
+            cpu_adafactor_slice_factors(&o, step, &sl[r], tot1, factors[r], &r2);
+            if (fac) tot2b += r2;
+        }
+        for (int r = 0; r < k; r++) {
+            if (!sl[r].count) continue;
+            cpu_adafactor_slice_apply(&o, step, &sl[r], tot1[len1 - 1], tot2b, factors[r], &got);
+            const float sv[4] = {got.param_rms, got.lr, got.update_rms, got.clip_div};
+            const float rv[4] = {want.param_rms, want.lr, want.update_rms, want.clip_div};
+            for (int z = 0; z < 4; z++)
+                if (fabs((double)sv[z] - rv[z]) > 1e-6 * fabs((double)rv[z]))
+                    fail_msg("%zu x %zu k %d step %d rank %d: scalar %d %.9g, whole %.9g", rows, cols, k, step, r, z,
+                             sv[z], rv[z]);
+        }
+        // compare every rank's pieces with the whole tensor's
+        const double sp = maxabs(P, n), sm = maxabs(S.exp_avg, n);
+        for (int r = 0; r < k; r++) {
+            const size_t c = sl[r].count;
+            if (!c) continue;
+            double w = worst_rel(rp[r], P + cut[r], c, sp);
+            w = fmax(w, worst_rel(sl[r].state.exp_avg, S.exp_avg + cut[r], c, sm));
+            if (fac) {
+                w = fmax(w, worst_rel(sl[r].state.exp_avg_sq_row, S.exp_avg_sq_row, rows, maxabs(S.exp_avg_sq_row, rows)));
+                w = fmax(w, worst_rel(sl[r].state.exp_avg_sq_col, S.exp_avg_sq_col, cols, maxabs(S.exp_avg_sq_col, cols)));
+            } else {
+                w = fmax(w, worst_rel(sl[r].state.exp_avg_sq, S.exp_avg_sq + cut[r], c, maxabs(S.exp_avg_sq, n)));
+            }
+            for (size_t i = 0; i < c; i++)
+                if (abs((int)rw[r][i] - (int)W[cut[r] + i]) > 1)
+                    fail_msg("%zu x %zu k %d step %d rank %d work[%zu]: 0x%04x, whole 0x%04x", rows, cols, k, step, r,
+                             cut[r] + i, rw[r][i], W[cut[r] + i]);
+            if (w > 1e-6) fail_msg("%zu x %zu k %d step %d rank %d: slices differ from the whole by %.3g", rows, cols, k,
+                                   step, r, w);
+            worst = fmax(worst, w);
+        }
+    }
+    print_message("%zu x %zu%s, %s gradients, %d slices: 3 steps, worst %.3g of the array's max\n", rows, cols,
+                  fac ? "" : " (vector)", dtype_name(gdt), k, worst);
+    for (int r = 0; r < k; r++) {
+        free(rp[r]);
+        free(rst[r]);
+        free(rw[r]);
+        free(factors[r]);
+    }
+    free(P), free(G), free(G16), free(W), free(st), free(red1), free(tot1);
+}
+
+static void test_cpu_split_step(void** state) {
+    (void)state;
+    split_step_case(7, 13, true, 2, DT_F32, 1);
+    split_step_case(3, 70000, true, 3, DT_BF16, 2);   // several blocks per slice, cuts inside the rows
+    split_step_case(300, 250, true, 4, DT_F32, 3);    // tall: a slice of many row blocks
+    split_step_case(1, 777, true, 2, DT_BF16, 4);     // one row: both slices partial
+    split_step_case(1, 150000, false, 3, DT_F32, 5);  // a vector of several blocks
+    split_step_case(1, 29, false, 4, DT_BF16, 6);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layout_matches_stage0),
@@ -693,6 +834,7 @@ int main(void) {
         cmocka_unit_test(test_aliased_grad_work),
         cmocka_unit_test(test_engine_cpu_units),
         cmocka_unit_test(test_split_partial_sums),
+        cmocka_unit_test(test_cpu_split_step),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
