@@ -46,6 +46,7 @@
 #include "../src/zero/cpu_adam.h"
 #include "../src/zero/estimate.h"
 #include "../src/zero/host_mem.h"
+#include "../src/zero/recut.h"
 #include "../src/zero/part.h"
 #include "../src/zero/step_adafactor.h"
 
@@ -373,9 +374,101 @@ static void test_aliased_grad_work(void** state) {
 
 static float grad_value(uint64_t* s, size_t i) { return urand(s) * (i % 7 == 0 ? 3.0f : 1.0f); }
 
+// One rank's engine: a ZeroPart as zp_create carves it for CPU units (its partition of every unit), its buffers
+typedef struct {
+    ZeroPart* P;
+    float* master;   // (part_total)
+    void* whost;     // (part_total) 16-bit weights, and the gradient in their place (x16)
+    float* gacc32;   // (part_total) fp32: its own gradient buffer
+} RankPart;
+
+static void rank_part_create(RankPart* R, const Model* m, const ZeroOptions* o, DType dt, int W, int rank) {
+    char err[512];
+    const bool x16 = dt != DT_F32;
+    ZeroPart* P = calloc(1, sizeof *P);
+    R->P = P;
+    P->o = *o;
+    P->o.tensors = NULL;
+    P->num_units = m->T.num_units;
+    P->X = P->G = P->C = P->A = dt;
+    P->xs = P->gs = P->cs = P->as = dtype_size(dt);
+    assert_int_equal(zero_layout_build(&P->L, W, rank, m->T.num_units, m->numel, o->sub_group_size, 1.0, err, sizeof err),
+                     0);
+    assert_true(P->L.num_groups > 2);
+    P->u = calloc((size_t)m->T.num_units, sizeof *P->u);
+    P->name = calloc((size_t)m->T.num_units, sizeof *P->name);
+    ZeroMemEstimate E;
+    zero_estimate_layout(o, &P->L, &E);
+    // the CPU units' device buffer for the cut tensors' sums is all the GPU holds
+    size_t cred = 0;
+    if (W > 1) assert_true(E.ada_reduce_doubles > 0);
+    cred = E.ada_reduce_doubles * sizeof(double);
+    assert_int_equal(E.gpu_m + E.gpu_ada_scratch, cred);
+    assert_int_equal(host_buf_alloc(&P->h_m, E.host_m, false, "state", err, sizeof err), 0);
+    const size_t pt = P->L.part_total;
+    R->master = calloc(pt, 4);  // the padding after a unit's last owned element stays 0 (never touched)
+    R->whost = x16 ? calloc(pt, 2) : NULL;
+    R->gacc32 = x16 ? NULL : calloc(pt, 4);
+    for (int u = 0; u < m->T.num_units; u++) {
+        ZpUnit* U = &P->u[u];
+        U->opt_cpu = P->L.group_cpu[P->L.unit_group[u]];
+        assert_true(U->opt_cpu);
+        U->master = R->master + P->L.part_offset[u];
+        U->whost = x16 ? (char*)R->whost + P->L.part_offset[u] * 2 : NULL;
+        U->gacc = x16 ? U->whost : (void*)(R->gacc32 + P->L.part_offset[u]);
+    }
+    pthread_mutex_init(&P->mu, NULL);
+    pthread_cond_init(&P->cv, NULL);
+    assert_int_equal(zp_ada_create(P, o, err, sizeof err), 0);
+}
+
+static void rank_part_free(RankPart* R) {
+    ZeroPart* P = R->P;
+    zp_ada_destroy(P);
+    host_buf_free(&P->h_m);
+    zero_layout_free(&P->L);
+    pthread_mutex_destroy(&P->mu);
+    pthread_cond_destroy(&P->cv);
+    free(P->u);
+    free(P->name);
+    free(P);
+    free(R->master);
+    free(R->whost);
+    free(R->gacc32);
+}
+
+// flat (units back to back) <-> rank r's partition: the owned elements of every unit
+static void to_rank(const ZeroLayout* L, const size_t* uoff, const void* flat, void* part, size_t es) {
+    for (int u = 0; u < L->num_units; u++)
+        memcpy((char*)part + L->part_offset[u] * es, (const char*)flat + (uoff[u] + L->lo[u]) * es, (L->hi[u] - L->lo[u]) * es);
+}
+
+typedef struct {
+    float* d;
+    size_t n, got;
+} BlobDst;
+
+static void blob_put(void* ctx, int which, size_t off, const float* src, size_t n) {
+    (void)which;
+    BlobDst* b = ctx;
+    assert_true(off + n <= b->n);
+    memcpy(b->d + off, src, n * 4);
+    b->got += n;
+}
+
+// worst |a - b| / max|b| (0 when equal)
+static double rel_max(const float* a, const float* b, size_t n) {
+    double m = 1e-30, w = 0;
+    for (size_t i = 0; i < n; i++) m = fmax(m, fabs((double)b[i]));
+    for (size_t i = 0; i < n; i++) w = fmax(w, fabs((double)a[i] - (double)b[i]));
+    return w / m;
+}
+
 // dt: the working dtype (16-bit: the gradients in the 16-bit host weights' buffer, the 14-byte layout; fp32: a
-// separate fp32 gradient buffer and no working copy)
-static void engine_cpu_case(const char* preset, DType dt, bool beta1, bool relative) {
+// separate fp32 gradient buffer and no working copy). W ranks: each its partition (tensors cut anywhere), the cut
+// tensors' sums added over the ranks in rank order between zp_ada_cpu_phase's phases (what zp_ada_cpu_sums'
+// all-reduces do); W 1 must be bit-identical to the reference, W > 1 within 1e-6 (the sums split differently)
+static void engine_cpu_case(const char* preset, DType dt, bool beta1, bool relative, int W) {
     T5Config c;
     assert_true(t5_config_preset(preset, &c));
     c.vocab_size = 96;
@@ -411,44 +504,18 @@ static void engine_cpu_case(const char* preset, DType dt, bool beta1, bool relat
     o.ratio = 1.0;
     o.sub_group_size = 3000;  // several sub-groups
     o.optimizer_pin_memory = o.param_pin_memory = false;  // host_buf_alloc without CUDA
+    o.world = W;
     o.adafactor = (ZeroAdafactor){.eps1 = 1e-30, .eps2 = 1e-3, .clip_threshold = 1.0, .decay_rate = -0.8,
                                   .has_beta1 = beta1, .beta1 = 0.9, .weight_decay = 0.05, .scale_parameter = relative,
                                   .relative_step = relative};
     assert_int_equal(zero_host_grads_share_weights(&o), x16);
-    // the engine: a ZeroPart as zp_create carves it for CPU units (one rank: the partition is the whole unit)
-    ZeroPart* P = calloc(1, sizeof *P);
-    P->o = o;
-    P->o.tensors = NULL;
-    P->num_units = m.T.num_units;
-    P->X = P->G = P->C = P->A = dt;
-    P->xs = P->gs = P->cs = P->as = dtype_size(dt);
-    assert_int_equal(zero_layout_build(&P->L, 1, 0, m.T.num_units, m.numel, o.sub_group_size, 1.0, err, sizeof err), 0);
-    assert_true(P->L.num_groups > 2);
-    P->u = calloc((size_t)m.T.num_units, sizeof *P->u);
-    P->name = calloc((size_t)m.T.num_units, sizeof *P->name);
-    ZeroMemEstimate E;
-    zero_estimate_layout(&o, &P->L, &E);
-    assert_int_equal(E.gpu_m + E.gpu_ada_scratch, 0);
-    assert_int_equal(host_buf_alloc(&P->h_m, E.host_m, false, "state", err, sizeof err), 0);
-    float* master = malloc(m.n * 4);
-    void* whost = x16 ? malloc(m.n * 2) : NULL;       // 16-bit weights, and the gradient in their place
-    float* gacc32 = x16 ? NULL : malloc(m.n * 4);     // fp32: its own gradient buffer
-    size_t cp = 0;
-    for (int u = 0; u < m.T.num_units; u++) {
-        ZpUnit* U = &P->u[u];
-        U->opt_cpu = P->L.group_cpu[P->L.unit_group[u]];
-        assert_true(U->opt_cpu);
-        U->master = master + cp;
-        U->whost = x16 ? (char*)whost + cp * 2 : NULL;
-        U->gacc = x16 ? U->whost : (void*)(gacc32 + cp);
-        cp += P->L.part[u];
+    RankPart R[4];
+    for (int r = 0; r < W; r++) {
+        o.rank = r;
+        rank_part_create(&R[r], &m, &o, dt, W, r);
     }
-    assert_int_equal(cp, m.n);
-    pthread_mutex_init(&P->mu, NULL);
-    pthread_cond_init(&P->cv, NULL);
-    assert_int_equal(zp_ada_create(P, &o, err, sizeof err), 0);
     const size_t total = m.total_floats[beta1];
-    assert_int_equal(zp_ada_state_floats(P), total);
+    if (W == 1) assert_int_equal(zp_ada_state_floats(R[0].P), total);
     // the reference: the trainer's stage 0 (per tensor in table order, separate gradient and working buffers, the
     // "adafactor" blob layout), with the options run.c builds
     CpuAdafactorOpts ro;
@@ -464,33 +531,30 @@ static void engine_cpu_case(const char* preset, DType dt, bool beta1, bool relat
     uint16_t* rwork = malloc(m.n * 2);
     float* rstate = calloc(total, 4);
     uint64_t s = 7;
-    for (size_t i = 0; i < m.n; i++) rmaster[i] = master[i] = urand(&s) * 0.5f;
+    for (size_t i = 0; i < m.n; i++) rmaster[i] = urand(&s) * 0.5f;
+    for (int r = 0; r < W; r++) to_rank(&R[r].P->L, uoff, rmaster, R[r].master, 4);
     CpuAdafactorStepInfo info0 = {0};
+    double worst = 0;
+    int cut = 0;
     for (int step = 1; step <= 3; step++) {
         const double lr = 1e-2 / step;
-        // gradients: into the engine's buffer (over its 16-bit weights) and the reference's own
+        // gradients: into the engine's buffers (over its 16-bit weights) and the reference's own
         for (size_t i = 0; i < m.n; i++) {
             const float g = grad_value(&s, i);
-            if (x16) ((uint16_t*)whost)[i] = rg16[i] = to16(dt, g);
-            else gacc32[i] = rg32[i] = g;
+            if (x16) rg16[i] = to16(dt, g);
+            else rg32[i] = g;
+        }
+        for (int r = 0; r < W; r++) {
+            if (x16) to_rank(&R[r].P->L, uoff, rg16, R[r].whost, 2);
+            else to_rank(&R[r].P->L, uoff, rg32, R[r].gacc32, 4);
         }
         const float inv_scale = 0.5f;
         float* st = rstate;
         for (int i = 0; i < m.T.num_params; i++) {
             const ParamDesc* p = &m.T.params[i];
             const bool fac = p->ndim == 2;
-            CpuAdafactorState S = {.rows = fac ? (size_t)p->shape[0] : 1, .cols = fac ? (size_t)p->shape[1] : p->numel,
-                                   .factored = fac};
-            float* q = st;
-            if (fac) {
-                S.exp_avg_sq_row = q;
-                S.exp_avg_sq_col = q + S.rows;
-                q += S.rows + S.cols;
-            } else {
-                S.exp_avg_sq = q;
-                q += p->numel;
-            }
-            if (beta1) S.exp_avg = q;
+            CpuAdafactorState S = cpu_adafactor_state_at(st, fac ? (size_t)p->shape[0] : 1,
+                                                         fac ? (size_t)p->shape[1] : p->numel, fac, beta1);
             st += cpu_adafactor_state_floats(S.rows, S.cols, fac, beta1);
             CpuAdafactorOpts oi = ro;
             oi.lr = relative ? 0.0 : lr;
@@ -501,34 +565,80 @@ static void engine_cpu_case(const char* preset, DType dt, bool beta1, bool relat
                                                 dt, inv_scale, x16 ? (void*)(rwork + off) : NULL, dt, &info, NULL), 0);
             if (i == 0) info0 = info;
         }
-        // the engine: unit by unit, the trailing groups' order as the optimizer thread takes them
+        // the engine: the cut tensors' sums over the ranks (rank order), then unit by unit in the thread's order
         ZeroStepArgs a = {.lr = (float)lr, .lr64 = lr, .step = step, .inv_scale = inv_scale};
-        for (int g = 0; g < P->L.num_groups; g++)
-            for (int u = P->L.group_first[g]; u < P->L.group_first[g] + P->L.group_count[g]; u++) zp_ada_cpu_unit(P, u, &a);
-        if (memcmp(master, rmaster, m.n * 4)) fail_msg("%s %s step %d: fp32 master differs", preset, dtype_name(dt), step);
-        if (x16 && memcmp(whost, rwork, m.n * 2))
-            fail_msg("%s %s step %d: 16-bit weights differ", preset, dtype_name(dt), step);
-        float* blob = malloc(total * 4);
-        zp_ada_state_io(P, 0, total, blob, true);
-        if (memcmp(blob, rstate, total * 4)) fail_msg("%s %s step %d: the adafactor blob differs", preset, dtype_name(dt), step);
-        // a ranged read at an odd offset, and a write back of the same bytes
-        zp_ada_state_io(P, 5, total - 9, blob, true);
-        assert_memory_equal(blob, rstate + 5, (total - 9) * 4);
-        zp_ada_state_io(P, 5, total - 9, blob, false);
-        free(blob);
-        assert_true(zp_ada_last_lr(P, 0) == info0.lr);
+        for (int phase = 1; phase <= 3; phase++) {
+            for (int r = 0; r < W; r++) zp_ada_cpu_phase(R[r].P, &a, phase);
+            if (phase == 3 || W == 1) continue;
+            size_t n;
+            double* tot = zp_ada_cpu_sums_buffer(R[0].P, phase, &n);
+            double* sum = calloc(n ? n : 1, sizeof(double));
+            for (int r = 0; r < W; r++) {
+                size_t nr;
+                const double* b = zp_ada_cpu_sums_buffer(R[r].P, phase, &nr);
+                assert_int_equal(nr, n);
+                for (size_t k = 0; k < n; k++) sum[k] += b[k];
+            }
+            for (int r = 0; r < W; r++) memcpy(zp_ada_cpu_sums_buffer(R[r].P, phase, &n), sum, n * sizeof(double));
+            (void)tot;
+            cut = (int)n;
+            free(sum);
+        }
+        for (int r = 0; r < W; r++) {
+            ZeroPart* P = R[r].P;
+            for (int g = 0; g < P->L.num_groups; g++)
+                for (int u = P->L.group_first[g]; u < P->L.group_first[g] + P->L.group_count[g]; u++)
+                    zp_ada_cpu_unit(P, u, &a);
+            // this rank's partition of the reference's master and 16-bit weights, its blob re-cut from the whole one
+            const size_t pt = P->L.part_total;
+            float* want = calloc(pt, 4);
+            to_rank(&P->L, uoff, rmaster, want, 4);
+            const size_t nf = zp_ada_state_floats(P);
+            float* blob = malloc((nf ? nf : 1) * 4);
+            float* wblob = calloc(nf ? nf : 1, 4);
+            zp_ada_state_io(P, 0, nf, blob, true);
+            ZeroLayout L1;
+            assert_int_equal(zero_layout_build(&L1, 1, 0, m.T.num_units, m.numel, 1000000000, 0.0, err, sizeof err), 0);
+            BlobDst bd = {.d = wblob, .n = nf};
+            recut_ada_chunk(m.zt, m.T.num_params, beta1, &L1, &P->L, 0, rstate, total, blob_put, &bd);
+            assert_int_equal(bd.got, nf);
+            zero_layout_free(&L1);
+            if (W == 1) {
+                if (memcmp(R[r].master, want, pt * 4)) fail_msg("%s %s step %d: fp32 master differs", preset, dtype_name(dt), step);
+                if (memcmp(blob, wblob, nf * 4)) fail_msg("%s %s step %d: the adafactor blob differs", preset, dtype_name(dt), step);
+            } else {
+                const double e = fmax(rel_max(R[r].master, want, pt), rel_max(blob, wblob, nf));
+                if (e > 1e-6)
+                    fail_msg("%s %s W %d rank %d step %d: master / state differ by %.3g", preset, dtype_name(dt), W, r,
+                             step, e);
+                worst = fmax(worst, e);
+            }
+            if (x16) {
+                uint16_t* w16 = calloc(pt, 2);
+                to_rank(&P->L, uoff, rwork, w16, 2);
+                for (size_t i = 0; i < pt; i++)
+                    if (abs((int)w16[i] - (int)((uint16_t*)R[r].whost)[i]) > (W == 1 ? 0 : 1))
+                        fail_msg("%s %s W %d rank %d step %d: 16-bit weight %zu differs", preset, dtype_name(dt), W, r,
+                                 step, i);
+                free(w16);
+            }
+            if (W == 1) {
+                // a ranged read at an odd offset, and a write back of the same bytes
+                zp_ada_state_io(P, 5, total - 9, blob, true);
+                assert_memory_equal(blob, rstate + 5, (total - 9) * 4);
+                zp_ada_state_io(P, 5, total - 9, blob, false);
+            }
+            if (r == 0) assert_true(fabsf(zp_ada_last_lr(P, 0) - info0.lr) <= 1e-6f * info0.lr);
+            free(want);
+            free(blob);
+            free(wblob);
+        }
     }
-    zp_ada_destroy(P);
-    host_buf_free(&P->h_m);
-    zero_layout_free(&P->L);
-    pthread_mutex_destroy(&P->mu);
-    pthread_cond_destroy(&P->cv);
-    free(P->u);
-    free(P->name);
-    free(P);
-    free(master);
-    free(whost);
-    free(gacc32);
+    if (W > 1)
+        print_message("%s %s%s%s on %d ranks: %d tensors cut, their sums reduced per step; worst difference from the "
+                      "whole-tensor stepping %.3g\n", preset, dtype_name(dt), beta1 ? " beta1" : "",
+                      relative ? " relative_step" : "", W, cut, worst);
+    for (int r = 0; r < W; r++) rank_part_free(&R[r]);
     free(rmaster);
     free(rg16);
     free(rg32);
@@ -542,9 +652,13 @@ static void test_engine_cpu_units(void** state) {
     (void)state;
     const char* presets[] = {"t5-small", "google/t5-v1_1-small"};  // tied / untied head
     for (size_t k = 0; k < T5_ARRAY_LEN(presets); k++) {
-        engine_cpu_case(presets[k], DT_F16, false, false);
-        engine_cpu_case(presets[k], DT_BF16, true, true);
-        engine_cpu_case(presets[k], DT_F32, true, false);
+        engine_cpu_case(presets[k], DT_F16, false, false, 1);
+        engine_cpu_case(presets[k], DT_BF16, true, true, 1);
+        engine_cpu_case(presets[k], DT_F32, true, false, 1);
+        // several ranks (offload_optimizer: every tensor CPU-stepped, the cut ones as slices)
+        engine_cpu_case(presets[k], DT_F16, false, true, 2);
+        engine_cpu_case(presets[k], DT_BF16, true, true, 3);
+        engine_cpu_case(presets[k], DT_F32, true, false, 4);
     }
 }
 

@@ -573,19 +573,9 @@ int config_check_implemented(const RunConfig* c, char* err, size_t n) {
         char name[64];
         enum_choice(&CONFIG_KEYS[config_key_index("optim")], c->optim, name, sizeof name);
         if (c->optim == OPTIM_ADAFACTOR) {
-            // every stage at one rank: stage 0 the trainer's fused GPU Adafactor (cuda/adafactor.cu), stages 1-3 the
-            // engine's (src/zero/step_adafactor.c: the same plan on the GPU units, cpu_adafactor on the offloaded
-            // ones). Several ranks: stage 0 (whole tensors on every rank) and stages 1-3 on the GPU (a matrix split
-            // across ranks has its row/column sums all-reduced: src/zero/ada_split.h); the CPU Adafactor
-            // (offload_optimizer) steps whole tensors only, and the automatic plan may choose it
-            const bool auto_stage = c->src[config_key_index("deepspeed.zero_optimization.stage")] == CONFIG_SRC_AUTO;
-            if (c->world_size > 1 && auto_stage)
-                MISSING("optim adafactor with zero_optimization.stage auto on %lld ranks (the automatic plan may offload "
-                        "the optimizer; name the stage)", (long long)c->world_size);
-            else if (c->world_size > 1 && z->stage > 0 && z->offload_optimizer.device != OFFLOAD_NONE)
-                MISSING("optim adafactor with offload_optimizer on %lld ranks (the CPU Adafactor over a matrix split "
-                        "across ranks; without offload_optimizer stages 1-3 run on several GPUs)",
-                        (long long)c->world_size);
+            // every stage and any number of ranks: stage 0 the trainer's fused GPU Adafactor (cuda/adafactor.cu),
+            // stages 1-3 the engine's (src/zero/step_adafactor.c: the same plan on the GPU units, cpu_adafactor on
+            // the offloaded ones; a tensor cut across ranks has its row/column sums all-reduced: ada_split.h)
         } else {
             MISSING("optim %s (only AdamW and Adafactor)", name);
         }

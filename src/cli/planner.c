@@ -142,8 +142,6 @@ int planner_row(const PlanInput* in, int stage, bool off_opt, bool off_param, do
         }
         r->cpu_numel = e.cpu_numel;
         r->ada_reduce_bytes = (double)e.ada_reduce_doubles * 8.0;
-        // the CPU Adafactor steps whole tensors only (src/zero/step_adafactor.c refuses a split one)
-        r->missing = o.optimizer == ZERO_OPTIM_ADAFACTOR && o.world > 1 && off_opt;
         // PCIe traffic per optimizer step
         const double xs = (double)dtype_size(in->dtype), as = (double)dtype_size(in->grad_dtype);
         const double gas = (double)(in->grad_accum_steps > 1 ? in->grad_accum_steps : 1);
@@ -214,10 +212,8 @@ void planner_fit(PlanRow* rows, int n, bool have_gpu, size_t gpu_free, size_t ho
         const double need = (double)r->g_total * (1.0 + margin);
         const bool gpu_ok = have_gpu && need <= (double)gpu_free;
         const bool host_ok = r->h_total + PLANNER_HOST_MARGIN_BYTES <= host_avail;
-        r->fits = gpu_ok && host_ok && !r->missing;
-        if (r->missing)
-            snprintf(r->why, sizeof r->why, "not implemented yet: Adafactor with offload_optimizer on several ranks");
-        else if (!have_gpu)
+        r->fits = gpu_ok && host_ok;
+        if (!have_gpu)
             snprintf(r->why, sizeof r->why, "no GPU to check against");
         else if (!gpu_ok)
             snprintf(r->why, sizeof r->why, "GPU: %.1f GiB needed (with the %.0f%% margin), %.1f GiB free", gib(need),
@@ -335,12 +331,12 @@ void planner_print(FILE* f, const PlanInput* in, const PlanRow* rows, int n, boo
                    "host (NVLink; docs/multi_gpu.md), overlapping the compute\n", world);
     if (ada && world > 1)
         for (int i = 0; i < n; i++)
-            if (rows[i].stage > 0 && !rows[i].missing) {
+            if (rows[i].stage > 0 && !rows[i].off_opt) {
                 fprintf(f, "note: Adafactor at stages 1-3 on %d ranks: 2 fp64 all-reduces per step of %.2f MiB together "
                            "(the row/column sums, sum p^2 and sum u^2 of the tensors the partitions cut; the cut is the "
-                           "same at every stage), not overlapped, added to s/step; a rank holding a slice of a matrix "
-                           "keeps its whole row + column statistics (in optim); with offload_optimizer: not "
-                           "implemented yet\n",
+                           "same at every stage), 2 more for the CPU-stepped ones with offload_optimizer (the same "
+                           "bytes in all), not overlapped, added to s/step; a rank holding a slice of a matrix keeps its "
+                           "whole row + column statistics (in optim)\n",
                         world, rows[i].ada_reduce_bytes / 1048576.0);
                 break;
             }
