@@ -24,7 +24,7 @@ size_t recut_chunk(const ZeroLayout* Lold, const ZeroLayout* Lnew, size_t e0, co
 // True when old rank `old_rank` of Lold's world owns some element the new rank owns (its file must be read).
 bool recut_rank_needed(const ZeroLayout* Lold, int old_rank, const ZeroLayout* Lnew);
 
-// ---- Adafactor (docs/optimizer.md "Checkpoints of Adafactor on several ranks")
+// ---- Adafactor (docs/optimizer.md "Adafactor on several ranks", Checkpoints)
 //
 // A rank's Adafactor blob: per tensor in table order, for the tensors it holds elements of (owned = its slice):
 // a matrix's exp_avg_sq_row (rows) + exp_avg_sq_col (cols), whole (replicated on every rank holding a slice), or a
