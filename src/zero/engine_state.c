@@ -108,6 +108,7 @@ static void read_small(const EngineStateSource* src, EngineBlob b, void* dst, si
         t5_die(T5_EXIT_FAILURE, "resume: %s", err);
 }
 
+// a re-cut's destination: this rank's engine, the old and the new layout, the floats handed on (AdamW and Adafactor)
 typedef struct {
     Engine* E;
     const ZeroLayout* Lold;
@@ -152,22 +153,15 @@ size_t engine_ada_rank_floats(const Engine* E) {
     return f;
 }
 
-typedef struct {
-    Engine* E;
-    const ZeroLayout* Lold;
-    const ZeroLayout* Lnew;
-    size_t got;
-} AdaRecutCtx;
-
 static void ada_recut_put(void* ctx, int which, size_t off, const float* src, size_t n) {
     (void)which;
-    AdaRecutCtx* r = ctx;
+    RecutCtx* r = ctx;
     blob_range(r->E, off, n, (float*)src, false);
     r->got += n;
 }
 
 static int ada_recut_consume(void* ctx, const void* data, size_t off, size_t n) {
-    AdaRecutCtx* r = ctx;
+    RecutCtx* r = ctx;
     if (off % sizeof(float) || n % sizeof(float)) return -1;
     const ZeroOptions* z = &r->E->o.zero;
     recut_ada_chunk(z->tensors, z->num_tensors, z->adafactor.has_beta1, r->Lold, r->Lnew, off / sizeof(float), data,
@@ -186,7 +180,7 @@ static void load_recut_ada(Engine* E, const EngineStateSource* src, size_t old_f
     const int world = T5_MAX(z->world, 1);
     ZeroLayout Ln, Lo;
     state_layout_here(E, &Ln);
-    AdaRecutCtx rc = {.E = E, .Lnew = &Ln};
+    RecutCtx rc = {.E = E, .Lnew = &Ln};
     for (int r = 0; r < ow; r++) {
         state_layout(E, ow, r, &Lo);
         rc.Lold = &Lo;
