@@ -21,18 +21,28 @@
  *
  * Work split (all tables built once by the plan; every launch covers every tensor):
  *   chunks:   a 1-D tensor in ranges of ADAF_CHUNK elements; a matrix in ranges of whole rows (at least
- *             ADAF_MIN_ROWS rows, about ADAF_CHUNK elements); one block per chunk.
+ *             ADAF_MIN_ROWS rows, about ADAF_CHUNK elements); one block per chunk. A slice of a matrix
+ *             (several ZeRO ranks: elements [first, first + count)) takes the rows it touches, clipped to the
+ *             slice: its first and last rows may be partial.
  *   colunits: a matrix in groups of ADAF_COL_ROWS rows x ADAF_COL_SLAB columns; one block per unit (32 columns
  *             x 8 row lanes, coalesced 32-float row segments), writing one fp64 partial per (group, column).
- * Kernels, in stream order:
- *   1 rowstats   (chunks)  matrix: one warp per row, row sum of uu -> row EMA in place; 1-D: v EMA in place
- *                          and the chunk's sum of u^2; both: the chunk's sum of p^2 (p before the step)
+ * Kernels, in stream order (three phases: several ranks all-reduce the reduce buffers between them):
+ *   begin   buffers 1 and 2 cleared
+ *   1 rowstats   (chunks)  matrix: one warp per row, row sum of uu -> buffer 1; 1-D: v EMA in place and the
+ *                          chunk's sum of u^2; both: the chunk's sum of p^2 (p before the step)
  *   2 colstats   (colunits) fp64 column partials of uu per row group
- *   3 factors    (one block per matrix) column EMA and cf from the partials in group order; sum(row) -> rf
- *   4 updsumsq   (chunks of matrices) the chunk's sum of u^2, u recomputed from rf, cf, g (not stored)
- *   5 scalars    (one thread per tensor) chunk sums in chunk order -> RMS, lr, clip divisor, -wd*lr
- *   6 apply      (chunks) u recomputed, clipped, scaled, momentum, weight decay, p -= u, working copy
- * Every kernel returns at once when *d_skip != 0. Deterministic: fixed launch shapes and reduction trees.
+ *   3 colsum     (one block per matrix) column sums from the partials in group order -> buffer 1
+ *   4 tsum1      (one thread per tensor) chunk sums of p^2 in chunk order -> buffer 1; a vector's u^2 -> buffer 2
+ *   middle
+ *   5 factors    (one block per matrix) row and column EMAs from buffer 1, sum(row) -> rf, cf
+ *   6 updsumsq   (chunks of matrices) the chunk's sum of u^2, u recomputed from rf, cf, g (not stored)
+ *   7 tsum2      (one thread per tensor) a matrix's chunk sums of u^2 -> buffer 2
+ *   end
+ *   8 scalars    (one thread per tensor) RMS, lr, clip divisor, -wd*lr from the buffers
+ *   9 apply      (chunks) u recomputed, clipped, scaled, momentum, weight decay, p -= u, working copy
+ * Every kernel returns at once when *d_skip != 0. Deterministic: fixed launch shapes and reduction trees; on one
+ * GPU (nothing reduced between the phases) the sums are those of the six-kernel plan this one replaced, bit for bit
+ * (each fp64 sum is formed in the same order and only stored in between).
  */
 #include <math.h>
 
@@ -47,18 +57,21 @@
 #define ADAF_COL_SLAB 32
 
 typedef struct {
-    AdafactorTensor t;
-    int64_t n;
+    AdafactorTensor t;    // t.first / t.count: the slice (count = n when whole)
+    int64_t n;            // elements of the whole tensor (rows * cols)
     int64_t colpart_off;  // fp64 scratch: ngroups * cols column partials (factored)
     int64_t cf_off;       // fp32 scratch: cols column factors (factored)
     int64_t rf_off;       // fp32 scratch: rows row factors (factored)
-    int ngroups;          // row groups of ADAF_COL_ROWS (factored)
+    int64_t red1_off;     // buffer 1: [rows row sums | cols column sums | sum p^2] (factored) or [sum p^2]
+    int64_t red2_off;     // buffer 2: sum u^2
+    int g0;               // first row group the slice touches (factored)
+    int ngroups;          // row groups of ADAF_COL_ROWS the slice touches (factored)
     int first_chunk, nchunks;
 } AdafDevTensor;
 
 typedef struct {
     int tensor;
-    int64_t start, end;  // element range (a matrix: whole rows)
+    int64_t start, end;  // element range of the tensor (a matrix: whole rows, clipped to the slice)
 } AdafChunk;
 
 typedef struct {
@@ -79,6 +92,9 @@ struct AdafactorPlan {
     double* d_psum;            // (nchunks) sum of p^2 per chunk
     double* d_usum;            // (nchunks) sum of u^2 per chunk
     AdafactorScalars* d_scalars;  // (count)
+    double* d_red1;            // (len1) reduce buffer 1
+    double* d_red2;            // (len2) reduce buffer 2
+    int64_t len1, len2;
     size_t scratch_bytes;
 };
 
@@ -124,44 +140,45 @@ __device__ double adaf_block_sum(double v) {
     return s;
 }
 
+// Element i of the tensor (0 <= i - first < count) lives at index i - first of the slice's arrays.
 __global__ void adafactor_rowstats_kernel1(const AdafDevTensor* tensors, const AdafChunk* chunks, AdafConsts k,
                                            const float* d_grad_scale, const int* d_skip, double* psum,
-                                           double* usum) {
+                                           double* usum, double* red1) {
     if (d_skip && *d_skip) return;
     const AdafChunk c = chunks[blockIdx.x];
     const AdafDevTensor T = tensors[c.tensor];
     const float gs = d_grad_scale ? *d_grad_scale : 1.0f;
+    const int64_t f = T.t.first;
     double pacc = 0.0, uacc = 0.0;
     if (T.t.factored) {
-        const int64_t cols = T.t.cols, r0 = c.start / cols, r1 = c.end / cols;
+        const int64_t cols = T.t.cols, r0 = c.start / cols, r1 = CEIL_DIV(c.end, cols);
         const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
-        const float fcols = (float)cols;
         for (int64_t r = r0 + wid; r < r1; r += ADAF_WARPS) {
+            // the row's columns inside the chunk (a slice's first / last row may be partial)
+            const int64_t jlo = c.start > r * cols ? c.start - r * cols : 0;
+            const int64_t jhi = c.end < (r + 1) * cols ? c.end - r * cols : cols;
             double acc = 0.0;
-            for (int64_t j = lane; j < cols; j += 32) {
-                const float g = adaf_load_grad(T.t.grad, T.t.grad_dtype, r * cols + j, gs);
+            for (int64_t j = jlo + lane; j < jhi; j += 32) {
+                const float g = adaf_load_grad(T.t.grad, T.t.grad_dtype, r * cols + j - f, gs);
                 acc += (double)__fadd_rn(__fmul_rn(g, g), k.eps1);
             }
             acc = adaf_warp_sum(acc);
-            if (lane == 0) {
-                const float mean = __fdiv_rn((float)acc, fcols);
-                T.t.exp_avg_sq_row[r] = __fmaf_rn(mean, k.omb2, __fmul_rn(T.t.exp_avg_sq_row[r], k.b2));
-            }
+            if (lane == 0) red1[T.red1_off + r] = acc;  // this rank's row sum (the EMA waits for every rank's)
         }
         for (int64_t i = c.start + threadIdx.x; i < c.end; i += ADAF_BLOCK) {
-            const double p = (double)T.t.master[i];
+            const double p = (double)T.t.master[i - f];
             pacc += p * p;  // exact product: an fma would give the same sum
         }
     } else {
         float* v = T.t.exp_avg_sq;
         for (int64_t i = c.start + threadIdx.x; i < c.end; i += ADAF_BLOCK) {
-            const float g = adaf_load_grad(T.t.grad, T.t.grad_dtype, i, gs);
+            const float g = adaf_load_grad(T.t.grad, T.t.grad_dtype, i - f, gs);
             const float uu = __fadd_rn(__fmul_rn(g, g), k.eps1);
-            const float vv = __fmaf_rn(uu, k.omb2, __fmul_rn(v[i], k.b2));
-            v[i] = vv;
+            const float vv = __fmaf_rn(uu, k.omb2, __fmul_rn(v[i - f], k.b2));
+            v[i - f] = vv;
             const double u = (double)__fmul_rn(adaf_rsqrt(vv), g);
             uacc += u * u;
-            const double p = (double)T.t.master[i];
+            const double p = (double)T.t.master[i - f];
             pacc += p * p;
         }
     }
@@ -182,12 +199,19 @@ __global__ void adafactor_colstats_kernel1(const AdafDevTensor* tensors, const A
     const float gs = d_grad_scale ? *d_grad_scale : 1.0f;
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
     const int64_t cols = T.t.cols, j = cu.c0 + lane;
-    const int64_t r0 = (int64_t)cu.group * ADAF_COL_ROWS;
-    const int64_t r1 = r0 + ADAF_COL_ROWS < T.t.rows ? r0 + ADAF_COL_ROWS : T.t.rows;
+    const int64_t f = T.t.first, e1 = f + T.t.count;
+    // the group's rows the slice touches; an element outside the slice adds nothing
+    const int64_t rs = f / cols, re = CEIL_DIV(e1, cols);
+    int64_t r0 = (int64_t)cu.group * ADAF_COL_ROWS;
+    int64_t r1 = r0 + ADAF_COL_ROWS < T.t.rows ? r0 + ADAF_COL_ROWS : T.t.rows;
+    if (r0 < rs) r0 = rs;
+    if (r1 > re) r1 = re;
     double acc = 0.0;
     if (j < cols)
         for (int64_t r = r0 + wid; r < r1; r += ADAF_WARPS) {
-            const float g = adaf_load_grad(T.t.grad, T.t.grad_dtype, r * cols + j, gs);
+            const int64_t e = r * cols + j;
+            if (e < f || e >= e1) continue;
+            const float g = adaf_load_grad(T.t.grad, T.t.grad_dtype, e - f, gs);
             acc += (double)__fadd_rn(__fmul_rn(g, g), k.eps1);
         }
     sh[wid][lane] = acc;
@@ -195,43 +219,82 @@ __global__ void adafactor_colstats_kernel1(const AdafDevTensor* tensors, const A
     if (wid == 0 && j < cols) {
         double s = 0.0;
         for (int w = 0; w < ADAF_WARPS; w++) s += sh[w][lane];
-        colpart[T.colpart_off + (int64_t)cu.group * cols + j] = s;
+        colpart[T.colpart_off + (int64_t)(cu.group - T.g0) * cols + j] = s;
     }
 }
 
+// the column sums of each matrix (partials in group order) into buffer 1
+__global__ void adafactor_colsum_kernel1(const AdafDevTensor* tensors, const int* factored, const int* d_skip,
+                                         const double* colpart, double* red1) {
+    if (d_skip && *d_skip) return;
+    const AdafDevTensor T = tensors[factored[blockIdx.x]];
+    const int64_t cols = T.t.cols;
+    const double* cp = colpart + T.colpart_off;
+    double* out = red1 + T.red1_off + T.t.rows;
+    for (int64_t j = threadIdx.x; j < cols; j += ADAF_BLOCK) {
+        double cs = 0.0;
+        for (int g = 0; g < T.ngroups; g++) cs += cp[(int64_t)g * cols + j];
+        out[j] = cs;
+    }
+}
+
+// per tensor: the chunks' sums in chunk order. phase 1: sum p^2 (buffer 1) and a vector's sum u^2 (buffer 2);
+// phase 2: a matrix's sum u^2 (buffer 2)
+__global__ void adafactor_tsum_kernel1(const AdafDevTensor* tensors, int count, int phase, const int* d_skip,
+                                       const double* psum, const double* usum, double* red1, double* red2) {
+    if (d_skip && *d_skip) return;
+    const int ti = blockIdx.x * blockDim.x + threadIdx.x;
+    if (ti >= count) return;
+    const AdafDevTensor T = tensors[ti];
+    if (T.nchunks == 0) return;
+    double ps = 0.0, us = 0.0;
+    for (int q = 0; q < T.nchunks; q++) {
+        ps += psum[T.first_chunk + q];
+        us += usum[T.first_chunk + q];
+    }
+    if (phase == 1) red1[T.red1_off + (T.t.factored ? T.t.rows + T.t.cols : 0)] = ps;
+    if ((phase == 1) != T.t.factored) red2[T.red2_off] = us;
+}
+
+// row and column EMAs from the whole matrix's sums (every rank holding a slice does the same: replicated), factors
 __global__ void adafactor_factors_kernel1(const AdafDevTensor* tensors, const int* factored, AdafConsts k,
-                                          const int* d_skip, const double* colpart, float* factors) {
+                                          const int* d_skip, const double* red1, float* factors) {
     if (d_skip && *d_skip) return;
     const AdafDevTensor T = tensors[factored[blockIdx.x]];
     const int64_t rows = T.t.rows, cols = T.t.cols;
-    const float frows = (float)rows;
+    const float frows = (float)rows, fcols = (float)cols;
     float* C = T.t.exp_avg_sq_col;
     float* R = T.t.exp_avg_sq_row;
     float* cf = factors + T.cf_off;
     float* rf = factors + T.rf_off;
-    const double* cp = colpart + T.colpart_off;
+    const double* rsum = red1 + T.red1_off;
+    const double* csum = rsum + rows;
     for (int64_t j = threadIdx.x; j < cols; j += ADAF_BLOCK) {
-        double cs = 0.0;
-        for (int g = 0; g < T.ngroups; g++) cs += cp[(int64_t)g * cols + j];
-        const float mean = __fdiv_rn((float)cs, frows);
+        const float mean = __fdiv_rn((float)csum[j], frows);
         const float cc = __fmaf_rn(mean, k.omb2, __fmul_rn(C[j], k.b2));
         C[j] = cc;
         cf[j] = adaf_rsqrt(cc);
     }
     double rs = 0.0;
-    for (int64_t r = threadIdx.x; r < rows; r += ADAF_BLOCK) rs += (double)R[r];
+    for (int64_t r = threadIdx.x; r < rows; r += ADAF_BLOCK) {
+        const float mean = __fdiv_rn((float)rsum[r], fcols);
+        const float rr = __fmaf_rn(mean, k.omb2, __fmul_rn(R[r], k.b2));
+        R[r] = rr;
+        rs += (double)rr;
+    }
     rs = adaf_block_sum(rs);
     const float rmean = __fdiv_rn((float)rs, frows);
     for (int64_t r = threadIdx.x; r < rows; r += ADAF_BLOCK) rf[r] = adaf_rsqrt(__fdiv_rn(R[r], rmean));
 }
 
-// the unclipped update of element i of a matrix chunk (rows from r0, cols < 2^29 so local offsets fit 32 bits)
-__device__ __forceinline__ float adaf_fact_update(const AdafDevTensor& T, const float* factors, int64_t start,
-                                                  int64_t r0, int64_t i, float gs) {
-    const uint32_t loc = (uint32_t)(i - start), c = (uint32_t)T.t.cols;
+// the unclipped update of element i of a matrix chunk whose first row is r0 (cols < 2^28, so offsets from the
+// row r0 * cols fit 32 bits: a chunk spans at most ADAF_MIN_ROWS + 1 rows of such width)
+__device__ __forceinline__ float adaf_fact_update(const AdafDevTensor& T, const float* factors, int64_t r0, int64_t i,
+                                                  float gs) {
+    const uint32_t loc = (uint32_t)(i - r0 * T.t.cols), c = (uint32_t)T.t.cols;
     const uint32_t rr = loc / c, j = loc - rr * c;
     const float a = __fmul_rn(factors[T.rf_off + r0 + rr], factors[T.cf_off + j]);
-    return __fmul_rn(a, adaf_load_grad(T.t.grad, T.t.grad_dtype, i, gs));
+    return __fmul_rn(a, adaf_load_grad(T.t.grad, T.t.grad_dtype, i - T.t.first, gs));
 }
 
 __global__ void adafactor_updsumsq_kernel1(const AdafDevTensor* tensors, const AdafChunk* chunks,
@@ -245,7 +308,7 @@ __global__ void adafactor_updsumsq_kernel1(const AdafDevTensor* tensors, const A
     const int64_t r0 = c.start / T.t.cols;
     double acc = 0.0;
     for (int64_t i = c.start + threadIdx.x; i < c.end; i += ADAF_BLOCK) {
-        const double u = (double)adaf_fact_update(T, factors, c.start, r0, i, gs);
+        const double u = (double)adaf_fact_update(T, factors, r0, i, gs);
         acc += u * u;
     }
     acc = adaf_block_sum(acc);
@@ -253,17 +316,14 @@ __global__ void adafactor_updsumsq_kernel1(const AdafDevTensor* tensors, const A
 }
 
 __global__ void adafactor_scalars_kernel1(const AdafDevTensor* tensors, int count, AdafConsts k, const int* d_skip,
-                                          const double* psum, const double* usum, AdafactorScalars* out) {
+                                          const double* red1, const double* red2, AdafactorScalars* out) {
     if (d_skip && *d_skip) return;
     const int ti = blockIdx.x * blockDim.x + threadIdx.x;
     if (ti >= count) return;
     const AdafDevTensor T = tensors[ti];
     if (T.nchunks == 0) return;
-    double ps = 0.0, us = 0.0;
-    for (int q = 0; q < T.nchunks; q++) {
-        ps += psum[T.first_chunk + q];
-        us += usum[T.first_chunk + q];
-    }
+    const double ps = red1[T.red1_off + (T.t.factored ? T.t.rows + T.t.cols : 0)];
+    const double us = red2[T.red2_off];
     const float sqn = (float)sqrt((double)T.n);
     const float prms = __fdiv_rn(__fsqrt_rn((float)ps), sqn);
     // HF _get_lr: rel * max(eps2, RMS) with a tensor RMS (fp32 product) when RMS > eps2, else Python floats
@@ -296,69 +356,135 @@ __global__ void adafactor_apply_kernel1(const AdafDevTensor* tensors, const Adaf
     const AdafactorScalars S = scalars[c.tensor];
     const float gs = d_grad_scale ? *d_grad_scale : 1.0f;
     const int64_t r0 = T.t.factored ? c.start / T.t.cols : 0;
+    const int64_t f = T.t.first;
     const bool wd = T.t.weight_decay != 0.0;
     float* m = T.t.exp_avg;
     for (int64_t i = c.start + threadIdx.x; i < c.end; i += ADAF_BLOCK) {
-        float u = T.t.factored ? adaf_fact_update(T, factors, c.start, r0, i, gs)
-                               : __fmul_rn(adaf_rsqrt(T.t.exp_avg_sq[i]),
-                                           adaf_load_grad(T.t.grad, T.t.grad_dtype, i, gs));
+        const int64_t li = i - f;  // in the slice's arrays
+        float u = T.t.factored ? adaf_fact_update(T, factors, r0, i, gs)
+                               : __fmul_rn(adaf_rsqrt(T.t.exp_avg_sq[li]),
+                                           adaf_load_grad(T.t.grad, T.t.grad_dtype, li, gs));
         if (S.clip_div != 1.0f) u = __fdiv_rn(u, S.clip_div);
         u = __fmul_rn(u, S.lr);
         if (k.has_beta1) {
-            const float mm = __fmaf_rn(u, k.omb1, __fmul_rn(m[i], k.b1));
-            m[i] = mm;
+            const float mm = __fmaf_rn(u, k.omb1, __fmul_rn(m[li], k.b1));
+            m[li] = mm;
             u = mm;
         }
-        float p = T.t.master[i];
+        float p = T.t.master[li];
         if (wd) p = __fmaf_rn(p, S.wd_alpha, p);
         p = __fsub_rn(p, u);
-        T.t.master[i] = p;
+        T.t.master[li] = p;
         if (T.t.work) {
-            if (T.t.work_dtype == DT_F16) ((__half*)T.t.work)[i] = __float2half_rn(p);
-            else ((__nv_bfloat16*)T.t.work)[i] = __float2bfloat16_rn(p);
+            if (T.t.work_dtype == DT_F16) ((__half*)T.t.work)[li] = __float2half_rn(p);
+            else ((__nv_bfloat16*)T.t.work)[li] = __float2bfloat16_rn(p);
         }
     }
 }
 
 // ---- launchers
 
+// One tensor's work split (plan and scratch arithmetic): the slice [f, f + c), its chunks and (a matrix) the rows
+// it touches [ra, rb] in row groups g0 .. g0 + ngroups - 1.
+typedef struct {
+    int64_t n, f, c, ra, rb, rpc, nchunks;
+    int g0, ngroups;
+} AdafGeom;
+
+static AdafGeom adaf_geom(const AdafactorTensor* t, int i) {
+    AdafGeom g;
+    memset(&g, 0, sizeof g);
+    if (t->rows < 0 || t->cols < 0)
+        t5_die(T5_EXIT_FAILURE, "adafactor plan: tensor %d has shape (%lld, %lld)", i, (long long)t->rows,
+               (long long)t->cols);
+    g.n = t->rows * t->cols;
+    g.f = t->first;
+    g.c = t->count ? t->count : g.n;
+    if (t->first < 0 || t->count < 0 || (t->count == 0 && t->first != 0) || g.f + g.c > g.n)
+        t5_die(T5_EXIT_FAILURE, "adafactor plan: tensor %d: slice [%lld, +%lld) of %lld elements", i,
+               (long long)t->first, (long long)t->count, (long long)g.n);
+    if (g.n == 0) return g;
+    if (t->factored) {
+        if (t->cols >= ((int64_t)1 << 28))
+            t5_die(T5_EXIT_FAILURE, "adafactor plan: tensor %d has %lld columns (the limit is 2^28)", i,
+                   (long long)t->cols);
+        g.rpc = T5_MAX((int64_t)ADAF_MIN_ROWS, (int64_t)ADAF_CHUNK / t->cols);
+        g.ra = g.f / t->cols;
+        g.rb = (g.f + g.c - 1) / t->cols;
+        g.nchunks = CEIL_DIV(g.rb - g.ra + 1, g.rpc);
+        g.g0 = (int)(g.ra / ADAF_COL_ROWS);
+        g.ngroups = (int)(g.rb / ADAF_COL_ROWS) - g.g0 + 1;
+    } else {
+        g.nchunks = CEIL_DIV(g.c, (int64_t)ADAF_CHUNK);
+    }
+    return g;
+}
+
+// doubles of tensor t's slots in reduce buffer 1
+static int64_t adaf_red1_len(const AdafactorTensor* t) { return t->factored ? t->rows + t->cols + 1 : 1; }
+
+size_t adafactor_plan_scratch_bytes_for(const AdafactorTensor* tensors, int count, const AdafactorReduce* red) {
+    int64_t nchunks = 0, colpart = 0, nfactors = 0, len1 = 0;
+    for (int i = 0; i < count; i++) {
+        const AdafactorTensor* t = &tensors[i];
+        const AdafGeom g = adaf_geom(t, i);
+        len1 += adaf_red1_len(t);
+        if (g.n <= 0) continue;
+        nchunks += g.nchunks;
+        if (t->factored) {
+            colpart += (int64_t)g.ngroups * t->cols;
+            nfactors += t->cols + t->rows;
+        }
+    }
+    const int64_t l1 = red ? red->len1 : len1, l2 = red ? red->len2 : count;
+    return (size_t)(colpart ? colpart : 1) * sizeof(double) + (size_t)(nfactors ? nfactors : 1) * sizeof(float) +
+           2 * (size_t)(nchunks ? nchunks : 1) * sizeof(double) + (size_t)(count ? count : 1) * sizeof(AdafactorScalars) +
+           (size_t)(T5_MAX(l1, (int64_t)1) + T5_MAX(l2, (int64_t)1)) * sizeof(double);
+}
+
 AdafactorPlan* adafactor_plan_create(const AdafactorTensor* tensors, int count) {
+    return adafactor_plan_create_reduce(tensors, count, NULL);
+}
+
+AdafactorPlan* adafactor_plan_create_reduce(const AdafactorTensor* tensors, int count, const AdafactorReduce* red) {
     AdafactorPlan* plan = (AdafactorPlan*)calloc_check(1, sizeof(AdafactorPlan));
     plan->count = count;
     AdafDevTensor* ht = (AdafDevTensor*)calloc_check((size_t)(count ? count : 1), sizeof(AdafDevTensor));
-    int64_t nchunks = 0, ncolunits = 0, colpart = 0, nfactors = 0;
+    int64_t nchunks = 0, ncolunits = 0, colpart = 0, nfactors = 0, len1 = 0;
     int nfact = 0;
     for (int i = 0; i < count; i++) {
         const AdafactorTensor* t = &tensors[i];
-        if (t->rows < 0 || t->cols < 0)
-            t5_die(T5_EXIT_FAILURE, "adafactor_plan_create: tensor %d has shape (%lld, %lld)", i, (long long)t->rows,
-                   (long long)t->cols);
         if (t->work && t->work_dtype == DT_F32)
             t5_die(T5_EXIT_FAILURE, "adafactor_plan_create: tensor %d: an fp32 working copy is the master itself", i);
-        const int64_t n = t->rows * t->cols;
+        const AdafGeom g = adaf_geom(t, i);
         ht[i].t = *t;
-        ht[i].n = n;
+        ht[i].t.count = g.c;
+        ht[i].n = g.n;
         ht[i].first_chunk = (int)nchunks;
-        if (n == 0) continue;
+        ht[i].red1_off = red ? red->off1[i] : len1;
+        ht[i].red2_off = red ? red->off2[i] : i;
+        len1 += adaf_red1_len(t);
+        if (red && (ht[i].red1_off < 0 || ht[i].red1_off + adaf_red1_len(t) > red->len1 || ht[i].red2_off < 0 ||
+                    ht[i].red2_off >= red->len2))
+            t5_die(T5_EXIT_FAILURE, "adafactor_plan_create: tensor %d's reduce slots (%lld, %lld) outside (%lld, %lld)",
+                   i, (long long)ht[i].red1_off, (long long)ht[i].red2_off, (long long)red->len1, (long long)red->len2);
+        if (g.n == 0) continue;
+        ht[i].nchunks = (int)g.nchunks;
         if (t->factored) {
-            if (t->cols >= ((int64_t)1 << 29))
-                t5_die(T5_EXIT_FAILURE, "adafactor_plan_create: tensor %d has %lld columns (the limit is 2^29)", i,
-                       (long long)t->cols);
-            int64_t rpc = T5_MAX((int64_t)ADAF_MIN_ROWS, (int64_t)ADAF_CHUNK / t->cols);
-            ht[i].nchunks = (int)CEIL_DIV(t->rows, rpc);
-            ht[i].ngroups = (int)CEIL_DIV(t->rows, (int64_t)ADAF_COL_ROWS);
+            ht[i].g0 = g.g0;
+            ht[i].ngroups = g.ngroups;
             ht[i].colpart_off = colpart;
-            colpart += (int64_t)ht[i].ngroups * t->cols;
+            colpart += (int64_t)g.ngroups * t->cols;
             ht[i].cf_off = nfactors;
             ht[i].rf_off = nfactors + t->cols;
             nfactors += t->cols + t->rows;
-            ncolunits += (int64_t)ht[i].ngroups * CEIL_DIV(t->cols, (int64_t)ADAF_COL_SLAB);
+            ncolunits += (int64_t)g.ngroups * CEIL_DIV(t->cols, (int64_t)ADAF_COL_SLAB);
             nfact++;
-        } else {
-            ht[i].nchunks = (int)CEIL_DIV(n, (int64_t)ADAF_CHUNK);
         }
-        nchunks += ht[i].nchunks;
+        nchunks += g.nchunks;
     }
+    plan->len1 = red ? red->len1 : len1;
+    plan->len2 = red ? red->len2 : count;
     if (nchunks > 2147483647 || ncolunits > 2147483647)
         t5_die(T5_EXIT_FAILURE, "adafactor_plan_create: %lld chunks / %lld column units exceed the grid limit",
                (long long)nchunks, (long long)ncolunits);
@@ -369,17 +495,17 @@ AdafactorPlan* adafactor_plan_create(const AdafactorTensor* tensors, int count) 
     int kf = 0;
     for (int i = 0; i < count; i++) {
         const AdafactorTensor* t = &tensors[i];
-        const int64_t n = ht[i].n;
-        if (n == 0) continue;
+        const AdafGeom g = adaf_geom(t, i);
+        if (g.n == 0) continue;
+        const int64_t e1 = g.f + g.c;
         if (t->factored) {
-            const int64_t rpc = T5_MAX((int64_t)ADAF_MIN_ROWS, (int64_t)ADAF_CHUNK / t->cols);
-            for (int64_t r = 0; r < t->rows; r += rpc)
-                hc[kc++] = AdafChunk{i, r * t->cols, T5_MIN(r + rpc, t->rows) * t->cols};
-            for (int g = 0; g < ht[i].ngroups; g++)
-                for (int64_t c0 = 0; c0 < t->cols; c0 += ADAF_COL_SLAB) hu[ku++] = AdafColUnit{i, g, c0};
+            for (int64_t r = g.ra; r <= g.rb; r += g.rpc)
+                hc[kc++] = AdafChunk{i, T5_MAX(r * t->cols, g.f), T5_MIN(T5_MIN(r + g.rpc, g.rb + 1) * t->cols, e1)};
+            for (int q = g.g0; q < g.g0 + g.ngroups; q++)
+                for (int64_t c0 = 0; c0 < t->cols; c0 += ADAF_COL_SLAB) hu[ku++] = AdafColUnit{i, q, c0};
             hf[kf++] = i;
         } else {
-            for (int64_t s = 0; s < n; s += ADAF_CHUNK) hc[kc++] = AdafChunk{i, s, T5_MIN(s + (int64_t)ADAF_CHUNK, n)};
+            for (int64_t s = g.f; s < e1; s += ADAF_CHUNK) hc[kc++] = AdafChunk{i, s, T5_MIN(s + (int64_t)ADAF_CHUNK, e1)};
         }
     }
     plan->nchunks = (int)nchunks;
@@ -392,9 +518,10 @@ AdafactorPlan* adafactor_plan_create(const AdafactorTensor* tensors, int count) 
     const size_t scratch = (size_t)(colpart ? colpart : 1) * sizeof(double) +
                            (size_t)(nfactors ? nfactors : 1) * sizeof(float) +
                            2 * (size_t)(nchunks ? nchunks : 1) * sizeof(double) +
-                           (size_t)(count ? count : 1) * sizeof(AdafactorScalars);
+                           (size_t)(count ? count : 1) * sizeof(AdafactorScalars) +
+                           (size_t)(T5_MAX(plan->len1, (int64_t)1) + T5_MAX(plan->len2, (int64_t)1)) * sizeof(double);
     plan->scratch_bytes = scratch;
-    if (scratch != adafactor_plan_scratch_bytes_for(tensors, count))
+    if (scratch != adafactor_plan_scratch_bytes_for(tensors, count, red))
         t5_die(T5_EXIT_FAILURE, "internal: adafactor_plan_create's scratch (%zu bytes) is not adafactor_plan_scratch_bytes_for's",
                scratch);
     CUDA_CHECK(cudaMalloc((void**)&plan->d_colpart, (size_t)(colpart ? colpart : 1) * sizeof(double)));
@@ -402,6 +529,8 @@ AdafactorPlan* adafactor_plan_create(const AdafactorTensor* tensors, int count) 
     CUDA_CHECK(cudaMalloc((void**)&plan->d_psum, (size_t)(nchunks ? nchunks : 1) * sizeof(double)));
     CUDA_CHECK(cudaMalloc((void**)&plan->d_usum, (size_t)(nchunks ? nchunks : 1) * sizeof(double)));
     CUDA_CHECK(cudaMalloc((void**)&plan->d_scalars, (size_t)(count ? count : 1) * sizeof(AdafactorScalars)));
+    CUDA_CHECK(cudaMalloc((void**)&plan->d_red1, (size_t)T5_MAX(plan->len1, (int64_t)1) * sizeof(double)));
+    CUDA_CHECK(cudaMalloc((void**)&plan->d_red2, (size_t)T5_MAX(plan->len2, (int64_t)1) * sizeof(double)));
     CUDA_CHECK(cudaMemset(plan->d_scalars, 0, (size_t)(count ? count : 1) * sizeof(AdafactorScalars)));
     if (count) CUDA_CHECK(cudaMemcpy(plan->d_tensors, ht, (size_t)count * sizeof(AdafDevTensor), cudaMemcpyHostToDevice));
     if (nchunks) CUDA_CHECK(cudaMemcpy(plan->d_chunks, hc, (size_t)nchunks * sizeof(AdafChunk), cudaMemcpyHostToDevice));
@@ -426,31 +555,18 @@ void adafactor_plan_free(AdafactorPlan* plan) {
     CUDA_CHECK(cudaFree(plan->d_psum));
     CUDA_CHECK(cudaFree(plan->d_usum));
     CUDA_CHECK(cudaFree(plan->d_scalars));
+    CUDA_CHECK(cudaFree(plan->d_red1));
+    CUDA_CHECK(cudaFree(plan->d_red2));
     free(plan);
 }
 
 size_t adafactor_plan_scratch_bytes(const AdafactorPlan* plan) { return plan ? plan->scratch_bytes : 0; }
 
-size_t adafactor_plan_scratch_bytes_for(const AdafactorTensor* tensors, int count) {
-    int64_t nchunks = 0, colpart = 0, nfactors = 0;
-    for (int i = 0; i < count; i++) {
-        const AdafactorTensor* t = &tensors[i];
-        const int64_t n = t->rows * t->cols;
-        if (n <= 0) continue;
-        if (t->factored) {
-            const int64_t rpc = T5_MAX((int64_t)ADAF_MIN_ROWS, (int64_t)ADAF_CHUNK / t->cols);
-            nchunks += CEIL_DIV(t->rows, rpc);
-            colpart += CEIL_DIV(t->rows, (int64_t)ADAF_COL_ROWS) * t->cols;
-            nfactors += t->cols + t->rows;
-        } else {
-            nchunks += CEIL_DIV(n, (int64_t)ADAF_CHUNK);
-        }
-    }
-    return (size_t)(colpart ? colpart : 1) * sizeof(double) + (size_t)(nfactors ? nfactors : 1) * sizeof(float) +
-           2 * (size_t)(nchunks ? nchunks : 1) * sizeof(double) + (size_t)(count ? count : 1) * sizeof(AdafactorScalars);
-}
-
 const AdafactorScalars* adafactor_plan_scalars(const AdafactorPlan* plan) { return plan->d_scalars; }
+
+double* adafactor_plan_reduce_buffer(const AdafactorPlan* plan, int which) {
+    return which == 1 ? plan->d_red1 : plan->d_red2;
+}
 
 double adafactor_rel_step(const AdafactorStepArgs* a) {
     double rel = a->lr;
@@ -462,9 +578,7 @@ double adafactor_rel_step(const AdafactorStepArgs* a) {
     return rel;
 }
 
-void adafactor_step(const AdafactorPlan* plan, const AdafactorStepArgs* a, const float* d_grad_scale,
-                    const int* d_skip, cudaStream_t stream) {
-    if (plan->nchunks == 0) return;
+static AdafConsts adaf_consts(const AdafactorStepArgs* a) {
     if (a->step < 1) t5_die(T5_EXIT_FAILURE, "adafactor_step: step %lld (HF's state step starts at 1)", (long long)a->step);
     const double b2t = 1.0 - pow((double)a->step, a->decay_rate);
     AdafConsts k;
@@ -479,26 +593,63 @@ void adafactor_step(const AdafactorPlan* plan, const AdafactorStepArgs* a, const
     k.eps2 = a->eps2;
     k.eps2_f = (float)a->eps2;
     k.clip = (float)a->clip_threshold;
+    return k;
+}
+
+void adafactor_step_begin(const AdafactorPlan* plan, const AdafactorStepArgs* a, const float* d_grad_scale,
+                          const int* d_skip, cudaStream_t stream) {
+    const AdafConsts k = adaf_consts(a);
+    // every slot this rank does not write (rows outside its slice, tensors of other ranks) must add 0
+    CUDA_CHECK(cudaMemsetAsync(plan->d_red1, 0, (size_t)T5_MAX(plan->len1, (int64_t)1) * sizeof(double), stream));
+    CUDA_CHECK(cudaMemsetAsync(plan->d_red2, 0, (size_t)T5_MAX(plan->len2, (int64_t)1) * sizeof(double), stream));
+    if (plan->nchunks == 0) return;
     adafactor_rowstats_kernel1<<<(unsigned)plan->nchunks, ADAF_BLOCK, 0, stream>>>(
-        plan->d_tensors, plan->d_chunks, k, d_grad_scale, d_skip, plan->d_psum, plan->d_usum);
+        plan->d_tensors, plan->d_chunks, k, d_grad_scale, d_skip, plan->d_psum, plan->d_usum, plan->d_red1);
     CUDA_LAUNCH_CHECK();
     if (plan->ncolunits) {
         adafactor_colstats_kernel1<<<(unsigned)plan->ncolunits, ADAF_BLOCK, 0, stream>>>(
             plan->d_tensors, plan->d_colunits, k, d_grad_scale, d_skip, plan->d_colpart);
         CUDA_LAUNCH_CHECK();
-    }
-    if (plan->nfactored) {
-        adafactor_factors_kernel1<<<(unsigned)plan->nfactored, ADAF_BLOCK, 0, stream>>>(
-            plan->d_tensors, plan->d_factored, k, d_skip, plan->d_colpart, plan->d_factors);
-        CUDA_LAUNCH_CHECK();
-        adafactor_updsumsq_kernel1<<<(unsigned)plan->nchunks, ADAF_BLOCK, 0, stream>>>(
-            plan->d_tensors, plan->d_chunks, d_grad_scale, d_skip, plan->d_factors, plan->d_usum);
+        adafactor_colsum_kernel1<<<(unsigned)plan->nfactored, ADAF_BLOCK, 0, stream>>>(
+            plan->d_tensors, plan->d_factored, d_skip, plan->d_colpart, plan->d_red1);
         CUDA_LAUNCH_CHECK();
     }
+    adafactor_tsum_kernel1<<<(unsigned)CEIL_DIV(plan->count, 128), 128, 0, stream>>>(
+        plan->d_tensors, plan->count, 1, d_skip, plan->d_psum, plan->d_usum, plan->d_red1, plan->d_red2);
+    CUDA_LAUNCH_CHECK();
+}
+
+void adafactor_step_middle(const AdafactorPlan* plan, const AdafactorStepArgs* a, const float* d_grad_scale,
+                           const int* d_skip, cudaStream_t stream) {
+    const AdafConsts k = adaf_consts(a);
+    if (plan->nchunks == 0 || plan->nfactored == 0) return;
+    adafactor_factors_kernel1<<<(unsigned)plan->nfactored, ADAF_BLOCK, 0, stream>>>(
+        plan->d_tensors, plan->d_factored, k, d_skip, plan->d_red1, plan->d_factors);
+    CUDA_LAUNCH_CHECK();
+    adafactor_updsumsq_kernel1<<<(unsigned)plan->nchunks, ADAF_BLOCK, 0, stream>>>(
+        plan->d_tensors, plan->d_chunks, d_grad_scale, d_skip, plan->d_factors, plan->d_usum);
+    CUDA_LAUNCH_CHECK();
+    adafactor_tsum_kernel1<<<(unsigned)CEIL_DIV(plan->count, 128), 128, 0, stream>>>(
+        plan->d_tensors, plan->count, 2, d_skip, plan->d_psum, plan->d_usum, plan->d_red1, plan->d_red2);
+    CUDA_LAUNCH_CHECK();
+}
+
+void adafactor_step_end(const AdafactorPlan* plan, const AdafactorStepArgs* a, const float* d_grad_scale,
+                        const int* d_skip, cudaStream_t stream) {
+    const AdafConsts k = adaf_consts(a);
+    if (plan->nchunks == 0) return;
     adafactor_scalars_kernel1<<<(unsigned)CEIL_DIV(plan->count, 128), 128, 0, stream>>>(
-        plan->d_tensors, plan->count, k, d_skip, plan->d_psum, plan->d_usum, plan->d_scalars);
+        plan->d_tensors, plan->count, k, d_skip, plan->d_red1, plan->d_red2, plan->d_scalars);
     CUDA_LAUNCH_CHECK();
     adafactor_apply_kernel1<<<(unsigned)plan->nchunks, ADAF_BLOCK, 0, stream>>>(
         plan->d_tensors, plan->d_chunks, k, d_grad_scale, d_skip, plan->d_factors, plan->d_scalars);
     CUDA_LAUNCH_CHECK();
+}
+
+void adafactor_step(const AdafactorPlan* plan, const AdafactorStepArgs* a, const float* d_grad_scale,
+                    const int* d_skip, cudaStream_t stream) {
+    if (plan->nchunks == 0) return;
+    adafactor_step_begin(plan, a, d_grad_scale, d_skip, stream);
+    adafactor_step_middle(plan, a, d_grad_scale, d_skip, stream);
+    adafactor_step_end(plan, a, d_grad_scale, d_skip, stream);
 }

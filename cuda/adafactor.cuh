@@ -32,7 +32,22 @@ typedef struct {
     DType grad_dtype;
     DType work_dtype;
     double weight_decay;    // this tensor's group (HF Trainer: 0 for the no-decay group)
+    // Several ZeRO ranks: this rank's slice of the tensor, elements [first, first + count) of the row-major
+    // (rows, cols) tensor (any boundaries, e.g. partial first and last rows). master, grad, work, exp_avg_sq and
+    // exp_avg then point at element `first` (slice-sized); exp_avg_sq_row / _col stay whole (rows, cols: the
+    // statistics are replicated on every rank holding a slice). count 0: the whole tensor (first must be 0).
+    int64_t first, count;
 } AdafactorTensor;
+
+// Where each tensor's partial sums go in the plan's two fp64 reduce buffers (several ranks: the caller all-reduces a
+// prefix of each between the phases of adafactor_step_begin / _middle / _end). Buffer 1, per tensor: a matrix's rows
+// row sums of g^2+eps1, cols column sums, then sum p^2 (rows + cols + 1 doubles); a vector's sum p^2 (1). Buffer 2:
+// sum u^2 (1 per tensor). NULL to adafactor_plan_create_reduce: consecutive slots in tensor order.
+typedef struct {
+    int64_t len1, len2;     // doubles of the two buffers
+    const int64_t* off1;    // (count) each tensor's first slot in buffer 1
+    const int64_t* off2;    // (count) its slot in buffer 2
+} AdafactorReduce;
 
 // The param group's options as Python values (HF's Adafactor(...) arguments) and the step.
 typedef struct {
@@ -61,16 +76,34 @@ typedef struct AdafactorPlan AdafactorPlan;
 // set of buffers). Scratch: per 1024-row group of a matrix one fp64 column partial (about 8/1024 bytes per
 // matrix element), row and column factors (fp32, rows + cols), two fp64 sums per chunk.
 AdafactorPlan* adafactor_plan_create(const AdafactorTensor* tensors, int count);
+// The same with the reduce buffers' slots given (red NULL: adafactor_plan_create's).
+AdafactorPlan* adafactor_plan_create_reduce(const AdafactorTensor* tensors, int count, const AdafactorReduce* red);
 void adafactor_plan_free(AdafactorPlan* plan);
 // Device bytes of the plan's scratch (for the memory report).
 size_t adafactor_plan_scratch_bytes(const AdafactorPlan* plan);
-// The scratch bytes adafactor_plan_create allocates for these tensors, as arithmetic (reads rows, cols and factored
-// only; no CUDA call): src/zero/estimate.c sizes the engine's plan with it.
-size_t adafactor_plan_scratch_bytes_for(const AdafactorTensor* tensors, int count);
+// The scratch bytes adafactor_plan_create_reduce allocates for these tensors, as arithmetic (reads rows, cols,
+// factored, first, count; no CUDA call): src/zero/estimate.c sizes the engine's plan with it. red as there.
+size_t adafactor_plan_scratch_bytes_for(const AdafactorTensor* tensors, int count, const AdafactorReduce* red);
 // One Adafactor step of every tensor. d_grad_scale: device fp32 gradient multiplier (NULL for 1). d_skip:
 // device int, every kernel is a no-op when *d_skip != 0 (NULL for never). No host synchronisation.
+// = adafactor_step_begin, _middle, _end with nothing reduced between them (every tensor whole on this GPU).
 void adafactor_step(const AdafactorPlan* plan, const AdafactorStepArgs* args, const float* d_grad_scale,
                     const int* d_skip, cudaStream_t stream);
+// The step in three phases for tensors split over ranks (same arguments each time):
+//   begin:  this rank's partial sums into the reduce buffers (buffer 1: row / column sums, sum p^2; buffer 2: a
+//           vector's sum u^2); both buffers are cleared first, so a slot of a tensor this rank does not hold is 0
+//   -- the caller all-reduces (SUM) buffer 1's shared slots: every rank then has the whole tensors' sums
+//   middle: row and column EMAs (replicated), the factors, a matrix's partial sum u^2 into buffer 2
+//   -- the caller all-reduces buffer 2's shared slots
+//   end:    RMS, lr, clipping divisor, and the update of this rank's elements
+void adafactor_step_begin(const AdafactorPlan* plan, const AdafactorStepArgs* args, const float* d_grad_scale,
+                          const int* d_skip, cudaStream_t stream);
+void adafactor_step_middle(const AdafactorPlan* plan, const AdafactorStepArgs* args, const float* d_grad_scale,
+                           const int* d_skip, cudaStream_t stream);
+void adafactor_step_end(const AdafactorPlan* plan, const AdafactorStepArgs* args, const float* d_grad_scale,
+                        const int* d_skip, cudaStream_t stream);
+// The plan's two fp64 reduce buffers (device; AdafactorReduce's len1 / len2 doubles).
+double* adafactor_plan_reduce_buffer(const AdafactorPlan* plan, int which);
 // Device array (count) of what the last step used per tensor.
 const AdafactorScalars* adafactor_plan_scalars(const AdafactorPlan* plan);
 // HF's relative step size rel (before the parameter scale) for args->step, in double as Python forms it.

@@ -34,6 +34,18 @@ static int api_run(RunConfig* c, const char* line, char* err, size_t n) {
     return config_check_implemented(c, err, n);
 }
 
+// the same on `world` ranks (what the launcher's environment gives run.c)
+static int api_run_world(RunConfig* c, const char* line, int world, char* err, size_t n) {
+    char* argv[128];
+    const int argc = t5test_argv(line, argv, 128);
+    config_init(c);
+    c->world_size = world;
+    int rc = config_parse_args(c, argc, argv, err, n);
+    if (rc) return rc;
+    if ((rc = config_resolve(c, err, n))) return rc;
+    return config_check_implemented(c, err, n);
+}
+
 static void expect_ok(const char* args) {
     char err[4096] = "";
     int rc = api_run(&cfg, args, err, sizeof err);
@@ -125,6 +137,25 @@ static void test_adafactor_zero_stages(void** state) {
     assert_true(fabs(cfg.adafactor_beta1 - 0.9) < 1e-12);
 }
 
+
+// several ranks: every stage, with and without offload_optimizer, and the automatic plan
+static void test_adafactor_several_ranks(void** state) {
+    (void)state;
+    char err[4096];
+    const char* ds[] = {"{\"zero_optimization\":{\"stage\":0}}", "{\"zero_optimization\":{\"stage\":1}}",
+                        "{\"zero_optimization\":{\"stage\":2,\"offload_optimizer\":{\"device\":\"cpu\",\"ratio\":0.5}}}",
+                        "{\"zero_optimization\":{\"stage\":3,\"offload_optimizer\":{\"device\":\"cpu\"},"
+                        "\"offload_param\":{\"device\":\"cpu\"}}}",
+                        "{\"zero_optimization\":{\"stage\":\"auto\"}}"};
+    for (size_t k = 0; k < T5_ARRAY_LEN(ds); k++) {
+        char line[512];
+        snprintf(line, sizeof line, BASE "--optim adafactor --deepspeed %s", ds[k]);
+        err[0] = 0;
+        if (api_run_world(&cfg, line, 4, err, sizeof err)) fail_msg("%s on 4 ranks: %s", ds[k], err);
+        assert_int_equal(cfg.optim, OPTIM_ADAFACTOR);
+    }
+}
+
 static void test_deepspeed_adafactor_block_refused(void** state) {
     (void)state;
     expect_err(BASE "--deepspeed {\"optimizer\":{\"type\":\"Adafactor\"}}",
@@ -170,7 +201,7 @@ int main(void) {
         cmocka_unit_test(test_adafactor_flag_is_optim),
         cmocka_unit_test(test_adafactor_options),
         cmocka_unit_test(test_adafactor_options_refused),
-        cmocka_unit_test(test_adafactor_zero_stages),
+        cmocka_unit_test(test_adafactor_zero_stages), cmocka_unit_test(test_adafactor_several_ranks),
         cmocka_unit_test(test_deepspeed_adafactor_block_refused),
         cmocka_unit_test(test_other_optimizers_still_missing),
         cmocka_unit_test(test_binary_dry_run),

@@ -159,9 +159,12 @@ static void test_plan_of_a_run(void** state) {
     uint64_t want = 0;
     for (int i = 0; i < T.num_params; i++)
         want += T.params[i].ndim == 2 ? (uint64_t)(T.params[i].shape[0] + T.params[i].shape[1]) : T.params[i].numel;
-    assert_int_equal(p.adafactor_floats, want);
-    assert_true(want < p.params / 50);  // factored: far below one float a parameter
+    // two ranks: each holding a slice of a matrix keeps its whole factors (more than one copy, at most two)
+    assert_true(p.adafactor_floats > want && p.adafactor_floats <= 2 * want);
+    assert_true(p.adafactor_floats < p.params / 50);  // factored: far below one float a parameter
     assert_true(p.state_partitioned);
+    disk_save_plan(&a, 1, &p);
+    assert_int_equal(p.adafactor_floats, want);  // one rank: the stage 0 layout
     // HF keeps 2 with load_best_model_at_end and a limit of 1 (the best is never rotated away)
     a.save_total_limit = 1;
     a.load_best_model_at_end = true;

@@ -16,6 +16,13 @@
  * scale_parameter off, external lr), relative_step + scale_parameter + beta1 0.9, warmup_init, clipping (a
  * gradient jump, clip_threshold 1) with beta1 and weight decay. 4 steps each with a changing device grad scale
  * (and NULL = 1); then a step with the skip flag set must leave every buffer untouched.
+ *
+ * test_split_across_ranks (several ZeRO ranks, simulated on one GPU): the same tensors cut into W = 2, 3, 5 slices at
+ * odd element boundaries (inside rows), each "rank" a plan over its slices (adafactor_plan_create_reduce, the
+ * statistics replicated per rank), stepped in the three phases with the reduce buffers added over the ranks in rank
+ * order on the host between them (what the engine's two all-reduces do), against the whole tensors stepped by one
+ * plan: masters, replicated row / column statistics (every rank's copy), v, exp_avg, 16-bit copies and the per-tensor
+ * scalars within 1e-6 (the fp64 sums are split differently: at most a rounding of an fp32 sum).
  */
 #include "t5test.h"
 
@@ -248,12 +255,230 @@ static void test_clipping_beta1_decay(void** state) {
     run_case(&c);
 }
 
+
+// ---- several ranks, simulated: slices stepped by one plan per rank, the reduce buffers added on the host
+
+enum { SNT = 5 };
+static const int64_t SROWS[SNT] = {1500, 8, 30, 1, 1};
+static const int64_t SCOLS[SNT] = {300, 70000, 20, 40000, 777};
+static const bool SFACT[SNT] = {true, true, true, false, true};
+
+static void split_case(int W, bool beta1) {
+    TRng rng = {0xC0FFEEull + (uint64_t)W};
+    AdafactorTensor whole[SNT];
+    float *hp[SNT], *hg[SNT];
+    int64_t n[SNT], len1 = 0, off1[SNT], off2[SNT];
+    float *dp[SNT], *dg[SNT], *drow[SNT], *dcol[SNT], *dv[SNT], *dm[SNT];
+    uint16_t* dw[SNT];
+    for (int k = 0; k < SNT; k++) {
+        n[k] = SROWS[k] * SCOLS[k];
+        hp[k] = malloc((size_t)n[k] * 4);
+        hg[k] = malloc((size_t)n[k] * 4);
+        for (int64_t i = 0; i < n[k]; i++) hp[k][i] = trng_normal(&rng) * 0.05f;
+        off1[k] = len1;
+        off2[k] = k;
+        len1 += SFACT[k] ? SROWS[k] + SCOLS[k] + 1 : 1;
+        CUDA_CHECK(cudaMalloc((void**)&dp[k], (size_t)n[k] * 4));
+        CUDA_CHECK(cudaMalloc((void**)&dg[k], (size_t)n[k] * 4));
+        CUDA_CHECK(cudaMalloc((void**)&dv[k], (size_t)n[k] * 4));
+        CUDA_CHECK(cudaMalloc((void**)&dm[k], (size_t)n[k] * 4));
+        CUDA_CHECK(cudaMalloc((void**)&dw[k], (size_t)n[k] * 2));
+        CUDA_CHECK(cudaMalloc((void**)&drow[k], (size_t)SROWS[k] * 4));
+        CUDA_CHECK(cudaMalloc((void**)&dcol[k], (size_t)SCOLS[k] * 4));
+        CUDA_CHECK(cudaMemcpy(dp[k], hp[k], (size_t)n[k] * 4, cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemset(dv[k], 0, (size_t)n[k] * 4));
+        CUDA_CHECK(cudaMemset(dm[k], 0, (size_t)n[k] * 4));
+        CUDA_CHECK(cudaMemset(drow[k], 0, (size_t)SROWS[k] * 4));
+        CUDA_CHECK(cudaMemset(dcol[k], 0, (size_t)SCOLS[k] * 4));
+        whole[k] = (AdafactorTensor){.master = dp[k], .grad = dg[k], .work = dw[k], .exp_avg_sq_row = drow[k],
+                                     .exp_avg_sq_col = dcol[k], .exp_avg_sq = dv[k], .exp_avg = dm[k],
+                                     .rows = SROWS[k], .cols = SCOLS[k], .factored = SFACT[k], .grad_dtype = DT_F32,
+                                     .work_dtype = DT_BF16, .weight_decay = k == 2 ? 0.1 : 0.0};
+    }
+    AdafactorPlan* ref = adafactor_plan_create(whole, SNT);
+    // the ranks: tensor k cut at c_r = r * n / W + 3 r (odd boundaries inside rows), own buffers per rank
+    AdafactorPlan* plan[5];
+    AdafactorTensor rk[5][SNT];
+    int cnt[5];
+    int64_t first[5][SNT], count[5][SNT], o1[5][SNT], o2[5][SNT];
+    int qidx[5][SNT];  // tensor k's index in rank r's plan, -1: none
+    for (int r = 0; r < W; r++) {
+        cnt[r] = 0;
+        for (int k = 0; k < SNT; k++) {
+            const int64_t a = r == 0 ? 0 : T5_MIN(n[k], r * n[k] / W + 3 * r);
+            const int64_t b = r == W - 1 ? n[k] : T5_MIN(n[k], (r + 1) * n[k] / W + 3 * (r + 1));
+            first[r][k] = a;
+            count[r][k] = b - a;
+            qidx[r][k] = -1;
+            if (b <= a) continue;
+            qidx[r][k] = cnt[r];
+            AdafactorTensor t = whole[k];
+            float *p, *g, *row, *col, *v, *m;
+            uint16_t* w;
+            CUDA_CHECK(cudaMalloc((void**)&p, (size_t)(b - a) * 4));
+            CUDA_CHECK(cudaMalloc((void**)&g, (size_t)(b - a) * 4));
+            CUDA_CHECK(cudaMalloc((void**)&v, (size_t)(b - a) * 4));
+            CUDA_CHECK(cudaMalloc((void**)&m, (size_t)(b - a) * 4));
+            CUDA_CHECK(cudaMalloc((void**)&w, (size_t)(b - a) * 2));
+            CUDA_CHECK(cudaMalloc((void**)&row, (size_t)SROWS[k] * 4));
+            CUDA_CHECK(cudaMalloc((void**)&col, (size_t)SCOLS[k] * 4));
+            CUDA_CHECK(cudaMemcpy(p, hp[k] + a, (size_t)(b - a) * 4, cudaMemcpyHostToDevice));
+            CUDA_CHECK(cudaMemset(v, 0, (size_t)(b - a) * 4));
+            CUDA_CHECK(cudaMemset(m, 0, (size_t)(b - a) * 4));
+            CUDA_CHECK(cudaMemset(row, 0, (size_t)SROWS[k] * 4));
+            CUDA_CHECK(cudaMemset(col, 0, (size_t)SCOLS[k] * 4));
+            t.master = p, t.grad = g, t.work = w, t.exp_avg_sq_row = row, t.exp_avg_sq_col = col, t.exp_avg_sq = v;
+            t.exp_avg = m;  // read only with beta1
+            t.first = a, t.count = b - a;
+            o1[r][cnt[r]] = off1[k];
+            o2[r][cnt[r]] = off2[k];
+            rk[r][cnt[r]++] = t;
+        }
+        const AdafactorReduce red = {.len1 = len1, .len2 = SNT, .off1 = o1[r], .off2 = o2[r]};
+        plan[r] = adafactor_plan_create_reduce(rk[r], cnt[r], &red);
+    }
+    float* d_scale;
+    CUDA_CHECK(cudaMalloc((void**)&d_scale, 4));
+    double* h1 = malloc((size_t)len1 * 8);
+    double* t1 = malloc((size_t)len1 * 8);
+    double worst = 0;
+    for (int s = 1; s <= 4; s++) {
+        for (int k = 0; k < SNT; k++) {
+            for (int64_t i = 0; i < n[k]; i++) hg[k][i] = i % 89 == 7 ? 0.0f : trng_normal(&rng) * (s == 3 ? 40.0f : 1.0f);
+            CUDA_CHECK(cudaMemcpy(dg[k], hg[k], (size_t)n[k] * 4, cudaMemcpyHostToDevice));
+        }
+        // each rank's slices of the gradient
+        for (int r = 0; r < W; r++)
+            for (int k = 0; k < SNT; k++)
+                if (qidx[r][k] >= 0)
+                    CUDA_CHECK(cudaMemcpy((void*)rk[r][qidx[r][k]].grad, hg[k] + first[r][k], (size_t)count[r][k] * 4,
+                                          cudaMemcpyHostToDevice));
+        const float gscale = 0.5f;
+        CUDA_CHECK(cudaMemcpy(d_scale, &gscale, 4, cudaMemcpyHostToDevice));
+        AdafactorStepArgs a = {.step = s, .lr = 1e-2, .eps1 = 1e-30, .eps2 = 1e-3, .clip_threshold = 1.0,
+                               .decay_rate = -0.8, .has_beta1 = beta1, .beta1 = 0.9, .scale_parameter = true};
+        adafactor_step(ref, &a, d_scale, NULL, 0);
+        // the three phases, the buffers added over the ranks in rank order between them (the engine's all-reduces)
+        for (int phase = 0; phase < 3; phase++) {
+            for (int r = 0; r < W; r++) {
+                if (phase == 0) adafactor_step_begin(plan[r], &a, d_scale, NULL, 0);
+                if (phase == 1) adafactor_step_middle(plan[r], &a, d_scale, NULL, 0);
+                if (phase == 2) adafactor_step_end(plan[r], &a, d_scale, NULL, 0);
+            }
+            if (phase == 2) break;
+            const int which = phase + 1;
+            const int64_t len = which == 1 ? len1 : SNT;
+            memset(t1, 0, (size_t)len * 8);
+            for (int r = 0; r < W; r++) {
+                CUDA_CHECK(cudaMemcpy(h1, adafactor_plan_reduce_buffer(plan[r], which), (size_t)len * 8,
+                                      cudaMemcpyDeviceToHost));
+                for (int64_t i = 0; i < len; i++) t1[i] += h1[i];
+            }
+            for (int r = 0; r < W; r++)
+                CUDA_CHECK(cudaMemcpy(adafactor_plan_reduce_buffer(plan[r], which), t1, (size_t)len * 8,
+                                      cudaMemcpyHostToDevice));
+        }
+        CUDA_CHECK(cudaDeviceSynchronize());
+        // compare every rank's pieces with the whole plan's
+        AdafactorScalars hs[SNT], rs[SNT];
+        CUDA_CHECK(cudaMemcpy(hs, adafactor_plan_scalars(ref), sizeof hs, cudaMemcpyDeviceToHost));
+        for (int k = 0; k < SNT; k++) {
+            float* want = malloc((size_t)n[k] * 4);
+            float* got = malloc((size_t)n[k] * 4);
+            const float* wsrc[4] = {dp[k], dv[k], dm[k], drow[k]};
+            const char* nm[5] = {"master", "exp_avg_sq", "exp_avg", "exp_avg_sq_row", "exp_avg_sq_col"};
+            for (int arr = 0; arr < 5; arr++) {
+                if ((arr == 1 && SFACT[k]) || (arr == 2 && !beta1) || (arr >= 3 && !SFACT[k])) continue;
+                const int64_t len = arr == 3 ? SROWS[k] : arr == 4 ? SCOLS[k] : n[k];
+                CUDA_CHECK(cudaMemcpy(want, arr == 4 ? dcol[k] : wsrc[arr], (size_t)len * 4, cudaMemcpyDeviceToHost));
+                const double scale = fmax((double)max_abs(want, (size_t)len), 1e-30);
+                for (int r = 0; r < W; r++) {
+                    const int q = qidx[r][k];
+                    if (q < 0) continue;
+                    const AdafactorTensor* t = &rk[r][q];
+                    const float* src = arr == 0 ? t->master : arr == 1 ? t->exp_avg_sq : arr == 2 ? t->exp_avg
+                                     : arr == 3 ? t->exp_avg_sq_row : t->exp_avg_sq_col;
+                    const int64_t off = arr >= 3 ? 0 : first[r][k], m = arr >= 3 ? len : count[r][k];
+                    CUDA_CHECK(cudaMemcpy(got, src, (size_t)m * 4, cudaMemcpyDeviceToHost));
+                    for (int64_t i = 0; i < m; i++) {
+                        const double e = fabs((double)got[i] - (double)want[off + i]) / scale;
+                        if (e > 1e-6)
+                            fail_msg("W %d beta1 %d step %d tensor %d rank %d %s[%lld]: %.9g, whole plan %.9g", W, beta1,
+                                     s, k, r, nm[arr], (long long)(off + i), got[i], want[off + i]);
+                        worst = fmax(worst, e);
+                    }
+                    if (arr == 0) {  // the 16-bit copy and the scalars, once per rank and tensor
+                        uint16_t* gw = malloc((size_t)m * 2);
+                        uint16_t* ww = malloc((size_t)n[k] * 2);
+                        CUDA_CHECK(cudaMemcpy(gw, t->work, (size_t)m * 2, cudaMemcpyDeviceToHost));
+                        CUDA_CHECK(cudaMemcpy(ww, dw[k], (size_t)n[k] * 2, cudaMemcpyDeviceToHost));
+                        for (int64_t i = 0; i < m; i++)
+                            if (ulp16(gw[i], ww[off + i]) > 1)
+                                fail_msg("W %d step %d tensor %d rank %d work[%lld]: 0x%04x, whole 0x%04x", W, s, k, r,
+                                         (long long)(off + i), gw[i], ww[off + i]);
+                        free(gw);
+                        free(ww);
+                        CUDA_CHECK(cudaMemcpy(&rs[k], adafactor_plan_scalars(plan[r]) + q, sizeof rs[k],
+                                              cudaMemcpyDeviceToHost));
+                        const float sv[4] = {rs[k].param_rms, rs[k].lr, rs[k].update_rms, rs[k].clip_div};
+                        const float rv[4] = {hs[k].param_rms, hs[k].lr, hs[k].update_rms, hs[k].clip_div};
+                        for (int z = 0; z < 4; z++)
+                            if (fabs((double)sv[z] - rv[z]) > 1e-6 * fabs((double)rv[z]))
+                                fail_msg("W %d step %d tensor %d rank %d scalar %d: %.9g, whole %.9g", W, s, k, r, z,
+                                         sv[z], rv[z]);
+                    }
+                }
+            }
+            free(want);
+            free(got);
+        }
+    }
+    print_message("split over %d ranks%s: 4 steps, worst difference from the whole plan %.3e of the array's max "
+                  "(gate 1e-6)\n", W, beta1 ? " (beta1 0.9)" : "", worst);
+    for (int r = 0; r < W; r++) {
+        for (int q = 0; q < cnt[r]; q++) {
+            CUDA_CHECK(cudaFree(rk[r][q].master));
+            CUDA_CHECK(cudaFree((void*)rk[r][q].grad));
+            CUDA_CHECK(cudaFree(rk[r][q].work));
+            CUDA_CHECK(cudaFree(rk[r][q].exp_avg_sq_row));
+            CUDA_CHECK(cudaFree(rk[r][q].exp_avg_sq_col));
+            CUDA_CHECK(cudaFree(rk[r][q].exp_avg_sq));
+            CUDA_CHECK(cudaFree(rk[r][q].exp_avg));
+        }
+        adafactor_plan_free(plan[r]);
+    }
+    adafactor_plan_free(ref);
+    for (int k = 0; k < SNT; k++) {
+        CUDA_CHECK(cudaFree(dp[k]));
+        CUDA_CHECK(cudaFree(dg[k]));
+        CUDA_CHECK(cudaFree(dv[k]));
+        CUDA_CHECK(cudaFree(dm[k]));
+        CUDA_CHECK(cudaFree(dw[k]));
+        CUDA_CHECK(cudaFree(drow[k]));
+        CUDA_CHECK(cudaFree(dcol[k]));
+        free(hp[k]);
+        free(hg[k]);
+    }
+    CUDA_CHECK(cudaFree(d_scale));
+    free(h1);
+    free(t1);
+}
+
+static void test_split_across_ranks(void** state) {
+    (void)state;
+    T5_REQUIRE_GPU();
+    split_case(2, false);
+    split_case(3, true);
+    split_case(5, false);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hf_trainer_options),
         cmocka_unit_test(test_relative_step_beta1),
         cmocka_unit_test(test_warmup_init),
         cmocka_unit_test(test_clipping_beta1_decay),
+        cmocka_unit_test(test_split_across_ranks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -597,8 +597,8 @@ static void make_cases(void) {
     add("cli: max_steps 0 and no epochs", 2, "", "$T $B --max_steps 0 --num_train_epochs 0 --dry_run");
 
     // ---- "not implemented yet" (config errors: exit 2, found by --dry_run too)
-    // Adafactor in the ZeRO engine (stages 1-3, offloads, ratio) at one rank: accepted
-    add("zero: optim adafactor at stage 3 on 2 ranks", 2, "not implemented yet: optim adafactor at ZeRO stage 3 on 2 ranks", "RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 $T $B --optim adafactor --deepspeed '{\"zero_optimization\": {\"stage\": 3}}' --dry_run");
+    // Adafactor in the ZeRO engine (stages 1-3, offloads, ratio) on one rank or several (issue 33): accepted
+    add("control: optim adafactor at stage 3 + offload on 2 ranks (a dry run joins no peers)", 0, "", "RANK=1 LOCAL_RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 $T $B --optim adafactor --deepspeed '{\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\"}}}' --dry_run");
     add("control: optim adafactor at stage 0 on 2 ranks (a dry run joins no peers)", 0, "", "RANK=1 LOCAL_RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 $T $B --optim adafactor --dry_run");
     add("control: optim adafactor at stage 3, both offloads", 0, "", "$T $B --optim adafactor --deepspeed '{\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\"}, \"offload_param\": {\"device\": \"cpu\"}}}' --dry_run");
     add("control: optim adafactor at stage 2, offload ratio 0.3", 0, "", "$T $B --optim adafactor --adafactor_beta1 0.9 --deepspeed '{\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"cpu\", \"ratio\": 0.3}}}' --dry_run");

@@ -573,14 +573,9 @@ int config_check_implemented(const RunConfig* c, char* err, size_t n) {
         char name[64];
         enum_choice(&CONFIG_KEYS[config_key_index("optim")], c->optim, name, sizeof name);
         if (c->optim == OPTIM_ADAFACTOR) {
-            // every stage at one rank: stage 0 the trainer's fused GPU Adafactor (cuda/adafactor.cu), stages 1-3 the
-            // engine's (src/zero/step_adafactor.c: the same plan on the GPU units, cpu_adafactor on the offloaded
-            // ones). Several ranks: stage 0 (whole tensors on every rank); at stages 1-3 a matrix split across ranks
-            // would need its row/column sums all-reduced (docs/zero.md)
-            const bool auto_stage = c->src[config_key_index("deepspeed.zero_optimization.stage")] == CONFIG_SRC_AUTO;
-            if (c->world_size > 1 && (auto_stage || z->stage > 0))
-                MISSING("optim adafactor at ZeRO stage %s on %lld ranks (several ranks: stage 0 only)",
-                        auto_stage ? "auto" : z->stage == 1 ? "1" : z->stage == 2 ? "2" : "3", (long long)c->world_size);
+            // every stage and any number of ranks: stage 0 the trainer's fused GPU Adafactor (cuda/adafactor.cu),
+            // stages 1-3 the engine's (src/zero/step_adafactor.c: the same plan on the GPU units, cpu_adafactor on
+            // the offloaded ones; a tensor cut across ranks has its row/column sums all-reduced: ada_split.h)
         } else {
             MISSING("optim %s (only AdamW and Adafactor)", name);
         }

@@ -12,8 +12,10 @@
 #include <sys/statvfs.h>
 
 #include "../../model/params.h"
+#include "../../model/t5.h"
 #include "../base/common.h"
 #include "../train/checkpoint.h"
+#include "../zero/recut.h"
 
 void disk_save_bytes(const SavePlan* p, SaveBytes* b) {
     memset(b, 0, sizeof *b);
@@ -96,18 +98,43 @@ int disk_check_saves(const SaveBytes* b, uint64_t free_bytes, const char* where,
                    b->new_checkpoints > 2 ? ": free space there, or keep fewer checkpoints (save_total_limit)" : "");
 }
 
+// Adafactor's state floats in one checkpoint's state files: a matrix keeps its row and column factors, a vector v,
+// beta1 exp_avg; stages 1-3 on several ranks: the ranks' blobs (recut.h's layout: a rank holding a slice of a matrix
+// keeps its whole factors), added up
+static uint64_t adafactor_state_floats(const TrainerArgs* a, const ParamTable* T, int world_size) {
+    const bool b1 = a->adafactor.has_beta1;
+    uint64_t total = 0;
+    if (a->zero.stage < 1 || world_size <= 1) {
+        for (int i = 0; i < T->num_params; i++) {
+            const ParamDesc* d = &T->params[i];
+            total += (d->ndim == 2 ? (uint64_t)(d->shape[0] + d->shape[1]) : d->numel) + (b1 ? d->numel : 0);
+        }
+        return total;
+    }
+    ZeroOptions zo;
+    zero_options_default(&zo);
+    t5_model_zero_describe(T, &zo);
+    size_t* numel = malloc_check((size_t)T->num_units * sizeof *numel);
+    for (int u = 0; u < T->num_units; u++) numel[u] = T->units[u].numel;
+    char err[256];
+    for (int r = 0; r < world_size; r++) {
+        ZeroLayout L;
+        if (zero_layout_build(&L, world_size, r, T->num_units, numel, 1000000000, 0.0, err, sizeof err)) break;
+        total += recut_ada_blob_floats(zo.tensors, zo.num_tensors, &L, b1);
+        zero_layout_free(&L);
+    }
+    free(numel);
+    t5_model_zero_free(&zo);
+    return total;
+}
+
 void disk_save_plan(const TrainerArgs* a, int world_size, SavePlan* p) {
     memset(p, 0, sizeof *p);
     ParamTable T;
     char err[256];
     if (params_build(&T, &a->model, err, sizeof err) == 0) {
         p->params = T.total_numel;
-        if (a->optimizer == TRAINER_OPTIM_ADAFACTOR)
-            for (int i = 0; i < T.num_params; i++) {  // a matrix keeps its row and column factors, a vector v
-                const ParamDesc* d = &T.params[i];
-                p->adafactor_floats += (d->ndim == 2 ? (uint64_t)(d->shape[0] + d->shape[1]) : d->numel) +
-                                       (a->adafactor.has_beta1 ? d->numel : 0);
-            }
+        if (a->optimizer == TRAINER_OPTIM_ADAFACTOR) p->adafactor_floats = adafactor_state_floats(a, &T, world_size);
         params_free(&T);
     }
     p->world_size = world_size;

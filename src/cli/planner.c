@@ -141,6 +141,7 @@ int planner_row(const PlanInput* in, int stage, bool off_opt, bool off_param, do
             r->h_total += P * 4;
         }
         r->cpu_numel = e.cpu_numel;
+        r->ada_reduce_bytes = (double)e.ada_reduce_doubles * 8.0;
         // PCIe traffic per optimizer step
         const double xs = (double)dtype_size(in->dtype), as = (double)dtype_size(in->grad_dtype);
         const double gas = (double)(in->grad_accum_steps > 1 ? in->grad_accum_steps : 1);
@@ -161,6 +162,8 @@ int planner_row(const PlanInput* in, int stage, bool off_opt, bool off_param, do
                                                 : f * b / MEASURED_NVLINK_REDUCESCATTER_BUSBW +
                                                       2.0 * f * b / MEASURED_NVLINK_ALLGATHER_BUSBW;
                 compute = fmax(compute, comm);
+                // Adafactor's two all-reduces sit between its kernels on the compute stream: not overlapped
+                compute += 2.0 * f * r->ada_reduce_bytes / MEASURED_NVLINK_ALLREDUCE_BUSBW;
             }
             const double adam = MEASURED_ADAM_S_PER_1E9 * cpu / 1e9;
             const double pcie = fmax(r->h2d_bytes, r->d2h_bytes) / MEASURED_PCIE_BYTES_PER_S;
@@ -326,6 +329,17 @@ void planner_print(FILE* f, const PlanInput* in, const PlanRow* rows, int n, boo
     if (world > 1 && in->num_nodes == 1)
         fprintf(f, "\nnote: %d ranks: the collectives' time from the NCCL bandwidth measured between two H100s of one "
                    "host (NVLink; docs/multi_gpu.md), overlapping the compute\n", world);
+    if (ada && world > 1)
+        for (int i = 0; i < n; i++)
+            if (rows[i].stage > 0 && !rows[i].off_opt) {
+                fprintf(f, "note: Adafactor at stages 1-3 on %d ranks: 2 fp64 all-reduces per step of %.2f MiB together "
+                           "(the row/column sums, sum p^2 and sum u^2 of the tensors the partitions cut; the cut is the "
+                           "same at every stage), 2 more for the CPU-stepped ones with offload_optimizer (the same "
+                           "bytes in all), not overlapped, added to s/step; a rank holding a slice of a matrix keeps its "
+                           "whole row + column statistics (in optim)\n",
+                        world, rows[i].ada_reduce_bytes / 1048576.0);
+                break;
+            }
     if (in->num_nodes > 1)
         fprintf(f, "\nnote: %d nodes: no bandwidth between hosts has been measured, so no step time is predicted\n",
                 in->num_nodes);

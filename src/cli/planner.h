@@ -52,6 +52,7 @@ typedef struct {
     size_t cpu_numel;        // optimizer elements stepped by the CPU (per rank)
     double h2d_bytes, d2h_bytes;  // PCIe traffic per optimizer step (per rank)
     double step_s;           // predicted seconds per optimizer step; < 0: no measured rate applies
+    double ada_reduce_bytes; // Adafactor on several ranks: bytes of its fp64 all-reduces per step (estimate.h)
     bool fits;
     char why[200];           // why it does not fit (empty when it fits or was not checked)
 } PlanRow;

@@ -74,7 +74,7 @@ typedef struct {
     double num_train_epochs;
     double lr, beta1, beta2, eps, weight_decay;
     bool adamw_mode;             // decoupled weight decay (torch AdamW / DeepSpeed adam_w_mode)
-    // the optimizer: AdamW (lr, betas, eps above), or transformers' Adafactor (stage 0 only: cuda/adafactor.cu)
+    // the optimizer: AdamW (lr, betas, eps above), or transformers' Adafactor (every stage; the engine steps it)
     // with these options; its lr is `lr` (the schedule's) unless relative_step, its weight decay weight_decay
     // on HF's decay group
     TrainerOptimizer optimizer;

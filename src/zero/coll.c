@@ -43,6 +43,11 @@ void zcoll_all_reduce(const ZeroColl* c, void* buf, size_t n, DType t, ncclRedOp
     comm_collective_enqueued(c->lc, name, s);
 }
 
+void zcoll_all_reduce_f64(const ZeroColl* c, double* buf, size_t n, cudaStream_t s, const char* name) {
+    comm_check(c->lc, ncclAllReduce(buf, buf, n, ncclFloat64, ncclSum, c->main, s), name);
+    comm_collective_enqueued(c->lc, name, s);
+}
+
 void zcoll_all_reduce_i32(const ZeroColl* c, int* buf, size_t n, ncclRedOp_t op, cudaStream_t s, const char* name) {
     comm_check(c->lc, ncclAllReduce(buf, buf, n, ncclInt32, op, c->main, s), name);
     comm_collective_enqueued(c->lc, name, s);

@@ -42,6 +42,9 @@ void zcoll_broadcast_group(const ZeroColl* c, ncclComm_t comm, int n, float* con
                            const int* root, cudaStream_t s, const char* name);
 void zcoll_all_reduce(const ZeroColl* c, void* buf, size_t n, DType t, ncclRedOp_t op, cudaStream_t s,
                       const char* name);
+// in place, fp64 SUM on `main` (NCCL's all-reduce hands every rank the same bits: each element is reduced once
+// and the result copied to the others)
+void zcoll_all_reduce_f64(const ZeroColl* c, double* buf, size_t n, cudaStream_t s, const char* name);
 void zcoll_all_reduce_i32(const ZeroColl* c, int* buf, size_t n, ncclRedOp_t op, cudaStream_t s, const char* name);
 // true only when every rank passes true (synchronous; src/launch/comm.h comm_agree)
 bool zcoll_agree(const ZeroColl* c, bool mine, cudaStream_t s);

@@ -29,8 +29,12 @@
  * one) that does not depend on the thread count; per-block partial sums are combined in block order, so
  * the result is bit-identical for any OMP_NUM_THREADS.
  *
- * Not here: ndim > 2 (HF factors the last two dims; T5 has none), the GPU kernels, a matrix split over
- * ZeRO ranks (docs/optimizer.md says how its row/column sums would be reduced).
+ * A slice of a tensor (several ZeRO ranks hold parts of one tensor, cut anywhere: cpu_adafactor_slice_*): the same
+ * arithmetic in three calls, the caller adding the ranks' partial sums in between (docs/optimizer.md, "Adafactor on
+ * several ranks"); the blocks run over the rows (elements) the slice holds, so the sums are split differently from
+ * one rank's and can differ from them by the rounding of an fp32 sum (test_zero_adafactor: split vs whole).
+ *
+ * Not here: ndim > 2 (HF factors the last two dims; T5 has none), the GPU kernels.
  */
 #pragma once
 #include <stdbool.h>
@@ -109,6 +113,38 @@ void cpu_adafactor_scratch_free(CpuAdafactorScratch* s);
 int cpu_adafactor_step(const CpuAdafactorOpts* o, int64_t step, CpuAdafactorState* s, float* master,
                        const void* grad, DType grad_dtype, float grad_scale, void* work, DType work_dtype,
                        CpuAdafactorStepInfo* info, CpuAdafactorScratch* scratch);
+
+// ---- a slice of a tensor (several ZeRO ranks)
+//
+// The step of elements [first, first + count) of a rows x cols tensor (a vector: 1 x n, factored false) in three
+// calls; between them the caller adds red1 (then red2) over every rank holding a slice of the tensor, in rank order,
+// so every rank passes the same whole sums on:
+//   sums:    red1 (cpu_adafactor_slice_red1_len doubles, =) = this slice's row sums of g^2+eps1 (0 for the rows it does
+//            not touch), column sums, then sum p^2; a vector: [sum p^2], its v EMA done here and *red2 = sum u^2
+//   factors: a matrix: from the whole red1, the row / column EMAs (every row and column: the statistics are
+//            replicated on each rank holding a slice) and the factors (rows + cols floats the caller keeps for
+//            apply); *red2 = this slice's sum u^2. A vector: nothing.
+//   apply:   from the whole sum p^2 and sum u^2: lr, clipping, the update of the slice's elements (info as a step's)
+typedef struct {
+    size_t rows, cols;       // the whole tensor
+    bool factored;
+    size_t first, count;     // the slice (count >= 1)
+    float* master;           // (count) the slice's fp32 master
+    const void* grad;        // (count) grad_dtype, read as float(grad) * grad_scale
+    DType grad_dtype;
+    float grad_scale;
+    void* work;              // (count) work_dtype, or NULL
+    DType work_dtype;
+    CpuAdafactorState state; // exp_avg_sq_row / _col whole (rows, cols); exp_avg_sq and exp_avg: (count)
+} CpuAdafactorSlice;
+
+size_t cpu_adafactor_slice_red1_len(const CpuAdafactorSlice* s);
+void cpu_adafactor_slice_sums(const CpuAdafactorOpts* o, int64_t step, const CpuAdafactorSlice* s, double* red1,
+                              double* red2, CpuAdafactorScratch* scratch);
+void cpu_adafactor_slice_factors(const CpuAdafactorOpts* o, int64_t step, const CpuAdafactorSlice* s,
+                                 const double* red1, float* factors, double* red2);
+void cpu_adafactor_slice_apply(const CpuAdafactorOpts* o, int64_t step, const CpuAdafactorSlice* s, double psum,
+                               double usum, const float* factors, CpuAdafactorStepInfo* info);
 
 #ifdef __cplusplus
 }

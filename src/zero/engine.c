@@ -76,7 +76,10 @@ int engine_create(Engine** out, const EngineOptions* o, char* err, size_t errlen
     E->numel = zero_flat_numel(E->Z);
     E->state_n = E->part ? zero_partition_numel(E->Z) : E->numel;
     E->ada = o->zero.optimizer == ZERO_OPTIM_ADAFACTOR;
-    if (E->ada) E->ada_floats = adafactor_floats(&E->o.zero);
+    if (E->ada) {
+        E->ada_whole_floats = adafactor_floats(&E->o.zero);
+        E->ada_floats = engine_ada_rank_floats(E);  // several ranks at stages 1-3: this rank's slices (recut.h)
+    }
     if (o->zero.stage > 0) print_plan(E);
     *out = E;
     return 0;

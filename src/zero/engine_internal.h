@@ -22,7 +22,8 @@ struct Engine {
     bool ada;                    // Adafactor (else AdamW)
     size_t numel;                // flat numel (units padded to 8)
     size_t state_n;              // Adam's m (and v) floats this rank holds: its partition (= numel at one rank)
-    size_t ada_floats;           // Adafactor's state floats (the "adafactor" blob)
+    size_t ada_floats;           // Adafactor's state floats of this rank (its "adafactor" blob; recut.h's layout)
+    size_t ada_whole_floats;     // ... of the whole model (stage 0, one rank)
     int n_micro;                 // micro-batches of the update under way
     LossScaler scaler;           // zero without a loss scaler (the "scaler" blob all the same)
     EngineSched sch;
@@ -34,3 +35,6 @@ struct Engine {
     int* h_overflow;             // pinned (1)
     float* h_inv_scale;          // pinned (1): 1/combined for the engine's CPU optimizer
 };
+
+// Adafactor's state floats of this rank's blob (engine_state.c): its slices at stages 1-3, the whole model at stage 0
+size_t engine_ada_rank_floats(const Engine* E);

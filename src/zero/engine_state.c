@@ -7,7 +7,8 @@
  *   adafactor         Adafactor's state (step0.h layout; stages 1-3 keep the same)
  *   scaler            LossScaler
  *   scheduler         EngineSched
- * Saved by another number of ranks, AdamW's m and v are re-cut into this rank's partition (recut.h).
+ * Saved by another number of ranks, AdamW's m and v, and Adafactor's state, are re-cut into this rank's partition
+ * (recut.h).
  */
 #include "engine_internal.h"
 
@@ -107,6 +108,7 @@ static void read_small(const EngineStateSource* src, EngineBlob b, void* dst, si
         t5_die(T5_EXIT_FAILURE, "resume: %s", err);
 }
 
+// a re-cut's destination: this rank's engine, the old and the new layout, the floats handed on (AdamW and Adafactor)
 typedef struct {
     Engine* E;
     const ZeroLayout* Lold;
@@ -127,19 +129,83 @@ static int recut_consume(void* ctx, const void* data, size_t off, size_t n) {
     return 0;
 }
 
+// the partition of `world` ranks as rank `rank` sees it (lo / hi: which elements it owns)
+static void state_layout(const Engine* E, int world, int rank, ZeroLayout* L) {
+    static char err[ENGINE_ERR_LEN];
+    const ParamTable* T = E->o.T;
+    size_t* numel = malloc_check((size_t)T->num_units * sizeof *numel);
+    for (int u = 0; u < T->num_units; u++) numel[u] = T->units[u].numel;
+    if (zero_layout_build(L, world, rank, T->num_units, numel, 1000000000, 0.0, err, sizeof err))
+        t5_die(T5_EXIT_FAILURE, "resume: %s", err);
+    free(numel);
+}
+
+// this rank's layout: its partition (stages 1-3) or the whole model (stage 0)
+static void state_layout_here(const Engine* E, ZeroLayout* L) {
+    state_layout(E, E->part ? T5_MAX(E->o.zero.world, 1) : 1, E->part ? E->o.zero.rank : 0, L);
+}
+
+size_t engine_ada_rank_floats(const Engine* E) {
+    ZeroLayout L;
+    state_layout_here(E, &L);
+    const size_t f = recut_ada_blob_floats(E->o.zero.tensors, E->o.zero.num_tensors, &L, E->o.zero.adafactor.has_beta1);
+    zero_layout_free(&L);
+    return f;
+}
+
+static void ada_recut_put(void* ctx, int which, size_t off, const float* src, size_t n) {
+    (void)which;
+    RecutCtx* r = ctx;
+    blob_range(r->E, off, n, (float*)src, false);
+    r->got += n;
+}
+
+static int ada_recut_consume(void* ctx, const void* data, size_t off, size_t n) {
+    RecutCtx* r = ctx;
+    if (off % sizeof(float) || n % sizeof(float)) return -1;
+    const ZeroOptions* z = &r->E->o.zero;
+    recut_ada_chunk(z->tensors, z->num_tensors, z->adafactor.has_beta1, r->Lold, r->Lnew, off / sizeof(float), data,
+                    n / sizeof(float), ada_recut_put, r);
+    return 0;
+}
+
+// Adafactor saved by another number of ranks (or another stage's cut): this rank's blob from the old ranks' blobs.
+// old_floats: the floats of the blob of the old rank src->rank; it equals the whole model's when the old run held
+// every tensor whole (stage 0, or one rank; a partitioned blob of that size holds every tensor whole, the same floats)
+static void load_recut_ada(Engine* E, const EngineStateSource* src, size_t old_floats) {
+    static char err[ENGINE_ERR_LEN];
+    const ZeroOptions* z = &E->o.zero;
+    const bool b1 = z->adafactor.has_beta1;
+    const int ow = old_floats == E->ada_whole_floats ? 1 : src->old_world;
+    const int world = T5_MAX(z->world, 1);
+    ZeroLayout Ln, Lo;
+    state_layout_here(E, &Ln);
+    RecutCtx rc = {.E = E, .Lnew = &Ln};
+    for (int r = 0; r < ow; r++) {
+        state_layout(E, ow, r, &Lo);
+        rc.Lold = &Lo;
+        const size_t nbytes = recut_ada_blob_floats(z->tensors, z->num_tensors, &Lo, b1) * sizeof(float);
+        // one old rank whole: its file (src->rank's, the one whose layout blob said so)
+        const int file = ow == 1 ? src->rank : r;
+        if (recut_ada_rank_needed(z->tensors, z->num_tensors, b1, &Lo, r, &Ln) &&
+            src->read(src->ctx, file, ENGINE_BLOB_ADAFACTOR, nbytes, ada_recut_consume, &rc, err, sizeof err))
+            t5_die(T5_EXIT_FAILURE, "resume: %s (Adafactor state of rank %d of %d)", err, file, src->old_world);
+        zero_layout_free(&Lo);
+    }
+    zero_layout_free(&Ln);
+    if (rc.got != E->ada_floats)
+        t5_die(T5_EXIT_FAILURE, "resume: %s: the Adafactor state re-cut from %d ranks gave %zu of %zu floats", src->dir,
+               src->old_world, rc.got, E->ada_floats);
+    printf("Resuming on %d rank%s from a checkpoint of %d: optimizer state re-cut (%zu floats on this rank)\n", world,
+           world > 1 ? "s" : "", src->old_world, rc.got);
+}
+
 // Resume on another number of ranks: this rank's AdamW m and v from the old ranks' blobs that hold a piece of its
-// partition. The old layout: whole tensors when rank 0's blob holds the whole model (stage 0, or one rank), else
+// partition (Adafactor: load_recut_ada above). The old layout: whole tensors when rank 0's blob holds the whole model (stage 0, or one rank), else
 // old_world partitions; the new one: this rank's partition (stages 1-3) or the whole model (stage 0).
-static void load_recut(Engine* E, const EngineStateSource* src, size_t blob_floats) {
+static void load_recut(Engine* E, const EngineStateSource* src) {
     static char err[ENGINE_ERR_LEN];
     const int old_world = src->old_world;
-    if (E->ada) {
-        // Adafactor runs with whole tensors only on several ranks (stage 0): the blob is the same at any N
-        if (src->read(src->ctx, src->rank, ENGINE_BLOB_ADAFACTOR, blob_floats * sizeof(float), blob_consume, E, err,
-                      sizeof err))
-            t5_die(T5_EXIT_FAILURE, "resume: %s (Adafactor state saved by %d ranks)", err, old_world);
-        return;
-    }
     const int64_t old_bytes = src->size(src->ctx, ENGINE_BLOB_OPTIMIZER);
     if (old_bytes < 0) t5_die(T5_EXIT_FAILURE, "resume: %s has no optimizer state", src->path);
     const size_t old_floats = (size_t)old_bytes / sizeof(float);
@@ -181,26 +247,32 @@ static void load_recut(Engine* E, const EngineStateSource* src, size_t blob_floa
 void engine_state_load(Engine* E, const EngineStateSource* src) {
     static char err[ENGINE_ERR_LEN];
     const bool has_beta1 = E->o.zero.adafactor.has_beta1;
-    size_t blob_floats = 2 * E->state_n;
     if (E->ada) {
         EngineAdafactorLayout lay;
         read_small(src, ENGINE_BLOB_ADAFACTOR_LAYOUT, &lay, sizeof lay);
-        if (lay.version != 1 || (bool)lay.has_beta1 != has_beta1 || lay.floats != (int64_t)E->ada_floats)
+        if (lay.version != 1 || (bool)lay.has_beta1 != has_beta1)
             t5_die(T5_EXIT_USAGE,
                    "resume: %s holds Adafactor state %s beta1 (%lld floats, layout version %d), this run's Adafactor %s "
                    "(%zu floats): resume with the same adafactor_beta1 (null or a value)",
                    src->path, lay.has_beta1 ? "with" : "without", (long long)lay.floats, (int)lay.version,
                    has_beta1 ? "has beta1" : "has no beta1", E->ada_floats);
-        blob_floats = E->ada_floats;
+        // another number of ranks, or the same with another cut (stage 0's whole tensors against a partition)
+        if (src->old_world != T5_MAX(E->o.zero.world, 1) || lay.floats != (int64_t)E->ada_floats)
+            load_recut_ada(E, src, (size_t)lay.floats);
+        else if (src->read(src->ctx, src->rank, ENGINE_BLOB_ADAFACTOR, E->ada_floats * sizeof(float), blob_consume, E,
+                           err, sizeof err))
+            t5_die(T5_EXIT_FAILURE, "resume: %s", err);
+    } else {
+        // AdamW's blob streamed into the engine / the GPU state (no full host copy)
+        const size_t blob_floats = 2 * E->state_n;
+        const int64_t opt_bytes = src->size(src->ctx, ENGINE_BLOB_OPTIMIZER);
+        if (src->old_world != T5_MAX(E->o.zero.world, 1) ||
+            (opt_bytes >= 0 && (size_t)opt_bytes != blob_floats * sizeof(float)))
+            load_recut(E, src);
+        else if (src->read(src->ctx, src->rank, ENGINE_BLOB_OPTIMIZER, blob_floats * sizeof(float), blob_consume, E,
+                           err, sizeof err))
+            t5_die(T5_EXIT_FAILURE, "resume: %s", err);
     }
-    // the optimizer's blob streamed into the engine / the GPU state (no full host copy)
-    const int64_t opt_bytes = src->size(src->ctx, ENGINE_BLOB_OPTIMIZER);
-    if (src->old_world != T5_MAX(E->o.zero.world, 1) ||
-        (!E->ada && opt_bytes >= 0 && (size_t)opt_bytes != blob_floats * sizeof(float)))
-        load_recut(E, src, blob_floats);
-    else if (src->read(src->ctx, src->rank, E->ada ? ENGINE_BLOB_ADAFACTOR : ENGINE_BLOB_OPTIMIZER,
-                       blob_floats * sizeof(float), blob_consume, E, err, sizeof err))
-        t5_die(T5_EXIT_FAILURE, "resume: %s", err);
     LossScaler sc;
     read_small(src, ENGINE_BLOB_SCALER, &sc, sizeof sc);
     read_small(src, ENGINE_BLOB_SCHEDULER, &E->sch, sizeof E->sch);

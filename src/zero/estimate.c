@@ -9,6 +9,7 @@
 #include "../../cuda/adafactor.cuh"
 #include "../../cuda/grad_accum.cuh"
 #include "../base/common.h"
+#include "ada_split.h"
 #include "bufcache.h"
 
 bool zero_host_grads_share_weights(const ZeroOptions* o) {
@@ -23,35 +24,62 @@ size_t zero_adafactor_tensor_floats(const ZeroTensor* t, size_t owned, bool has_
     return (fac ? (size_t)(t->rows + t->cols) : owned) + (has_beta1 ? owned : 0);
 }
 
-// Adafactor's state floats of this rank's partition, on the GPU and on the host (CPU-stepped units), and the GPU
-// plan's scratch bytes over the GPU-stepped tensors (L NULL: stage 0, every tensor whole on the GPU)
+// Adafactor's state floats of this rank's partition, on the GPU and on the host (CPU-stepped units), the GPU plan's
+// scratch bytes over the GPU-stepped tensors' slices with the reduce buffers of ada_split.h (L NULL: stage 0, every
+// tensor whole on the GPU), and with several ranks the doubles all-reduced per step; the CPU-stepped tensors cut across
+// ranks add their sums' device buffer to *scratch and their host sums and factors to *host_scratch
+// (step_adafactor.c zp_ada_cpu_sums).
 static void adafactor_sizes(const ZeroOptions* o, const ZeroLayout* L, size_t* gpu_floats, size_t* host_floats,
-                            size_t* scratch) {
-    *gpu_floats = *host_floats = *scratch = 0;
-    AdafactorTensor* ft = calloc_check((size_t)T5_MAX(o->num_tensors, 1), sizeof *ft);
+                            size_t* scratch, size_t* reduced, size_t* host_scratch) {
+    *gpu_floats = *host_floats = *scratch = *reduced = *host_scratch = 0;
+    const int n = o->num_tensors;
+    AdafactorTensor* ft = calloc_check((size_t)T5_MAX(n, 1), sizeof *ft);
+    int64_t* off1 = calloc_check((size_t)T5_MAX(n, 1), sizeof *off1);
+    int64_t* off2 = calloc_check((size_t)T5_MAX(n, 1), sizeof *off2);
+    bool* in_plan = calloc_check((size_t)T5_MAX(n, 1), sizeof *in_plan);
+    ZeroAdaSplit sp = {0}, cs = {0};
+    if (L) {
+        for (int i = 0; i < n; i++) in_plan[i] = !L->group_cpu[L->unit_group[o->tensors[i].unit]];
+        zero_ada_split_build(&sp, o->tensors, n, L, in_plan);
+        for (int i = 0; i < n; i++) in_plan[i] = !in_plan[i];
+        zero_ada_split_build(&cs, o->tensors, n, L, in_plan);
+        for (int i = 0; i < n; i++) in_plan[i] = !in_plan[i];
+    }
     int nf = 0;
-    for (int i = 0; i < o->num_tensors; i++) {
+    for (int i = 0; i < n; i++) {
         const ZeroTensor* t = &o->tensors[i];
-        size_t owned = t->numel;
-        bool cpu = false;
-        if (L) {
-            const size_t a = T5_MAX(t->offset, L->lo[t->unit]), b = T5_MIN(t->offset + t->numel, L->hi[t->unit]);
-            owned = b > a ? b - a : 0;
-            cpu = L->group_cpu[L->unit_group[t->unit]];
-        }
+        const size_t owned = L ? sp.count[i] : t->numel;
         if (owned == 0) continue;
         const size_t f = zero_adafactor_tensor_floats(t, owned, o->adafactor.has_beta1);
-        if (cpu) {
+        const bool fac = t->rows > 0 && t->cols > 0;
+        if (L && !in_plan[i]) {
             *host_floats += f;
+            if (cs.shared[i] && fac) *host_scratch += (size_t)(t->rows + t->cols) * sizeof(float);  // its factors
         } else {
             *gpu_floats += f;
-            const bool fac = t->rows > 0 && t->cols > 0;
-            ft[nf++] = (AdafactorTensor){.rows = fac ? t->rows : 1, .cols = fac ? t->cols : (int64_t)owned,
-                                         .factored = fac};
+            if (L) {
+                off1[nf] = sp.off1[i];
+                off2[nf] = sp.off2[i];
+            }
+            ft[nf++] = (AdafactorTensor){.rows = fac ? t->rows : 1, .cols = fac ? t->cols : (int64_t)t->numel,
+                                         .factored = fac, .first = L ? (int64_t)sp.first[i] : 0,
+                                         .count = (int64_t)owned};
         }
     }
-    if (nf > 0) *scratch = adafactor_plan_scratch_bytes_for(ft, nf);
+    const AdafactorReduce red = {.len1 = sp.len1, .len2 = sp.len2, .off1 = off1, .off2 = off2};
+    if (nf > 0 || sp.shared1 > 0) *scratch = adafactor_plan_scratch_bytes_for(ft, nf, L ? &red : NULL);
+    const size_t cred = (size_t)(cs.shared1 + cs.shared2);
+    *scratch += cred * sizeof(double);
+    *host_scratch += cred * sizeof(double);
+    *reduced = (size_t)(sp.shared1 + sp.shared2) + cred;
+    if (L) {
+        zero_ada_split_free(&sp);
+        zero_ada_split_free(&cs);
+    }
     free(ft);
+    free(off1);
+    free(off2);
+    free(in_plan);
 }
 
 void zero_estimate_layout(const ZeroOptions* o, const ZeroLayout* L, ZeroMemEstimate* e) {
@@ -82,13 +110,14 @@ void zero_estimate_layout(const ZeroOptions* o, const ZeroLayout* L, ZeroMemEsti
     size_t ada_gpu_floats = 0;
     if (o->optimizer == ZERO_OPTIM_ADAFACTOR) {  // its state in the m buffers (estimate.h)
         size_t host_floats = 0;
-        adafactor_sizes(o, L, &ada_gpu_floats, &host_floats, &e->gpu_ada_scratch);
+        adafactor_sizes(o, L, &ada_gpu_floats, &host_floats, &e->gpu_ada_scratch, &e->ada_reduce_doubles,
+                        &e->host_ada_scratch);
         e->host_m = host_floats * 4;
         e->host_v = 0;
     }
     e->host_gacc = zero_host_grads_share_weights(o) ? 0 : e->cpu_numel * as;
     e->host_w = x32 ? 0 : e->cpu_numel * xs;
-    e->host_total = e->host_master + e->host_m + e->host_v + e->host_gacc + e->host_w;
+    e->host_total = e->host_master + e->host_m + e->host_v + e->host_gacc + e->host_w + e->host_ada_scratch;
     const bool pin_any = o->optimizer_pin_memory || o->param_pin_memory;
     e->host_pinned = (o->optimizer_pin_memory ? e->host_master + e->host_m + e->host_v + e->host_gacc : 0) +
                      ((o->offload_param ? o->param_pin_memory : pin_any) ? e->host_w : 0);
@@ -140,8 +169,8 @@ static void estimate_stage0(const ZeroOptions* o, int num_units, const size_t* u
     e->gpu_numel = n;
     e->gpu_master = e->gpu_m = e->gpu_v = n * 4;
     if (o->optimizer == ZERO_OPTIM_ADAFACTOR) {  // stage 0's fused Adafactor over every tensor (step0.c)
-        size_t g = 0, h = 0;
-        adafactor_sizes(o, NULL, &g, &h, &e->gpu_ada_scratch);
+        size_t g = 0, h = 0, red = 0, hs = 0;
+        adafactor_sizes(o, NULL, &g, &h, &e->gpu_ada_scratch, &red, &hs);
         e->gpu_m = g * 4;
         e->gpu_v = 0;
     }

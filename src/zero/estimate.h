@@ -44,6 +44,12 @@ typedef struct {
     // slice of one: docs/zero.md), v of a vector, m with beta1; gpu_ada_scratch: the fused GPU plan's scratch
     // (cuda/adafactor.cu) over the GPU-stepped tensors (stage 0: step0.c's plan over every tensor), in gpu_resident
     size_t gpu_ada_scratch;
+    // Adafactor on several ranks (stages 1-3): the fp64 all-reduces of every step over the partial sums of the
+    // tensors the partitions cut (src/zero/ada_split.h: the shared sections of the GPU plan's reduce buffers, in
+    // gpu_ada_scratch; one pair for the GPU-stepped tensors, one more for the CPU-stepped ones with
+    // offload_optimizer, whose device buffer is in gpu_ada_scratch too); 0 at one rank or when no tensor is cut
+    size_t ada_reduce_doubles;  // doubles all-reduced per step (both pairs)
+    size_t host_ada_scratch;    // the CPU-stepped cut tensors' sums and row / column factors (pageable, in host_total)
     size_t gpu_gacc;          // accumulated gradient partitions (stage 0: step0.c's fp32 sum, only with
                               // gradient accumulation)
     size_t gpu_weights;       // 16-bit weights resident (stage 0: the working copy, none in fp32; 1/2: every
@@ -58,6 +64,7 @@ typedef struct {
     int64_t peak_live_elems;  // stage 3: the schedule's peak of live non-persistent elements
     // host, allocated at creation
     size_t host_master, host_m, host_v, host_gacc, host_w;  // host_gacc 0 when it shares host_w
+    // (+ host_ada_scratch above)
     // the pinned staging rings (src/zero/staging.h) through which every copy between a pageable host buffer and the
     // GPU goes: allocated only when some host buffer above is pageable (pin_memory false): ZERO_STAGING_RINGS rings
     // (the main thread's, the CPU optimizer thread's) of staging_count (offload_optimizer.buffer_count) slots of

@@ -78,6 +78,7 @@ void zp_step_init(ZeroPart* P) {
     pthread_cond_init(&P->cv, NULL);
     cpu_adam_init(&P->cpu_adam, P->o.beta1, P->o.beta2, P->o.eps, P->o.adamw_mode);
     if (!P->ada) P->gpu_plan = zstep_adamw_plan(P, &P->gpu_plan_tensors);  // Adafactor: step_adafactor.c's plan
+    else zp_ada_device_init(P);
     if (P->L.cpu_numel > 0) {
         if (pthread_create(&P->thread, NULL, opt_thread, P) != 0)
             t5_die(T5_EXIT_FAILURE, "cannot start the CPU optimizer thread");
@@ -121,6 +122,8 @@ void zp_optimizer_step(ZeroPart* P, const ZeroStepArgs* a, cudaStream_t s) {
     CUDA_CHECK(cudaStreamWaitEvent(P->s_copy, P->ev_gpu_step, 0));
     for (int u = 0; u < P->num_units; u++)
         if (P->u[u].wfull && P->o.stage == 3) P->u[u].stale = true;
+    // several ranks with offload_optimizer: the CPU-stepped Adafactor slices' sums reduced before the thread applies
+    if (P->ada) zp_ada_cpu_sums(P, a, s);
     if (P->thread_started) {
         // pageable host gradients: every D2H of ring_main has landed before the thread may read them (zp_grad_norm
         // drained it; this keeps the rule local). The mutex below orders these host writes before its reads.
