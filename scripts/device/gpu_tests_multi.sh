@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# gpu_tests_2gpu.sh STAGED [OUT]: `make test-gpu` on a machine with two GPUs in about half the time, from binaries
-# staged elsewhere (scripts/device_gpu_tests.sh --stage STAGED).
-#   1. the single-GPU programs, two at a time: each GPU takes the next program from one queue
-#      (CUDA_VISIBLE_DEVICES=0 or 1; test_gpu_estimate's one-GPU plans among them, its two-GPU test skips there);
-#   2. with both GPUs visible: test_gpu_multi, its siblings test_gpu_multi_*, and test_gpu_estimate's two-GPU plans (T5TRAIN_ESTIMATE_MODELS=none).
+# gpu_tests_multi.sh STAGED [OUT]: `make test-gpu` on a machine with two or more GPUs, from binaries staged elsewhere
+# (scripts/device_gpu_tests.sh --stage STAGED); with N GPUs the single-GPU part takes about 1/N of the time.
+#   1. the single-GPU programs, N at a time: each GPU takes the next program from one queue
+#      (CUDA_VISIBLE_DEVICES=0 .. N-1; test_gpu_estimate's one-GPU plans among them, its two-GPU test skips there);
+#   2. with every GPU visible: test_gpu_multi, its siblings test_gpu_multi_*, and test_gpu_estimate's two-GPU plans (T5TRAIN_ESTIMATE_MODELS=none).
 # The transformers checkpoints of test_gpu_hf_checkpoints are written once, first. Prints every program's block as
 # test/run_tests.sh does and the sum: "N passed, N failed, N skipped"; exits 1 when a test failed.
 # Environment: T5TRAIN_DATA (t5-spiece/, wmt16-ro-en/), .devlibs on LD_LIBRARY_PATH as device_gpu_tests.sh sets it.
 set -u
 cd "$(dirname "$0")/../.."
-STAGED=$(realpath "${1:?usage: gpu_tests_2gpu.sh STAGED [OUT]}")
-OUT=${2:-${TMPDIR:-/tmp}/gpu_tests_2gpu}
+STAGED=$(realpath "${1:?usage: gpu_tests_multi.sh STAGED [OUT]}")
+OUT=${2:-${TMPDIR:-/tmp}/gpu_tests_multi}
 mkdir -p "$OUT"
 if [ -d .devlibs ]; then export LD_LIBRARY_PATH="$PWD/.devlibs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; fi
 export T5TRAIN_BIN=$STAGED/t5train T5TRAIN_REQUIRE_GPU=1
@@ -35,16 +35,17 @@ worker() {  # GPU: takes programs from the queue until it is empty
   done
 }
 t0=$SECONDS
-worker 0 & w0=$!
-worker 1 & w1=$!
-wait $w0 $w1
-echo "phase 1 (single-GPU programs, two at a time): $((SECONDS - t0)) s"
+NGPU=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
+workers=()
+for ((g = 0; g < NGPU; g++)); do worker $g & workers+=($!); done
+wait "${workers[@]}"
+echo "phase 1 (single-GPU programs, $NGPU at a time): $((SECONDS - t0)) s"
 t1=$SECONDS
 for prog in "$STAGED"/test_gpu_multi*; do  # test_gpu_multi and its siblings (test_gpu_multi_*): every GPU
   bash test/run_tests.sh "$prog" > "$OUT/$(basename "$prog").log" 2>&1
 done
 T5TRAIN_ESTIMATE_MODELS=none bash test/run_tests.sh "$STAGED/test_gpu_estimate" > "$OUT/test_gpu_estimate_2gpu.log" 2>&1
-echo "phase 2 (both GPUs): $((SECONDS - t1)) s"
+echo "phase 2 (every GPU): $((SECONDS - t1)) s"
 passed=0; failed=0; skipped=0
 for log in "$OUT"/test_gpu_*.log; do
   grep -v -E '^[0-9]+ passed, [0-9]+ failed' "$log"
