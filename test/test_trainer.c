@@ -68,6 +68,21 @@ static void test_step_predicates(void** state) {
     assert_int_equal(trainer_interval_steps(1, 25), 1);
 }
 
+// a resume's counters: global_step - skipped = the optimizer's applied updates (issue 34's review)
+static void test_resume_counts_check(void** state) {
+    (void)state;
+    char err[512] = "";
+    assert_int_equal(trainer_resume_counts_check(0, 0, 0, err, sizeof err), 0);
+    assert_int_equal(trainer_resume_counts_check(2500, 17, 2483, err, sizeof err), 0);
+    assert_int_equal(trainer_resume_counts_check(2500, 17, 2500, err, sizeof err), -1);
+    assert_non_null(strstr(err, "2483 updates were applied"));
+    assert_non_null(strstr(err, "optimizer state has 2500"));
+    assert_int_equal(trainer_resume_counts_check(2500, 0, 2499, err, sizeof err), -1);
+    assert_int_equal(trainer_resume_counts_check(10, 11, 0, err, sizeof err), -1);
+    assert_non_null(strstr(err, "impossible"));
+    assert_int_equal(trainer_resume_counts_check(-1, 0, 0, err, sizeof err), -1);
+}
+
 static void test_args_default_like_hf(void** state) {
     (void)state;
     TrainerArgs a;
@@ -138,6 +153,7 @@ int main(void) {
         cmocka_unit_test(test_total_steps_and_epochs),
         cmocka_unit_test(test_micro_batches_per_update),
         cmocka_unit_test(test_step_predicates),
+        cmocka_unit_test(test_resume_counts_check),
         cmocka_unit_test(test_args_default_like_hf),
         cmocka_unit_test(test_binary_not_implemented_parts),
         cmocka_unit_test(test_binary_resume_without_checkpoint),

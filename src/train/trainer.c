@@ -97,6 +97,25 @@ bool trainer_step_due(TrainerInterval strategy, int64_t step, int64_t interval) 
     return strategy == TRAINER_INTERVAL_STEPS && interval > 0 && step > 0 && step % interval == 0;
 }
 
+int trainer_resume_counts_check(int64_t global_step, int64_t skipped_steps, int64_t applied_steps, char* err,
+                                size_t errlen) {
+    if (global_step < 0 || skipped_steps < 0 || skipped_steps > global_step) {
+        snprintf(err, errlen, "the trainer's counters are impossible (global_step %lld, skipped %lld)",
+                 (long long)global_step, (long long)skipped_steps);
+        return -1;
+    }
+    if (global_step - skipped_steps != applied_steps) {
+        snprintf(err, errlen,
+                 "the trainer's counters say %lld updates were applied (global_step %lld - skipped %lld) but the "
+                 "optimizer state has %lld: its files come from different points of a run (start from an intact "
+                 "checkpoint)",
+                 (long long)(global_step - skipped_steps), (long long)global_step, (long long)skipped_steps,
+                 (long long)applied_steps);
+        return -1;
+    }
+    return 0;
+}
+
 
 // ----------------------------------------------------------------------------
 // what a checkpoint carries besides the weights (src/train/checkpoint.h blobs in t5train_state.bin)
@@ -683,6 +702,8 @@ static void load_checkpoint(Trainer* t, const char* dir) {
     const EngineStateSource src = {.ctx = &rf, .old_world = old_world, .rank = file_rank, .dir = dir, .path = p,
                                    .size = source_size, .read = source_read};
     engine_state_load(t->E, &src);
+    if (trainer_resume_counts_check(c.global_step, c.skipped_steps, engine_applied_steps(t->E), err, sizeof err))
+        t5_die(T5_EXIT_FAILURE, "resume: %s: %s", dir, err);
     state_read_check(&cs, CKPT_TAG_DATA, &t->data_state, sizeof t->data_state);
     state_read_check(&cs, CKPT_TAG_RNG, &t->rng, sizeof t->rng);
     checkpoint_state_close(&cs);

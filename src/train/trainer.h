@@ -166,6 +166,11 @@ int64_t trainer_micro_batches(int64_t num_batches, int64_t gas, int64_t step_in_
 int64_t trainer_interval_steps(double v, int64_t total_steps);
 // HF DefaultFlowCallback on_step_end for a "steps" strategy: step > 0 && interval > 0 && step % interval == 0.
 bool trainer_step_due(TrainerInterval strategy, int64_t step, int64_t interval);
+// A resume's counters agree: the trainer's updates (global_step, overflow-skipped ones included) minus the skipped
+// ones are the updates the optimizer applied (its state's step count). Returns 0, or -1 with err set (a checkpoint
+// whose trainer blob and optimizer state come from different points of a run).
+int trainer_resume_counts_check(int64_t global_step, int64_t skipped_steps, int64_t applied_steps, char* err,
+                                size_t errlen);
 
 #ifdef __cplusplus
 }

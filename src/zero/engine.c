@@ -214,6 +214,8 @@ void engine_stats(Engine* E, bool settle, EngineStats* out) {
     out->numel = E->numel;
 }
 
+int64_t engine_applied_steps(const Engine* E) { return E->sch.applied_steps; }
+
 double engine_logged_lr(Engine* E, double lr, cudaStream_t s) {
     const ZeroAdafactor* o = &E->o.zero.adafactor;
     if (!E->ada || !o->relative_step) return lr;

@@ -133,6 +133,8 @@ void engine_stats(Engine* E, bool settle, EngineStats* out);
 // The learning rate to log for the last update: lr itself, or with Adafactor's relative_step what it used
 // (transformers' AdafactorSchedule: tensor 0's, 0 before any applied update).
 double engine_logged_lr(Engine* E, double lr, cudaStream_t s);
+// The updates the optimizer has applied (its step count: a checkpoint's "scheduler" blob after engine_state_load).
+int64_t engine_applied_steps(const Engine* E);
 void engine_destroy(Engine* E);
 
 #ifdef __cplusplus
