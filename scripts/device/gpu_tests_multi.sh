@@ -4,7 +4,8 @@
 #   1. the single-GPU programs, N at a time: each GPU takes the next program from one queue
 #      (CUDA_VISIBLE_DEVICES=0 .. N-1; test_gpu_estimate's one-GPU plans among them, its two-GPU test skips there);
 #   2. with every GPU visible: test_gpu_multi, its siblings test_gpu_multi_*, and test_gpu_estimate's two-GPU plans (T5TRAIN_ESTIMATE_MODELS=none).
-# The transformers checkpoints of test_gpu_hf_checkpoints are written once, first. Prints every program's block as
+# SPLIT=K runs phase 2 on the first K GPUs during phase 1 on the others. The transformers checkpoints of
+# test_gpu_hf_checkpoints are written once, first. Prints every program's block as
 # test/run_tests.sh does and the sum: "N passed, N failed, N skipped"; exits 1 when a test failed.
 # Environment: T5TRAIN_DATA (t5-spiece/, wmt16-ro-en/), .devlibs on LD_LIBRARY_PATH as device_gpu_tests.sh sets it.
 set -u
@@ -34,18 +35,29 @@ worker() {  # GPU: takes programs from the queue until it is empty
     CUDA_VISIBLE_DEVICES=$gpu bash test/run_tests.sh "$prog" > "$OUT/$(basename "$prog").log" 2>&1
   done
 }
+multi() {  # phase 2: test_gpu_multi and its siblings (test_gpu_multi_*), then the estimate's two-GPU plans
+  local t1=$SECONDS prog
+  for prog in "$STAGED"/test_gpu_multi*; do
+    bash test/run_tests.sh "$prog" > "$OUT/$(basename "$prog").log" 2>&1
+  done
+  T5TRAIN_ESTIMATE_MODELS=none bash test/run_tests.sh "$STAGED/test_gpu_estimate" > "$OUT/test_gpu_estimate_2gpu.log" 2>&1
+  echo "phase 2 (GPUs ${CUDA_VISIBLE_DEVICES:-all}): $((SECONDS - t1)) s"
+}
 t0=$SECONDS
 NGPU=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
+# SPLIT=K (K >= 2, K < NGPU): phase 2 on GPUs 0..K-1 at the same time as phase 1 on the others (a 4-GPU machine
+# does both halves at once; the multi-GPU tests then run their K-GPU cases only)
+SPLIT=${SPLIT:-0}
+first=0
+if [ "$SPLIT" -ge 2 ] && [ "$SPLIT" -lt "$NGPU" ]; then
+  CUDA_VISIBLE_DEVICES=$(seq -s, 0 $((SPLIT - 1))) multi & mpid=$!
+  first=$SPLIT
+fi
 workers=()
-for ((g = 0; g < NGPU; g++)); do worker $g & workers+=($!); done
+for ((g = first; g < NGPU; g++)); do worker $g & workers+=($!); done
 wait "${workers[@]}"
-echo "phase 1 (single-GPU programs, $NGPU at a time): $((SECONDS - t0)) s"
-t1=$SECONDS
-for prog in "$STAGED"/test_gpu_multi*; do  # test_gpu_multi and its siblings (test_gpu_multi_*): every GPU
-  bash test/run_tests.sh "$prog" > "$OUT/$(basename "$prog").log" 2>&1
-done
-T5TRAIN_ESTIMATE_MODELS=none bash test/run_tests.sh "$STAGED/test_gpu_estimate" > "$OUT/test_gpu_estimate_2gpu.log" 2>&1
-echo "phase 2 (every GPU): $((SECONDS - t1)) s"
+echo "phase 1 (single-GPU programs, $((NGPU - first)) at a time): $((SECONDS - t0)) s"
+if [ "$first" -gt 0 ]; then wait $mpid; else multi; fi
 passed=0; failed=0; skipped=0
 for log in "$OUT"/test_gpu_*.log; do
   grep -v -E '^[0-9]+ passed, [0-9]+ failed' "$log"
