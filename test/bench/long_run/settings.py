@@ -25,6 +25,10 @@ SETTINGS = {
     # open). Measured: docs/training_results.md section 4. The fp16 comparison therefore runs at stage 2:
     "fp16_stage0": {"precision": "fp16", "ds": "fp16_stage0"},
     "fp16": {"precision": "fp16", "ds": "zero2_no_offload"},
+    # HF + DeepSpeed fp16 stops at steps 150-200 (finding 7: module.half()); HF's own AMP fp16 (autocast over fp32
+    # weights, torch's GradScaler) against t5train's fp16 without a deepspeed section (the GradScaler's numbers:
+    # 2^16, x2 after 2,000 clean steps, /2 on overflow); HF with the eager attention (finding 2)
+    "fp16_amp": {"precision": "fp16", "hf_args": ("--attn_implementation", "eager")},
     # HF bf16 went NaN at steps 650-950 in 3 of 3 seeds with transformers' default attention (training_results.md
     # section 6); the same HF runs with the eager attention, against bf16's t5train runs, tell whether it is SDPA's
     "bf16_hf_eager": {"precision": "bf16", "sides": ("hf",), "t5train_from": "bf16",
