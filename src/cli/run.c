@@ -351,7 +351,17 @@ static void run_build_trainer_args(const RunConfig* c, TrainerArgs* a) {
         const int64_t d = a->model.d_model;
         ZeroOptions* zo = &a->zero;
         zo->stage = (int)z->stage;
-        zo->offload_optimizer = z->offload_optimizer.device == OFFLOAD_CPU;
+        zo->offload_optimizer = z->offload_optimizer.device != OFFLOAD_NONE;  // nvme: stepped on the CPU as well
+        if (z->offload_optimizer.device == OFFLOAD_NVME) {  // Adam m, v in a swap file (docs/zero.md "NVMe")
+            snprintf(zo->nvme_path, sizeof zo->nvme_path, "%s", z->offload_optimizer.nvme_path);
+            zo->nvme_pipeline_read = z->offload_optimizer.pipeline_read;
+            zo->nvme_pipeline_write = z->offload_optimizer.pipeline_write;
+            zo->aio_block_size = ds->aio.block_size;
+            zo->aio_queue_depth = (int)ds->aio.queue_depth;
+            zo->aio_threads = (int)ds->aio.intra_op_parallelism;
+            zo->aio_single_submit = ds->aio.single_submit;
+            zo->aio_overlap_events = ds->aio.overlap_events;
+        }
         zo->optimizer_pin_memory = z->offload_optimizer.pin_memory;
         zo->ratio = z->offload_optimizer.ratio;
         zo->buffer_count = (int)z->offload_optimizer.buffer_count;
