@@ -2,8 +2,8 @@
  * test_nvme_io.c: the NVMe offload's I/O layer (src/nvme/) on a temporary folder: O_DIRECT alignment, round trips
  * of odd sizes through the swap pool under every pipeline / submission setting, many requests in flight, short
  * completions continued and a file shorter than expected refused, ENOSPC / the file size limit (RLIMIT_FSIZE in a
- * child) and the free-space check, a missing folder, and a filesystem refusing O_DIRECT (a hook; /dev/shm for real
- * when it refuses).
+ * child) and the free-space check, a missing folder, a filesystem refusing O_DIRECT (a hook; /dev/shm for real
+ * when it refuses), and DeepSpeed's CPU AdamW stepping m, v through the swap file bit-identical to host memory.
  */
 #include "t5test.h"
 
@@ -18,6 +18,7 @@
 #include "../src/base/common.h"
 #include "../src/nvme/aio.h"
 #include "../src/nvme/swap.h"
+#include "../src/zero/cpu_adam.h"
 
 static const char* dir_ok(void) {
     static char d[512];
@@ -291,6 +292,69 @@ static void test_o_direct_refused(void** state) {
     assert_non_null(strstr(err, "tmpfs filesystem, which refuses O_DIRECT"));
 }
 
+// The engine's use (src/zero/part_nvme.c): one region per CPU unit holding its Adam m then v, stepped by DeepSpeed's
+// CPU AdamW in a pass per step. Six steps through the swap file, pipelined and not, end with the same master, m and v
+// bits as the same steps over m, v in host memory.
+static void adam_through_swap(int bufs, bool pr, bool pw) {
+    enum { NU = 5, STEPS = 6 };
+    const size_t n[NU] = {1000, 4097, 70000, 3, 123457};
+    size_t tot = 0, rb[NU];
+    for (int u = 0; u < NU; u++) tot += n[u], rb[u] = n[u] * 8;
+    float* g = malloc(tot * 4);
+    float *w_ref = malloc(tot * 4), *w = malloc(tot * 4), *m_ref = calloc(tot, 4), *v_ref = calloc(tot, 4);
+    for (size_t i = 0; i < tot; i++) w_ref[i] = w[i] = (float)((int)(i % 201) - 100) * 1e-3f;
+    NvmeSwapConfig c = swap_cfg(bufs, pr, pw);
+    c.io.threads = 2;
+    NvmeSwap* S;
+    char err[512];
+    if (nvme_swap_create(&S, dir_ok(), "adam.swp", NU, rb, &c, err, sizeof err)) fail_msg("%s", err);
+    int seq[NU] = {0, 1, 2, 3, 4};
+    CpuAdam ca;
+    cpu_adam_init(&ca, 0.9f, 0.999f, 1e-8f, true);
+    for (int step = 1; step <= STEPS; step++) {
+        for (size_t i = 0; i < tot; i++) g[i] = (float)(((i * 2654435761u + (size_t)step * 40503u) % 2001) - 1000) * 1e-4f;
+        cpu_adam_begin_step(&ca, step, 0.9f, 0.999f);
+        assert_int_equal(nvme_swap_begin(S, seq, NU, err, sizeof err), 0);
+        size_t off = 0;
+        for (int u = 0; u < NU; u++) {
+            void* b;
+            assert_int_equal(nvme_swap_acquire(S, u, &b, err, sizeof err), 0);
+            float* m = b;
+            cpu_adam_update(&ca, 1e-3f, 0.01f, w + off, m, m + n[u], g + off, DT_F32, 1.0f, NULL, DT_F32, n[u]);
+            assert_int_equal(nvme_swap_release(S, u, err, sizeof err), 0);
+            cpu_adam_update(&ca, 1e-3f, 0.01f, w_ref + off, m_ref + off, v_ref + off, g + off, DT_F32, 1.0f, NULL,
+                            DT_F32, n[u]);
+            off += n[u];
+        }
+        assert_int_equal(nvme_swap_end(S, err, sizeof err), 0);
+    }
+    assert_memory_equal(w, w_ref, tot * 4);
+    size_t off = 0;
+    float* back = malloc(123457 * 8);
+    for (int u = 0; u < NU; u++) {  // the checkpoint's view: m, v read back from the file
+        assert_int_equal(nvme_swap_read_range(S, u, 0, n[u] * 4, back, err, sizeof err), 0);
+        assert_int_equal(nvme_swap_read_range(S, u, n[u] * 4, n[u] * 4, back + n[u], err, sizeof err), 0);
+        assert_memory_equal(back, m_ref + off, n[u] * 4);
+        assert_memory_equal(back + n[u], v_ref + off, n[u] * 4);
+        off += n[u];
+    }
+    assert_true(m_ref[5] != 0.0f && v_ref[5] != 0.0f);
+    nvme_swap_destroy(S);
+    free(back);
+    free(g);
+    free(w_ref);
+    free(w);
+    free(m_ref);
+    free(v_ref);
+}
+
+static void test_adam_through_swap(void** state) {
+    (void)state;
+    adam_through_swap(1, false, false);  // DeepSpeed's default: no pipelining
+    adam_through_swap(2, true, false);
+    adam_through_swap(3, true, true);    // read k+1 and write k-1 while k is stepped
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_alignment),
@@ -300,6 +364,7 @@ int main(void) {
         cmocka_unit_test(test_enospc),
         cmocka_unit_test(test_missing_folder),
         cmocka_unit_test(test_o_direct_refused),
+        cmocka_unit_test(test_adam_through_swap),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
