@@ -3,7 +3,8 @@
  * of odd sizes through the swap pool under every pipeline / submission setting, many requests in flight, short
  * completions continued and a file shorter than expected refused, ENOSPC / the file size limit (RLIMIT_FSIZE in a
  * child) and the free-space check, a missing folder, a filesystem refusing O_DIRECT (a hook; /dev/shm for real
- * when it refuses), and DeepSpeed's CPU AdamW stepping m, v through the swap file bit-identical to host memory.
+ * when it refuses), DeepSpeed's CPU AdamW stepping m, v through the swap file bit-identical to host memory, and
+ * t5train --dry_run checking nvme_path.
  */
 #include "t5test.h"
 
@@ -355,6 +356,43 @@ static void test_adam_through_swap(void** state) {
     adam_through_swap(3, true, true);    // read k+1 and write k-1 while k is stepped
 }
 
+// t5train --dry_run checks nvme_path before anything is created (src/cli/nvme_check.c): a missing folder is exit 2
+// naming it; an existing one is listed among the checks with the swap file's size
+static void test_dry_run_checks_nvme_path(void** state) {
+    (void)state;
+    T5_REQUIRE_DATA();
+    const char* d = t5test_data_dir();
+    char ds[700], nv[700], out[700];
+    static char text[1 << 16];
+    snprintf(nv, sizeof nv, "%s/dry_nvme", dir_ok());
+    snprintf(out, sizeof out, "%s/dry_out", dir_ok());
+    snprintf(ds, sizeof ds, "%s/dry_ds.json", dir_ok());
+    for (int exists = 0; exists < 2; exists++) {
+        if (exists) mkdir(nv, 0700);
+        char json[1500];
+        snprintf(json, sizeof json,
+                 "{\"train_micro_batch_size_per_gpu\": \"auto\", \"zero_optimization\": {\"stage\": 3, "
+                 "\"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"%s\"}}}", nv);
+        t5test_write_file(ds, json);
+        const int rc = t5test_run(text, sizeof text,
+                                  "%s --model_name_or_path %s/test/fixtures/t5/tiny_v10 --tokenizer_name "
+                                  "%s/t5-spiece/spiece.model --train_file %s/wmt16-ro-en/validation.en --source_lang en "
+                                  "--target_lang ro --max_train_samples 50 --do_train --max_steps 2 --output_dir %s "
+                                  "--deepspeed %s --dry_run 2>&1",
+                                  t5test_bin(), t5test_repo_dir(), d, d, out, ds);
+        if (!exists) {
+            if (rc != T5_EXIT_USAGE) fail_msg("a missing nvme_path: exit %d (want 2):\n%s", rc, text);
+            assert_contains(text, "No such file or directory");
+            assert_contains(text, nv);
+        } else {
+            if (rc != 0) fail_msg("dry run with nvme_path %s: exit %d:\n%s", nv, rc, text);
+            assert_contains(text, "dry run: checked nvme_path");
+            assert_contains(text, "the swap file of Adam m, v needs");
+        }
+        assert_int_not_equal(access(out, F_OK), 0);  // nothing created
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_alignment),
@@ -365,6 +403,7 @@ int main(void) {
         cmocka_unit_test(test_missing_folder),
         cmocka_unit_test(test_o_direct_refused),
         cmocka_unit_test(test_adam_through_swap),
+        cmocka_unit_test(test_dry_run_checks_nvme_path),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

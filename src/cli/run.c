@@ -34,6 +34,7 @@
 #include "config.h"
 #include "fetch_inputs.h"
 #include "disk_check.h"
+#include "nvme_check.h"
 #include "../train/trainer.h"
 #include "../train/checkpoint.h"
 #include "../report/trainer_log.h"
@@ -841,6 +842,9 @@ int run_main(int argc, char** argv) {
     // the automatic plan has already been fitted
     if (strcmp(c->zero_plan, "auto") != 0 && c->do_train) planner_check_run(&targs);
     preflight_disk(&targs, c->world_size);
+    char nvme_note[400], nvme_err[1200];  // offload_optimizer nvme: nvme_path and its free space (nvme_check.c)
+    if ((rc = nvme_check_run(&targs, nvme_note, sizeof nvme_note, nvme_err, sizeof nvme_err))) t5_die(rc, "%s", nvme_err);
+    if (nvme_note[0]) preflight_note("%s", nvme_note);
     if (c->dry_run) {
         if (t5_rank != 0) return T5_EXIT_OK;  // several ranks: rank 0 reports (each ran every check)
         for (int i = 0; i < preflight_count; i++) printf("dry run: checked %s\n", preflight_done[i]);

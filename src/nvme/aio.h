@@ -75,6 +75,9 @@ extern NvmeTestHooks nvme_test_hooks;
 // reserves `bytes` with fallocate (reads as zeros). 0 and *fd, or an error line naming the folder, the bytes needed
 // and free, or the filesystem that refuses O_DIRECT.
 int nvme_file_create(const char* dir, const char* name, uint64_t bytes, int* fd, char* err, size_t errlen);
+// The checks nvme_file_create starts with: dir exists, is a folder, and has `bytes` free. 0, or the line in err
+// (T5_EXIT_USAGE for the folder, T5_EXIT_FAILURE for the space).
+int nvme_path_check(const char* dir, uint64_t bytes, char* err, size_t errlen);
 // Free bytes of dir's filesystem for an unprivileged writer (statvfs f_bavail), or -1 with errno.
 int64_t nvme_free_bytes(const char* dir);
 // The filesystem's name from statfs's f_type ("tmpfs", "ext4", ...; "type 0x..." when unknown) into out.

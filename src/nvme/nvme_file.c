@@ -57,8 +57,7 @@ static int space_error(const char* dir, uint64_t bytes, char* err, size_t errlen
                    dir, bytes, (double)bytes / (1 << 30), fr, (double)fr / (1 << 30));
 }
 
-int nvme_file_create(const char* dir, const char* name, uint64_t bytes, int* fd, char* err, size_t errlen) {
-    *fd = -1;
+int nvme_path_check(const char* dir, uint64_t bytes, char* err, size_t errlen) {
     struct stat st;
     if (stat(dir, &st) != 0)
         return t5_errf(err, errlen, T5_EXIT_USAGE, "nvme_path %s: %s. HINT: create the folder first (mkdir -p %s)",
@@ -66,6 +65,13 @@ int nvme_file_create(const char* dir, const char* name, uint64_t bytes, int* fd,
     if (!S_ISDIR(st.st_mode)) return t5_errf(err, errlen, T5_EXIT_USAGE, "nvme_path %s is not a folder", dir);
     const int64_t fr = nvme_free_bytes(dir);
     if (fr >= 0 && (uint64_t)fr < bytes) return space_error(dir, bytes, err, errlen);
+    return 0;
+}
+
+int nvme_file_create(const char* dir, const char* name, uint64_t bytes, int* fd, char* err, size_t errlen) {
+    *fd = -1;
+    int rc = nvme_path_check(dir, bytes, err, errlen);
+    if (rc) return rc;
     char path[4096];
     if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)
         return t5_errf(err, errlen, T5_EXIT_USAGE, "nvme_path %s: the path is too long", dir);
