@@ -215,6 +215,7 @@ static void test_enospc(void** state) {
     assert_int_equal(rc, T5_EXIT_FAILURE);
     assert_non_null(strstr(err, "No space left on device"));
     assert_non_null(strstr(err, "nospc.swp"));
+    assert_non_null(strstr(err, "bytes free in"));
     nvme_swap_destroy(S);
     // more than the folder has free: refused before anything is written, naming needed and free
     int fd;

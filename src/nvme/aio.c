@@ -152,9 +152,15 @@ static void run_complete(Run* r, Req* q, long long res, struct iocb** again, int
     const char* what = r->s->op == NVME_READ ? "read" : "write";
     if (res < 0) {
         const int e = (int)-res;
-        if (e == ENOSPC || e == EFBIG)
-            run_fail(r, e, "nvme: %s of %zu bytes at offset %" PRIu64 " of %s failed: %s (the swap file needs them)",
-                     what, want, q->off + q->done, r->s->name, strerror(e));
+        if (e == ENOSPC || e == EFBIG) {  // the folder's free bytes beside the bytes asked
+            char dir[4096];
+            snprintf(dir, sizeof dir, "%s", r->s->name);
+            char* slash = strrchr(dir, '/');
+            if (slash) *slash = 0;
+            run_fail(r, e, "nvme: %s of %zu bytes at offset %" PRIu64 " of %s failed: %s (%" PRId64 " bytes free in %s)",
+                     what, want, q->off + q->done, r->s->name, strerror(e), nvme_free_bytes(slash ? dir : "."),
+                     slash ? dir : ".");
+        }
         else
             run_fail(r, e, "nvme: %s of %zu bytes at offset %" PRIu64 " of %s failed: %s", what, want,
                      q->off + q->done, r->s->name, strerror(e));
