@@ -89,6 +89,16 @@ typedef struct {
     bool optimizer_pin_memory;       // offload_optimizer.pin_memory
     double ratio;                    // offload_optimizer.ratio: fraction of the optimizer state on the host
     int buffer_count;                // offload_optimizer.buffer_count (pinned staging buffers when not pinned)
+    // offload_optimizer.device nvme (ZeRO-Infinity, docs/zero.md "NVMe"): offload_optimizer is true as with cpu, and
+    // the CPU-stepped units' Adam m, v live in a swap file under nvme_path (src/nvme/), moved through buffer_count
+    // host buffers; "": in host memory. The aio_* fields are DeepSpeed's aio section.
+    char nvme_path[1024];
+    bool nvme_pipeline_read, nvme_pipeline_write;  // offload_optimizer.pipeline_read / pipeline_write (false)
+    int64_t aio_block_size;          // 1048576
+    int aio_queue_depth;             // 8
+    int aio_threads;                 // intra_op_parallelism (thread_count), 1
+    bool aio_single_submit;          // false
+    bool aio_overlap_events;         // true
     bool offload_param;              // offload_param.device cpu (stage 3): 16-bit partitions in host memory
     bool param_pin_memory;           // offload_param.pin_memory
     int64_t sub_group_size;          // optimizer step granularity (elements)
@@ -224,6 +234,9 @@ typedef struct {
     int64_t grad_order_mismatches;  // backward passes whose gradient order left ZeroOptions.grad_trace (stages 2/3)
     size_t host_bytes, host_pinned_bytes, gpu_bytes;  // the engine's own allocations
     bool host_grads_share_weights;   // zero_host_grads_share_weights held for this engine
+    uint64_t nvme_file_bytes;        // offload_optimizer nvme: the swap file of Adam m, v (0: none)
+    size_t nvme_pool_bytes;          // its host buffers (in host_bytes)
+    double nvme_read_bytes, nvme_written_bytes;  // swapped in / out since the engine was created
     size_t unit_buf_gathered, unit_buf_grads;  // run-time unit buffers made (src/zero/bufcache.h; the estimate's
                                                // gathered peak and gradients in flight)
     size_t pool_used_high, pool_reserved_high;  // the stream-ordered pool's high-water marks (stages 2/3: gathered

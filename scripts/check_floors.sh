@@ -13,7 +13,7 @@ floor_of() {
   case "$1" in
     src/base) echo 0 ;;
     cuda) echo 1 ;;
-    model | data | src/launch) echo 2 ;;
+    model | data | src/launch | src/nvme) echo 2 ;;
     src/zero | src/report | src/download) echo 3 ;;
     src/eval | src/upload) echo 4 ;;
     src/train) echo 5 ;;

@@ -289,16 +289,69 @@ static void test_homework_command_line_resolves(void** state) {
     // the ZeRO engine runs stage 3 with CPU offload of optimizer and parameters: the homework is implemented
     rc = config_check_implemented(&cfg, err, sizeof err);
     if (rc) fail_msg("the homework line is refused: %s", err);
-    // what is still missing is an input error (exit 2) naming each part: NVMe offload
+    // what is still missing is an input error (exit 2) naming each part: NVMe offload of the parameters (the
+    // optimizer's is implemented: src/nvme/, src/zero/part_nvme.c)
     cfg.ds.zero_optimization.offload_optimizer.device = OFFLOAD_NVME;
+    rc = config_check_implemented(&cfg, err, sizeof err);
+    if (rc) fail_msg("offload_optimizer nvme is refused: %s", err);
     cfg.ds.zero_optimization.offload_param.device = OFFLOAD_NVME;
     rc = config_check_implemented(&cfg, err, sizeof err);
     assert_int_equal(rc, T5_EXIT_USAGE);
-    assert_contains(err, "not implemented yet: offload_optimizer device nvme, offload_param device nvme");
+    assert_contains(err, "not implemented yet: offload_param device nvme");
+    assert_null(strstr(err, "offload_optimizer device nvme"));
     assert_null(strstr(err, "training (do_train)"));
     assert_null(strstr(err, "ZeRO stage"));
     assert_false(t5_path_exists(out));  // the library never creates output_dir
     free(out);
+}
+
+// offload_optimizer nvme and the aio section: DeepSpeed 0.19.8's defaults, thread_count the older name of
+// intra_op_parallelism, use_gds and Adafactor on NVMe refused as not implemented
+static void test_nvme_keys(void** state) {
+    (void)state;
+    char line[2048], err[CONFIG_ERR_LEN];
+    char* out = tmp_path("nvme_out");
+    char* ds = tmp_path("nvme_ds.json");
+    t5test_write_file(ds, "{\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": \"nvme\", "
+                          "\"nvme_path\": \"/local_nvme\"}}}");
+    snprintf(line, sizeof line, "--model t5-small --dataset wmt16-ro-en --do_train --output_dir %s --deepspeed %s", out, ds);
+    int rc = api_run(&cfg, line, err, sizeof err);
+    if (rc) fail_msg("%s", err);
+    const DsOffloadOptimizer* oo = &cfg.ds.zero_optimization.offload_optimizer;
+    assert_int_equal(oo->device, OFFLOAD_NVME);
+    assert_string_equal(oo->nvme_path, "/local_nvme");
+    assert_int_equal(oo->buffer_count, 4);
+    assert_false(oo->pipeline_read || oo->pipeline_write || oo->fast_init);
+    const DsAio* aio = &cfg.ds.aio;
+    assert_int_equal(aio->block_size, 1048576);
+    assert_int_equal(aio->queue_depth, 8);
+    assert_int_equal(aio->intra_op_parallelism, 1);
+    assert_false(aio->single_submit || aio->use_gds);
+    assert_true(aio->overlap_events);
+    if ((rc = config_check_implemented(&cfg, err, sizeof err))) fail_msg("offload_optimizer nvme refused: %s", err);
+    t5test_write_file(ds, "{\"aio\": {\"block_size\": 262144, \"queue_depth\": 32, \"thread_count\": 4, "
+                          "\"single_submit\": true, \"overlap_events\": false}, \"zero_optimization\": {\"stage\": 2, "
+                          "\"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"/x\", \"buffer_count\": 3, "
+                          "\"pipeline_read\": true, \"pipeline_write\": true, \"fast_init\": true}}}");
+    if ((rc = api_run(&cfg, line, err, sizeof err))) fail_msg("%s", err);
+    assert_int_equal(aio->block_size, 262144);
+    assert_int_equal(aio->queue_depth, 32);
+    assert_int_equal(aio->intra_op_parallelism, 4);  // thread_count: the older name
+    assert_true(aio->single_submit && !aio->overlap_events);
+    assert_true(oo->pipeline_read && oo->pipeline_write && oo->fast_init);
+    assert_int_equal(oo->buffer_count, 3);
+    if ((rc = config_check_implemented(&cfg, err, sizeof err))) fail_msg("%s", err);
+    cfg.ds.aio.use_gds = true;
+    assert_int_equal(config_check_implemented(&cfg, err, sizeof err), T5_EXIT_USAGE);
+    assert_contains(err, "not implemented yet: aio.use_gds true (GPUDirect Storage");
+    cfg.ds.aio.use_gds = false;
+    cfg.optim = OPTIM_ADAFACTOR;
+    cfg.ds.optimizer.present = false;
+    assert_int_equal(config_check_implemented(&cfg, err, sizeof err), T5_EXIT_USAGE);
+    assert_contains(err, "offload_optimizer device nvme with Adafactor");
+    assert_false(t5_path_exists(out));
+    free(out);
+    free(ds);
 }
 
 static void test_job_config_reproduces_homework(void** state) {
@@ -562,6 +615,10 @@ static const BadCase BAD[] = {
     {"missing_model", NULL, NULL, "--dataset wmt16-ro-en --output_dir %O", "model_name_or_path is required"},
     {"nvme_without_path", NULL, "{\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"nvme\"}}}",
      BASE "--deepspeed %D", "offload_param.device is \"nvme\" but nvme_path is not set"},
+    {"aio_block_unaligned", NULL, "{\"aio\": {\"block_size\": 10000}}", BASE "--deepspeed %D",
+     "aio.block_size 10000 is not a multiple of 4096"},
+    {"aio_block_too_small", NULL, "{\"aio\": {\"block_size\": 512}}", BASE "--deepspeed %D",
+     "aio.block_size: 512 is out of range"},
     {"betas_wrong_shape", NULL, "{\"optimizer\": {\"type\": \"Adam\", \"params\": {\"betas\": [0.9]}}}",
      BASE "--deepspeed %D", "betas: expected a list of two numbers"},
     {"positional_arg", NULL, NULL, BASE "train", "unexpected argument 'train'"},
@@ -779,6 +836,7 @@ int main(void) {
         cmocka_unit_test(test_defaults_are_hf),
         cmocka_unit_test(test_every_config_file_loads),
         cmocka_unit_test(test_homework_command_line_resolves),
+        cmocka_unit_test(test_nvme_keys),
         cmocka_unit_test(test_job_config_reproduces_homework),
         cmocka_unit_test(test_world_size_and_steps),
         cmocka_unit_test(test_cli_overrides_file),

@@ -161,6 +161,38 @@ static void test_engine_sizes(void** state) {
     in2n.num_nodes = 2;
     assert_int_equal(planner_row(&in2n, 3, false, false, 1.0, &r8, err, sizeof err), 0);
     assert_true(r8.step_s < 0);
+    // offload_optimizer nvme: Adam m, v leave the host (8 of the 14 bytes per offloaded parameter), replaced by
+    // buffer_count swap buffers of the largest unit's m + v; the swap file holds every offloaded unit's m + v
+    PlanInput in_nv = in;
+    snprintf(in_nv.knobs.nvme_path, sizeof in_nv.knobs.nvme_path, "/nvme");
+    PlanRow rn;
+    assert_int_equal(planner_row(&in, 3, true, true, 1.0, &r, err, sizeof err), 0);
+    assert_int_equal(planner_row(&in_nv, 3, true, true, 1.0, &rn, err, sizeof err), 0);
+    const size_t pool = rn.h_total - (r.h_total - 8 * r.cpu_numel);
+    assert_true(pool > 0 && pool % 4096 == 0 && pool < ((size_t)3 << 30));  // 4 x a decoder block's 8 x 67.1M bytes
+    assert_true(rn.nvme_file_bytes >= 8 * (uint64_t)r.cpu_numel && rn.nvme_file_bytes < 8 * (uint64_t)r.cpu_numel + 4096 * 200);
+    assert_int_equal(r.nvme_file_bytes, 0);
+    char name[128];
+    planner_row_name(&rn, name, sizeof name);
+    assert_string_equal(name, "stage 3, offload_optimizer nvme (ratio 1.00), offload_param cpu");
+    // exactly: two units of 1000 and 5000 elements, both on the CPU (stage 2: no fetch trace needed)
+    ZeroOptions on;
+    zero_options_default(&on);
+    on.stage = 2;
+    on.offload_optimizer = true;
+    on.buffer_count = 3;
+    snprintf(on.nvme_path, sizeof on.nvme_path, "/nvme");
+    size_t nu[] = {1000, 5000};
+    ZeroMemEstimate en;
+    if (zero_estimate(&on, 2, nu, &en, err, sizeof err)) fail_msg("%s", err);
+    assert_int_equal(en.host_m + en.host_v, 0);
+    assert_int_equal(en.nvme_file_bytes, 8192 + 40960);  // 8000 and 40000 bytes, each region 4096-aligned
+    assert_int_equal(en.host_nvme_pool, 3 * 40960);
+    assert_int_equal(en.host_total, en.host_master + en.host_gacc + en.host_w + en.host_staging + en.host_nvme_pool);
+    assert_int_equal(en.host_pinned + en.host_pageable + en.host_nvme_pool, en.host_total);  // the pool: neither
+    on.optimizer = ZERO_OPTIM_ADAFACTOR;  // not on NVMe: its state stays in host memory
+    assert_int_equal(zero_estimate(&on, 2, nu, &en, err, sizeof err), -1);
+    assert_non_null(strstr(err, "not implemented yet: offload_optimizer nvme with Adafactor"));
     // zero_estimate refuses what the engine refuses
     ZeroOptions o;
     zero_options_default(&o);

@@ -155,6 +155,7 @@ typedef struct {
     double ratio;                        // 1.0
     int64_t buffer_count;                // 4
     bool fast_init;                      // false
+    bool pipeline_read, pipeline_write;  // false, false (nvme: overlap the swaps with the step)
 } DsOffloadOptimizer;
 
 typedef struct {
@@ -221,6 +222,17 @@ typedef struct {
     char job_name[CONFIG_STR_LEN];      // "DeepSpeedJobName"
 } DsMonitor;
 
+// DeepSpeed's aio section (runtime/swap_tensor/aio_config.py): the NVMe offload's asynchronous I/O
+typedef struct {
+    bool present;
+    int64_t block_size;            // 1048576
+    int64_t queue_depth;           // 8
+    int64_t intra_op_parallelism;  // 1 (older name thread_count)
+    bool single_submit;            // false
+    bool overlap_events;           // true
+    bool use_gds;                  // false
+} DsAio;
+
 typedef struct {
     int64_t train_batch_size;                // "auto" -> micro * accumulation * world size
     int64_t train_micro_batch_size_per_gpu;  // "auto" -> per_device_train_batch_size
@@ -247,6 +259,7 @@ typedef struct {
     DsActivationCheckpointing activation_checkpointing;
     DsMonitor tensorboard;
     DsMonitor csv_monitor;
+    DsAio aio;
 } DsConfig;
 
 // ---- the whole run

@@ -142,7 +142,6 @@ const ForeignKey CONFIG_FOREIGN_KEYS[] = {
     SECTION("expert_parallel", "T5 has no experts"),
     SECTION("torch_autocast", "the fp16 / bf16 sections set the precision"),
     {DS "compile", S, NOOP, "", TORCH_COMPILE},
-    {DS "aio", S, NOOP, "", "the async I/O settings of NVMe offload, which is not implemented yet"},
     {DS "timers", S, NOOP, "", "t5train times every step itself (step_ms in trainer_log.jsonl)"},
     {DS "graph_harvesting", B, NOOP, "", "t5train captures its own CUDA graphs"},
     {DS "disable_allgather", B, NOOP, "", "a legacy option of DeepSpeed's engine"},
@@ -205,8 +204,6 @@ const ForeignKey CONFIG_FOREIGN_KEYS[] = {
     {ZO "use_multi_rank_bucket_allreduce", B, NOOP, "", "t5train's reductions are its own buckets (reduce_bucket_size)"},
     {ZO "offload_optimizer.cpuadam_cores_perc", F, REFUSE, "0.8",
      "not implemented yet: cpuadam_cores_perc (the CPU AdamW uses this rank's share of the cores)"},
-    {ZO "offload_optimizer.pipeline_read", B, REFUSE, "", "not implemented yet: NVMe offload (issue 28)"},
-    {ZO "offload_optimizer.pipeline_write", B, REFUSE, "", "not implemented yet: NVMe offload (issue 28)"},
     {ZO "offload_optimizer.super_offload", B, REFUSE, "", "not implemented yet: SuperOffload"},
 };
 const int CONFIG_NUM_FOREIGN = (int)(sizeof CONFIG_FOREIGN_KEYS / sizeof CONFIG_FOREIGN_KEYS[0]);

@@ -272,6 +272,10 @@ static int resolve_deepspeed(RunConfig* c, char* err, size_t n) {
     if (z->offload_optimizer.device == OFFLOAD_NVME && !z->offload_optimizer.nvme_path[0])
         return t5_errf(err, n, T5_EXIT_USAGE,
                     "deepspeed: zero_optimization.offload_optimizer.device is \"nvme\" but nvme_path is not set");
+    if (c->ds.aio.block_size % 4096)
+        return t5_errf(err, n, T5_EXIT_USAGE,
+                       "deepspeed: aio.block_size %lld is not a multiple of 4096 (O_DIRECT requests are whole blocks)",
+                       (long long)c->ds.aio.block_size);
     if (z->offload_param.device == OFFLOAD_NVME && !z->offload_param.nvme_path[0])
         return t5_errf(err, n, T5_EXIT_USAGE,
                     "deepspeed: zero_optimization.offload_param.device is \"nvme\" but nvme_path is not set");
@@ -516,7 +520,8 @@ static const struct {
     bool predict;         // predictions file
     int max_zero_stage;   // highest ZeRO stage the engine runs (-1: no engine)
     bool offload_cpu;     // offload_optimizer / offload_param device cpu
-    bool offload_nvme;
+    bool offload_nvme_optimizer;  // offload_optimizer device nvme (src/nvme/, src/zero/part_nvme.c)
+    bool offload_nvme_param;
     bool resume;          // resume_from_checkpoint
 } T5_BUILD_FEATURES = {
     .train = true,         // src/train/trainer.c (single GPU, ZeRO stage 0)
@@ -524,7 +529,8 @@ static const struct {
     .predict = true,       // test split: predict_results.json, generated_predictions.txt
     .max_zero_stage = 3,
     .offload_cpu = true,
-    .offload_nvme = false,
+    .offload_nvme_optimizer = true,  // Adam m, v of the offloaded units in a swap file (docs/zero.md "NVMe")
+    .offload_nvme_param = false,
     .resume = true,        // checkpoint-<step> dirs written by src/train/trainer.c
 };
 
@@ -552,8 +558,15 @@ int config_check_implemented(const RunConfig* c, char* err, size_t n) {
     for (int i = 0; i < 2; i++) {
         if (!c->has_deepspeed) break;
         if (devs[i] == OFFLOAD_CPU && !T5_BUILD_FEATURES.offload_cpu) MISSING("%s device cpu", what[i]);
-        if (devs[i] == OFFLOAD_NVME && !T5_BUILD_FEATURES.offload_nvme) MISSING("%s device nvme", what[i]);
+        const bool nvme_ok = i == 0 ? T5_BUILD_FEATURES.offload_nvme_optimizer : T5_BUILD_FEATURES.offload_nvme_param;
+        if (devs[i] == OFFLOAD_NVME && !nvme_ok) MISSING("%s device nvme", what[i]);
     }
+    if (c->has_deepspeed && z->offload_optimizer.device == OFFLOAD_NVME && c->optim == OPTIM_ADAFACTOR &&
+        !c->ds.optimizer.present)
+        MISSING("offload_optimizer device nvme with Adafactor (its state stays in host memory: use device cpu)");
+    if (c->has_deepspeed && c->ds.aio.use_gds)
+        MISSING("aio.use_gds true (GPUDirect Storage: no cuFile here; the NVMe optimizer state is read into host memory "
+                "for the CPU step, which is where it is used)");
     // zero_optimization keys whose other value the engine does not have (docs/zero.md, "Every key")
     if (c->has_deepspeed && z->stage > 0) {
         if (z->elastic_checkpoint) MISSING("zero_optimization.elastic_checkpoint true (checkpoints are whole tensors)");

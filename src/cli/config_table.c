@@ -266,6 +266,17 @@ const ConfigKey CONFIG_KEYS[] = {
           "WarmupCosineLR initial lr ratio"),
     K_INT("deepspeed.scheduler.params.last_batch_iteration", ds.scheduler.last_batch_iteration, "-1", -1, BIG, 0,
           "resume position of the schedule"),
+    // ---- deepspeed.aio (runtime/swap_tensor/aio_config.py): NVMe offload's asynchronous I/O
+    K_SEC("deepspeed.aio", ds.aio.present, "asynchronous I/O of NVMe offload"),
+    K_INT("deepspeed.aio.block_size", ds.aio.block_size, "1048576", 4096, BIG, TRUNC,
+          "bytes per I/O request (a multiple of 4096: O_DIRECT)"),
+    K_INT("deepspeed.aio.queue_depth", ds.aio.queue_depth, "8", 1, 4096, 0, "I/O requests in flight per thread"),
+    K_INT("deepspeed.aio.intra_op_parallelism", ds.aio.intra_op_parallelism, "1", 1, 256, 0,
+          "I/O threads each read or write is split over"),
+    K_BOOL("deepspeed.aio.single_submit", ds.aio.single_submit, "false", 0, "submit requests one by one"),
+    K_BOOL("deepspeed.aio.overlap_events", ds.aio.overlap_events, "true", 0,
+           "submit new requests as soon as one completes (false: batch by batch)"),
+    K_BOOL("deepspeed.aio.use_gds", ds.aio.use_gds, "false", 0, "GPUDirect Storage (not used: false only)"),
     // ---- deepspeed.zero_optimization (runtime/zero/config.py)
     K_SEC("deepspeed.zero_optimization", ds.zero_optimization.present, "ZeRO"),
     K_INT("deepspeed.zero_optimization.stage", ds.zero_optimization.stage, "0", 0, 3, AUTO,
@@ -281,9 +292,15 @@ const ConfigKey CONFIG_KEYS[] = {
     K_FLT("deepspeed.zero_optimization.offload_optimizer.ratio", ds.zero_optimization.offload_optimizer.ratio, "1.0", 0,
           1, 0, "fraction of the optimizer step done on the CPU"),
     K_INT("deepspeed.zero_optimization.offload_optimizer.buffer_count", ds.zero_optimization.offload_optimizer.buffer_count,
-          "4", 1, 1024, 0, "pinned staging buffers of pageable host memory (pin_memory false)"),
+          "4", 1, 1024, 0, "pinned staging buffers of pageable host memory (pin_memory false); nvme: the swap buffers"),
     K_BOOL("deepspeed.zero_optimization.offload_optimizer.fast_init", ds.zero_optimization.offload_optimizer.fast_init,
-           "false", 0, "fast nvme init"),
+           "false", 0, "fast nvme init (the swap file is reserved and reads as zeros: start-up writes nothing either way)"),
+    K_BOOL("deepspeed.zero_optimization.offload_optimizer.pipeline_read",
+           ds.zero_optimization.offload_optimizer.pipeline_read, "false", 0,
+           "nvme: read the next unit's optimizer state while the CPU steps this one"),
+    K_BOOL("deepspeed.zero_optimization.offload_optimizer.pipeline_write",
+           ds.zero_optimization.offload_optimizer.pipeline_write, "false", 0,
+           "nvme: write a stepped unit's optimizer state back while the CPU steps the next one"),
     K_SEC("deepspeed.zero_optimization.offload_param", ds.zero_optimization.offload_param.present,
           "parameter offload (stage 3)"),
     K_ENUM("deepspeed.zero_optimization.offload_param.device", ds.zero_optimization.offload_param.device, "\"none\"",
@@ -388,5 +405,6 @@ const ConfigAlias CONFIG_ALIASES[] = {
     {"deepspeed.zero_optimization.prefetch_bucket_size", "deepspeed.zero_optimization.stage3_prefetch_bucket_size"},
     {"deepspeed.bfloat16", "deepspeed.bf16"},  // DeepSpeed's older section name
     {"deepspeed.bfloat16.enabled", "deepspeed.bf16.enabled"},
+    {"deepspeed.aio.thread_count", "deepspeed.aio.intra_op_parallelism"},  // DeepSpeed's older name
 };
 const int CONFIG_NUM_ALIASES = (int)(sizeof CONFIG_ALIASES / sizeof CONFIG_ALIASES[0]);

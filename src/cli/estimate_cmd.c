@@ -63,6 +63,9 @@ static void knobs_from_config(const RunConfig* c, const T5Config* m, DType dtype
     zo->optimizer_pin_memory = z->offload_optimizer.pin_memory;
     zo->buffer_count = (int)z->offload_optimizer.buffer_count;  // the pinned staging ring's slots (pageable buffers)
     zo->param_pin_memory = z->offload_param.pin_memory;
+    // offload_optimizer nvme: every offloaded row counts the swap buffers instead of Adam m, v (the file apart)
+    if (c->has_deepspeed && z->offload_optimizer.device == OFFLOAD_NVME)
+        snprintf(zo->nvme_path, sizeof zo->nvme_path, "%s", z->offload_optimizer.nvme_path);
     zo->sub_group_size = z->sub_group_size;
     const int src_auto = CONFIG_SRC_AUTO;
     if (config_key_source(c, "deepspeed.zero_optimization.reduce_bucket_size") != src_auto)

@@ -133,6 +133,7 @@ int planner_row(const PlanInput* in, int stage, bool off_opt, bool off_param, do
         r->h_pinned = e.host_pinned * per_node;
         r->h_pageable = e.host_pageable * per_node;
         r->h_total = e.host_total * per_node;
+        r->nvme_file_bytes = e.nvme_file_bytes;
         if (o.world > 1 && stage > 0) {
             // saving: the writer gathers the whole fp32 model into host memory (zero_gather_masters)
             size_t P = 0;
@@ -201,8 +202,8 @@ void planner_row_name(const PlanRow* r, char* buf, size_t len) {
     if (!r->off_opt)
         snprintf(buf, len, "stage %d", r->stage);
     else
-        snprintf(buf, len, "stage %d, offload_optimizer cpu (ratio %.2f)%s", r->stage, r->ratio,
-                 r->off_param ? ", offload_param cpu" : "");
+        snprintf(buf, len, "stage %d, offload_optimizer %s (ratio %.2f)%s", r->stage, r->nvme_file_bytes ? "nvme" : "cpu",
+                 r->ratio, r->off_param ? ", offload_param cpu" : "");
 }
 
 void planner_fit(PlanRow* rows, int n, bool have_gpu, size_t gpu_free, size_t host_avail, double margin) {

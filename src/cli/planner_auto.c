@@ -211,6 +211,7 @@ void planner_pick_apply(const PlanPick* pick, ZeroOptions* zo, FILE* log) {
     zo->offload_optimizer = r->off_opt;
     zo->ratio = r->off_opt ? r->ratio : 1.0;
     zo->offload_param = r->off_param;
+    if (!r->off_opt) zo->nvme_path[0] = 0;  // offload_optimizer nvme's swap file only where the plan offloads
     if (r->off_opt && !zo->optimizer_pin_memory) {
         zo->optimizer_pin_memory = true;
         if (log) fprintf(log, "zero plan auto: offload_optimizer.pin_memory true (the measured rates are for pinned buffers)\n");

@@ -34,6 +34,7 @@
 #include "config.h"
 #include "fetch_inputs.h"
 #include "disk_check.h"
+#include "nvme_check.h"
 #include "../train/trainer.h"
 #include "../train/checkpoint.h"
 #include "../report/trainer_log.h"
@@ -353,7 +354,17 @@ static void run_build_trainer_args(const RunConfig* c, TrainerArgs* a) {
         const int64_t d = a->model.d_model;
         ZeroOptions* zo = &a->zero;
         zo->stage = (int)z->stage;
-        zo->offload_optimizer = z->offload_optimizer.device == OFFLOAD_CPU;
+        zo->offload_optimizer = z->offload_optimizer.device != OFFLOAD_NONE;  // nvme: stepped on the CPU as well
+        if (z->offload_optimizer.device == OFFLOAD_NVME) {  // Adam m, v in a swap file (docs/zero.md "NVMe")
+            snprintf(zo->nvme_path, sizeof zo->nvme_path, "%s", z->offload_optimizer.nvme_path);
+            zo->nvme_pipeline_read = z->offload_optimizer.pipeline_read;
+            zo->nvme_pipeline_write = z->offload_optimizer.pipeline_write;
+            zo->aio_block_size = ds->aio.block_size;
+            zo->aio_queue_depth = (int)ds->aio.queue_depth;
+            zo->aio_threads = (int)ds->aio.intra_op_parallelism;
+            zo->aio_single_submit = ds->aio.single_submit;
+            zo->aio_overlap_events = ds->aio.overlap_events;
+        }
         zo->optimizer_pin_memory = z->offload_optimizer.pin_memory;
         zo->ratio = z->offload_optimizer.ratio;
         zo->buffer_count = (int)z->offload_optimizer.buffer_count;
@@ -850,6 +861,9 @@ int run_main(int argc, char** argv) {
     // the automatic plan has already been fitted
     if (strcmp(c->zero_plan, "auto") != 0 && c->do_train) planner_check_run(&targs);
     preflight_disk(&targs, c->world_size);
+    char nvme_note[400], nvme_err[1200];  // offload_optimizer nvme: nvme_path and its free space (nvme_check.c)
+    if ((rc = nvme_check_run(&targs, nvme_note, sizeof nvme_note, nvme_err, sizeof nvme_err))) t5_die(rc, "%s", nvme_err);
+    if (nvme_note[0]) preflight_note("%s", nvme_note);
     if (c->dry_run) {
         if (t5_rank != 0) return T5_EXIT_OK;  // several ranks: rank 0 reports (each ran every check)
         for (int i = 0; i < preflight_count; i++) printf("dry run: checked %s\n", preflight_done[i]);

@@ -1224,20 +1224,23 @@ static void log_engine_end(Trainer* t) {
     EngineStats es;
     engine_stats(t->E, true, &es);
     const ZeroStats* zs = &es.zero;
-    char line[640], staged[96] = "";
+    char line[800], staged[96] = "", nvme[96] = "";
     // pageable host buffers (pin_memory false): the bytes copied through the engine's pinned staging ring
     if (zs->staged_bytes > 0)
         snprintf(staged, sizeof staged, " (%.2f GiB through the pinned staging ring)", zs->staged_bytes / (1 << 30));
+    if (zs->nvme_file_bytes)  // offload_optimizer nvme
+        snprintf(nvme, sizeof nvme, "; NVMe %.3f GiB read, %.3f GiB written", zs->nvme_read_bytes / (1 << 30),
+                 zs->nvme_written_bytes / (1 << 30));
     snprintf(line, sizeof line,
              "ZeRO engine: %lld gathers (%lld prefetched), %lld releases, trace mismatches %lld, gradient "
              "order mismatches %lld; H2D %.2f GiB, "
              "D2H %.2f GiB%s; last CPU AdamW %.3f s; unit buffers %.2f GiB gathered + %.2f GiB gradients; "
-             "stream-ordered pool high water %.2f GiB used, %.2f GiB reserved",
+             "stream-ordered pool high water %.2f GiB used, %.2f GiB reserved%s",
              (long long)zs->gathers, (long long)zs->prefetches, (long long)zs->releases,
              (long long)zs->trace_mismatches, (long long)zs->grad_order_mismatches, zs->h2d_bytes / (1 << 30),
              zs->d2h_bytes / (1 << 30), staged, zs->cpu_adam_s, (double)zs->unit_buf_gathered / (1 << 30),
              (double)zs->unit_buf_grads / (1 << 30), (double)zs->pool_used_high / (1 << 30),
-             (double)zs->pool_reserved_high / (1 << 30));
+             (double)zs->pool_reserved_high / (1 << 30), nvme);
     trainer_log_line(&t->log, line);
 }
 

@@ -37,12 +37,17 @@ static void print_plan(const Engine* E) {
     const ZeroOptions* zo = &E->o.zero;
     ZeroStats zs;
     zero_stats(E->Z, &zs);
+    char nvme[1200] = "";  // offload_optimizer nvme
+    if (zs.nvme_file_bytes)
+        snprintf(nvme, sizeof nvme, "; Adam m, v of the CPU units in a %.2f GiB swap file under %s (%.2f GiB of host "
+                 "buffers)", (double)zs.nvme_file_bytes / (1 << 30), zo->nvme_path, (double)zs.nvme_pool_bytes / (1 << 30));
     printf("ZeRO stage %d: optimizer state %s, 16-bit parameters %s; host %.2f GiB (%.2f GiB pinned), GPU %.2f "
-           "GiB resident%s; allocated in %.1f s\n",
+           "GiB resident%s%s; allocated in %.1f s\n",
            zo->stage, !zo->offload_optimizer ? "on the GPU" : zo->ratio >= 1.0 ? "on the CPU" : "split CPU/GPU by ratio",
            zo->offload_param ? "offloaded to the CPU" : zo->stage == 3 ? "partitioned on the GPU" : "on the GPU",
            (double)zs.host_bytes / (1 << 30), (double)zs.host_pinned_bytes / (1 << 30), (double)zs.gpu_bytes / (1 << 30),
-           zs.host_grads_share_weights ? "; offloaded gradients share the 16-bit weights' host buffer" : "", zs.init_s);
+           zs.host_grads_share_weights ? "; offloaded gradients share the 16-bit weights' host buffer" : "", nvme,
+           zs.init_s);
     fflush(stdout);
 }
 

@@ -10,6 +10,7 @@
 #include "../../cuda/grad_accum.cuh"
 #include "../base/common.h"
 #include "ada_split.h"
+#include "../nvme/swap.h"
 #include "bufcache.h"
 
 bool zero_host_grads_share_weights(const ZeroOptions* o) {
@@ -107,6 +108,7 @@ void zero_estimate_layout(const ZeroOptions* o, const ZeroLayout* L, ZeroMemEsti
     e->bucket_elems = T5_MIN((size_t)T5_MAX(o->reduce_bucket_size, (int64_t)8), max_part);
     // host: master, m, v, gacc of the CPU units; their 16-bit weights (the offloaded partitions with offload_param)
     e->host_master = e->host_m = e->host_v = e->cpu_numel * 4;
+    if (o->nvme_path[0] && o->optimizer != ZERO_OPTIM_ADAFACTOR) e->host_m = e->host_v = 0;  // on the disk (below)
     size_t ada_gpu_floats = 0;
     if (o->optimizer == ZERO_OPTIM_ADAFACTOR) {  // its state in the m buffers (estimate.h)
         size_t host_floats = 0;
@@ -131,6 +133,8 @@ void zero_estimate_layout(const ZeroOptions* o, const ZeroLayout* L, ZeroMemEsti
         e->host_total += e->host_staging;
         e->host_pinned += e->host_staging;
     }
+    zero_estimate_nvme(o, L, &e->nvme_file_bytes, &e->host_nvme_pool);
+    e->host_total += e->host_nvme_pool;
     // device: master, m, v, gacc of the GPU units; resident weights / partitions; stage 1 gradients; views
     e->gpu_master = e->gpu_m = e->gpu_v = e->gpu_numel * 4;
     if (o->optimizer == ZERO_OPTIM_ADAFACTOR) {
@@ -192,6 +196,9 @@ int zero_estimate(const ZeroOptions* o, int num_units, const size_t* unit_numel,
                           o->stage);
     if (o->offload_optimizer && o->stage == 0)
         return t5_set_err(err, errlen, "offload_optimizer needs ZeRO stage 1, 2 or 3");
+    if (o->nvme_path[0] && o->offload_optimizer && o->optimizer == ZERO_OPTIM_ADAFACTOR)
+        return t5_set_err(err, errlen, "not implemented yet: offload_optimizer nvme with Adafactor (its state stays in "
+                          "host memory: use device cpu)");
     if (o->stage == 0) {
         estimate_stage0(o, num_units, unit_numel, o->grad_accum_steps, e);
         return 0;
@@ -272,4 +279,16 @@ static size_t replay_grad_buffers(const ZeroOptions* o, int num_units, const siz
 
 size_t zero_estimate_gpu_peak(const ZeroMemEstimate* e) {
     return e->gpu_resident + e->gpu_gathered_peak + e->gpu_grad_peak;
+}
+
+void zero_estimate_nvme(const ZeroOptions* o, const ZeroLayout* L, uint64_t* file_bytes, size_t* pool_bytes) {
+    *file_bytes = 0;
+    *pool_bytes = 0;
+    if (!o->nvme_path[0] || !o->offload_optimizer || o->optimizer == ZERO_OPTIM_ADAFACTOR) return;
+    int n = 0;
+    size_t* rb = malloc_check((size_t)T5_MAX(L->num_units, 1) * sizeof *rb);
+    for (int u = 0; u < L->num_units; u++)
+        if (L->group_cpu[L->unit_group[u]]) rb[n++] = L->part[u] * 8;  // m then v (part_nvme.c)
+    if (n > 0) nvme_swap_sizes(n, rb, T5_MAX(o->buffer_count, 1), file_bytes, pool_bytes);
+    free(rb);
 }

@@ -73,7 +73,16 @@ typedef struct {
     size_t staging_slot_bytes;
     size_t host_staging;
     size_t host_total, host_pinned, host_pageable;
+    // offload_optimizer nvme (ZeroOptions.nvme_path, AdamW): host_m and host_v are 0; the CPU units' m, v live in a
+    // swap file of nvme_file_bytes on the disk (one NVME_ALIGN-aligned region of 8 bytes per element for each CPU
+    // unit), moved through host_nvme_pool bytes of host buffers (buffer_count x the largest region), counted in
+    // host_total but not in host_pinned / host_pageable (the CPU step's memory, never a copy to or from the GPU)
+    uint64_t nvme_file_bytes;
+    size_t host_nvme_pool;
 } ZeroMemEstimate;
+
+// offload_optimizer nvme's swap file and pool for these options and layout (0, 0 without nvme_path)
+void zero_estimate_nvme(const ZeroOptions* o, const ZeroLayout* L, uint64_t* file_bytes, size_t* pool_bytes);
 
 // Staging rings (see host_staging above): one for the main thread (gradients down and up, gathers, the start-up
 // publish), one for the CPU optimizer thread (the new weights and fp32 views of each stepped unit); a slot holds

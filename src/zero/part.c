@@ -133,6 +133,10 @@ void zero_options_default(ZeroOptions* o) {
     o->working_dtype = o->grad_dtype = o->comm_dtype = o->accum_dtype = DT_F32;
     o->ratio = 1.0;
     o->buffer_count = 4;
+    o->aio_block_size = 1048576;  // DeepSpeed 0.19.8's aio section
+    o->aio_queue_depth = 8;
+    o->aio_threads = 1;
+    o->aio_overlap_events = true;
     o->sub_group_size = 1000000000;
     o->reduce_bucket_size = 500000000;
     o->allgather_bucket_size = 500000000;
@@ -164,6 +168,10 @@ static int check_options(const ZeroOptions* o, char* err, size_t errlen) {
     if (o->offload_param && o->stage != 3)
         return t5_set_err(err, errlen, "offload_param needs ZeRO stage 3 (this run is stage %d), as in DeepSpeed",
                           o->stage);
+    if (o->nvme_path[0] && (!o->offload_optimizer || o->optimizer == ZERO_OPTIM_ADAFACTOR))
+        return t5_set_err(err, errlen, "%s", o->offload_optimizer ? "not implemented yet: offload_optimizer nvme with "
+                          "Adafactor (its state stays in host memory: use device cpu)" : "internal: nvme_path without "
+                          "offload_optimizer");
     if (o->grad_dtype != o->working_dtype && o->grad_dtype != DT_F32)
         return t5_set_err(err, errlen, "gradients in %s with %s weights are not supported", dtype_name(o->grad_dtype),
                           dtype_name(o->working_dtype));
@@ -299,7 +307,7 @@ static int alloc_host(ZeroPart* P, const ZeroOptions* o, const ZeroMemEstimate* 
     }
     const size_t host_got = P->h_master.bytes + P->h_m.bytes + P->h_v.bytes + P->h_gacc.bytes + P->h_w.bytes +
                             (P->ring_main ? P->ring_main->mem.bytes + P->ring_opt->mem.bytes : 0);
-    if (host_got != E->host_total)
+    if (host_got + E->host_nvme_pool != E->host_total)  // the swap pool: zp_nvme_create
         t5_die(T5_EXIT_FAILURE, "internal: ZeRO allocated %zu host bytes, src/zero/estimate.c says %zu", host_got,
                E->host_total);
     return 0;
@@ -432,6 +440,7 @@ ZeroPart* zp_create(const ZeroOptions* o, int num_units, const size_t* unit_nume
     if (check_memory(o, &E, err, errlen) || alloc_host(P, o, &E, err, errlen) || alloc_device(P, o, &E, err, errlen))
         goto fail;
     carve_units(P, o);
+    if (zp_nvme_create(P, E.nvme_file_bytes, E.host_nvme_pool, err, errlen)) goto fail;  // offload_optimizer nvme: m, v in the swap file (part_nvme.c)
     make_streams(P, o);
     // Adafactor: its tables and GPU plan (the plan's scratch joins gpu_bytes)
     if (o->optimizer == ZERO_OPTIM_ADAFACTOR && zp_ada_create(P, o, err, errlen)) goto fail;
@@ -454,6 +463,7 @@ fail:
 void zp_destroy(ZeroPart* P) {
     if (!P) return;
     zp_ada_destroy(P);
+    zp_nvme_destroy(P);
     if (P->s_gather) {
         CUDA_CHECK(cudaDeviceSynchronize());
         cudaStreamDestroy(P->s_gather);
@@ -616,8 +626,12 @@ static void state_copy(ZeroPart* P, int which, size_t offset, size_t n, float* h
         const size_t a = P->L.part_offset[u], b = a + P->L.part[u];
         const size_t lo = T5_MAX(a, offset), hi = T5_MIN(b, end);
         if (hi <= lo) continue;
-        float* st = (which == 0 ? P->u[u].m : P->u[u].v) + (lo - a);
         float* h = host + (lo - offset);
+        if (P->nvme && P->u[u].opt_cpu) {  // m, v in the swap file (part_nvme.c)
+            zp_nvme_state_copy(P, u, which, lo - a, hi - lo, h, to_host);
+            continue;
+        }
+        float* st = (which == 0 ? P->u[u].m : P->u[u].v) + (lo - a);
         const size_t bytes = (hi - lo) * sizeof(float);
         if (P->u[u].opt_cpu) memcpy(to_host ? (void*)h : (void*)st, to_host ? (const void*)st : (const void*)h, bytes);
         else CUDA_CHECK(cudaMemcpy(to_host ? (void*)h : (void*)st, to_host ? (const void*)st : (const void*)h, bytes,

@@ -200,6 +200,7 @@ typedef struct ZeroPart {
     ZeroStats st;
     int64_t thread_h2d;          // bytes the optimizer thread copied (summed into st by zero_stats)
     struct ZpAda* ada;           // Adafactor (o.optimizer): step_adafactor.c's tables and plan; NULL: AdamW
+    struct ZpNvme* nvme;         // offload_optimizer nvme: part_nvme.c's swap file of the CPU units' m, v; NULL: host
 } ZeroPart;
 
 // part.c
@@ -238,6 +239,19 @@ void zp_copy_to_host(ZeroPart* P, ZpRing* ring, void* dst, const void* src, size
                      cudaStream_t s);
 // every D2H issued through the ring has landed in its destination (no-op without a ring)
 void zp_ring_drain(ZpRing* ring);
+// part_nvme.c (offload_optimizer nvme; every call a no-op when P->nvme is NULL): the CPU units' Adam m, v in a swap
+// file under nvme_path (src/nvme/swap.h). The optimizer thread brackets its pass with step_begin / step_end and each
+// CPU unit's step with unit_in (U->m, U->v point into a pool buffer holding the unit's state) / unit_out (written
+// back); I/O errors end the run with their line. state_copy: a checkpoint's m (which 0) or v (1) elements
+// [off, off + n) of unit u's partition to or from host, through the file.
+int zp_nvme_create(ZeroPart* P, uint64_t file_bytes, size_t pool_bytes, char* err, size_t errlen);  // the estimate's
+void zp_nvme_destroy(ZeroPart* P);
+void zp_nvme_step_begin(ZeroPart* P);
+void zp_nvme_unit_in(ZeroPart* P, int unit);
+void zp_nvme_unit_out(ZeroPart* P, int unit);
+void zp_nvme_step_end(ZeroPart* P);
+void zp_nvme_stats(ZeroPart* P, ZeroStats* st);  // the nvme_* fields
+void zp_nvme_state_copy(ZeroPart* P, int unit, int which, size_t off, size_t n, float* host, bool to_host);
 // gather.c
 void* zp_fetch(ZeroPart* P, int unit, cudaStream_t s);
 void zp_release(ZeroPart* P, int unit, cudaStream_t s);

@@ -49,13 +49,16 @@ static void* opt_thread(void* arg) {
         // before opt_step++, so the ring's host copies happened before this thread took the step)
         CUDA_CHECK(cudaEventSynchronize(P->ev_grads_done));
         const double t0 = now_s();
+        zp_nvme_step_begin(P);  // offload_optimizer nvme: m, v swapped in and out around each unit (part_nvme.c)
         // sub-group by sub-group (DeepSpeed's step granularity), and inside a group unit by unit: each unit's new
         // weights leave for the GPU as soon as its step is done, so the next forward's first units arrive first
         for (int g = 0; g < P->L.num_groups; g++) {
             if (!P->L.group_cpu[g]) continue;
             for (int u = P->L.group_first[g]; u < P->L.group_first[g] + P->L.group_count[g]; u++) {
+                zp_nvme_unit_in(P, u);
                 if (P->ada) zp_ada_cpu_unit(P, u, &a);  // Adafactor (step_adafactor.c)
                 else zstep_adamw_cpu_unit(P, u, &a, &ca);
+                zp_nvme_unit_out(P, u);
                 zp_publish_unit_host(P, u, P->ring_opt);  // this thread's own staging ring (pageable buffers)
                 pthread_mutex_lock(&P->mu);
                 P->u[u].updated_step = step;
@@ -63,6 +66,7 @@ static void* opt_thread(void* arg) {
                 pthread_mutex_unlock(&P->mu);
             }
         }
+        zp_nvme_step_end(P);
         const double t1 = now_s();
         pthread_mutex_lock(&P->mu);
         P->st.cpu_adam_s = t1 - t0;
