@@ -233,6 +233,13 @@ static void test_estimate_sizes(void** state) {
         ZeroMemEstimate e;
         assert_int_equal(zero_estimate(&o, m.T.num_units, m.numel, &e, err, sizeof err), 0);
         host2 += e.host_m;
+        // the cut CPU tensors' sums and factors (zp_ada_create's mallocs) are in host_total, which zp_create's
+        // alloc_host checks its allocations against; everything else pinned: no staging ring for them (they are never
+        // copied through one)
+        assert_true(e.host_ada_scratch > 0);
+        assert_int_equal(e.host_staging, 0);
+        assert_int_equal(e.host_total,
+                         e.host_master + e.host_m + e.host_v + e.host_gacc + e.host_w + e.host_ada_scratch);
     }
     // the two ranks together: every vector element once, the statistics of a split matrix twice
     assert_true(host2 >= single && host2 < 2 * single);

@@ -126,7 +126,8 @@ void zero_estimate_layout(const ZeroOptions* o, const ZeroLayout* L, ZeroMemEsti
     e->host_pageable = e->host_total - e->host_pinned;
     // the staging rings, only when something is pageable: a slot is the largest single transfer (a unit's part in
     // fp32: its master's views, an fp32 gather; 16-bit parts and gradient buckets are smaller) up to the cap
-    if (e->host_pageable > 0) {
+    // (host_ada_scratch is pageable but never copied through a ring: it alone asks for none)
+    if (e->host_pageable > e->host_ada_scratch) {
         e->staging_count = T5_MAX(o->buffer_count, 1);
         e->staging_slot_bytes = T5_MIN(ZERO_STAGING_SLOT_MAX_BYTES, CEIL_DIV(max_numel * 4, (size_t)4096) * 4096);
         e->host_staging = (size_t)ZERO_STAGING_RINGS * (size_t)e->staging_count * e->staging_slot_bytes;

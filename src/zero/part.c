@@ -306,7 +306,8 @@ static int alloc_host(ZeroPart* P, const ZeroOptions* o, const ZeroMemEstimate* 
         if (!P->ring_opt) return -1;
     }
     const size_t host_got = P->h_master.bytes + P->h_m.bytes + P->h_v.bytes + P->h_gacc.bytes + P->h_w.bytes +
-                            (P->ring_main ? P->ring_main->mem.bytes + P->ring_opt->mem.bytes : 0);
+                            (P->ring_main ? P->ring_main->mem.bytes + P->ring_opt->mem.bytes : 0) +
+                            E->host_ada_scratch;  // Adafactor's cut CPU tensors' sums and factors: zp_ada_create's
     if (host_got + E->host_nvme_pool != E->host_total)  // the swap pool: zp_nvme_create
         t5_die(T5_EXIT_FAILURE, "internal: ZeRO allocated %zu host bytes, src/zero/estimate.c says %zu", host_got,
                E->host_total);
