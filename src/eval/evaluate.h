@@ -88,8 +88,8 @@ typedef struct {
 
 // Generates over `ds` with one GPU's eval batching (dataloader_open(ds, dopt, false) on one rank: sequential,
 // dopt->eval_batch_size, the same padding as HF's collator) using the parameters in Z (already loaded), and
-// computes the metrics. With cfg->shard on several ranks each rank generates its share of those batches and every
-// rank scores the gathered rows in input order: the same result on every rank, one GPU's in fp32 (num_steps: the
+// computes the metrics. With cfg->shard or cfg->lockstep on several ranks each rank generates its share of those
+// batches (lockstep: the ranks stepping together) and every rank scores the gathered rows in input order: the same result on every rank, one GPU's in fp32 (num_steps: the
 // steps of one rank, as HF counts them on N GPUs). tok decodes. stream: the compute stream. Returns 0, or -1 with
 // err (an empty split, bad options, not enough GPU memory with the KV-cache numbers, ...).
 int evaluate_generate(ZeroEngine* Z, const ParamTable* t, const Tokenizer* tok, const Dataset* ds,
