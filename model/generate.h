@@ -119,6 +119,9 @@ void t5_generator_set_fixed_checks(T5Generator* G, bool on);
 // Implies the fixed checks. agree NULL: off (the default).
 typedef int (*T5GenAgreeFn)(void* ctx, int vote);
 void t5_generator_set_lockstep(T5Generator* G, T5GenAgreeFn agree, void* ctx);
+// Lockstep: the following batches are generated only to step with the other ranks (a padding step; their outputs
+// are not read): this rank votes as if every row were finished from the start and follows the others (default off).
+void t5_generator_set_lockstep_idle(T5Generator* G, bool idle);
 
 const GenerateStats* t5_generator_stats(const T5Generator* G);
 void t5_generator_reset_stats(T5Generator* G);

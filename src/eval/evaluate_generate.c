@@ -67,10 +67,11 @@ static int max_source_width(const Dataset* ds, const DataOptions* dopt) {
     return max_Ts;
 }
 
-// lockstep (t5_generator_set_lockstep): the ranks' maximum vote; a padding step's batch votes "finished"
+// lockstep (t5_generator_set_lockstep): the ranks' maximum vote (a padding step's batch votes "finished":
+// t5_generator_set_lockstep_idle)
 static int gen_agree(void* ctx, int vote) {
     GenRun* g = ctx;
-    return comm_host_i32(g->cfg->comm, g->padding ? 0 : vote, ncclMax, g->stream);
+    return comm_host_i32(g->cfg->comm, vote, ncclMax, g->stream);
 }
 
 // Generates this rank's steps [k0, k0 + nk) into g->mine. 0, or -1 with err.
@@ -96,6 +97,7 @@ static int gen_steps(GenRun* g, int64_t k0, int64_t nk, cudaStream_t s, char* er
             return -1;
         }
         int width = 0;
+        if (g->lockstep) t5_generator_set_lockstep_idle(g->G, g->padding);
         if (t5_generate(g->G, g->batch.input_ids, g->batch.attention_mask, g->batch.B, g->batch.Ts, g->gen, &width,
                         s, err, errlen))
             return -1;
