@@ -204,7 +204,8 @@ int evaluate_generate(ZeroEngine* Z, const ParamTable* t, const Tokenizer* tok, 
     eval_shard_plan(&g.sh, dataset_size(ds), g.B, shard ? world : 1);
     g.G = t5_generator_create(t, Z, g.B, max_source_width(ds, dopt), &cfg->gen, err, errlen);
     if (!g.G) return -1;
-    if (cfg->no_cuda_graphs) t5_generator_set_cuda_graphs(g.G, false);
+    // lockstep: the fetches issue collectives, which a captured step cannot hold
+    if (cfg->no_cuda_graphs || g.lockstep) t5_generator_set_cuda_graphs(g.G, false);
     // several ranks generating the whole split alike: their decoder steps (and so the engine's gathers) must not
     // depend on timing; in lockstep they also agree when to stop
     if (!shard && world > 1) t5_generator_set_fixed_checks(g.G, true);
@@ -268,6 +269,9 @@ int evaluate_generate(ZeroEngine* Z, const ParamTable* t, const Tokenizer* tok, 
         out->gen = *t5_generator_stats(g.G);
         out->predictions = g.preds;  // input order: every example scored once
         g.preds = NULL;
+    } else {
+        free(out->ranks);
+        out->ranks = NULL;
     }
     gen_free(&g);
     return rc;
