@@ -53,6 +53,7 @@
 #include "../cuda/position_bias.cuh"
 #include "../cuda/rmsnorm.cuh"
 #include "../src/base/common.h"
+#include "gen_lockstep.h"
 #include "relpos.h"
 
 #define GEN_TK_ROUND 16   // key-length bucket of the self-attention GEMMs
@@ -145,6 +146,9 @@ struct T5Generator {
     uint64_t fetch_sig;  // hash of the pointers unit_fetch returned since the last reset
     bool use_graphs;
     bool fixed_checks;    // greedy: the finished flags read exactly GEN_CHECK_LAG steps after their copy (never earlier)
+    T5GenAgreeFn agree;   // lockstep with other ranks (t5_generator_set_lockstep); NULL: off
+    void* agree_ctx;
+    bool idle;            // lockstep: this batch only steps with the other ranks (t5_generator_set_lockstep_idle)
     bool qkv_fused;  // every decoder block's q, k, v weights are adjacent: one (3 HD, D) projection
     bool fused;      // fused decoder step (decode_fused.cuh): add+norm and one attention kernel per sublayer
     bool dev_beam;   // beam search: running beams chosen on the device (decode_beam_select), histories in d_hist
@@ -544,6 +548,18 @@ const GenerateStats* t5_generator_stats(const T5Generator* G) { return &G->stats
 void t5_generator_reset_stats(T5Generator* G) { memset(&G->stats, 0, sizeof G->stats); }
 void t5_generator_set_cuda_graphs(T5Generator* G, bool on) { G->use_graphs = on; }
 void t5_generator_set_fixed_checks(T5Generator* G, bool on) { G->fixed_checks = on; }
+void t5_generator_set_lockstep(T5Generator* G, T5GenAgreeFn agree, void* ctx) {
+    G->agree = agree;
+    G->agree_ctx = ctx;
+}
+
+void t5_generator_set_lockstep_idle(T5Generator* G, bool idle) { G->idle = idle; }
+
+// lockstep: the ranks' maximum vote (t5_generator_set_lockstep)
+static int gen_agree(T5Generator* G, int vote) {
+    G->stats.agreements++;
+    return G->agree(G->agree_ctx, vote);
+}
 
 // ---------------------------------------------------------------------------------------------
 // helpers
@@ -1039,7 +1055,7 @@ static void generate_greedy(T5Generator* G, int B, int Ts, int32_t* out, int* ou
         bool ready = false;
         if (pending) {
             // (fixed_checks: not when the copy happens to be done, so the step count depends on the batch alone)
-            if (!G->fixed_checks) {
+            if (!G->fixed_checks && !G->agree) {
                 const cudaError_t q = cudaEventQuery(G->ev_chk);
                 if (q == cudaErrorNotReady) (void)cudaGetLastError();  // not an error: every launch is checked at once
                 else CUDA_CHECK(q);
@@ -1053,8 +1069,11 @@ static void generate_greedy(T5Generator* G, int B, int Ts, int32_t* out, int* ou
             int live = 0;
             for (int b = 0; b < B; b++) done[b] = G->h_fin[b] != 0;
             for (int sl = 0; sl < I; sl++) live += slot_item[sl] >= 0 && !done[slot_item[sl]];
-            if (live == 0) break;
-            int newI = (int)CEIL_DIV((size_t)live, (size_t)GEN_ROW_ROUND) * GEN_ROW_ROUND;
+            if (G->agree && G->idle) live = 0;  // a padding step's batch: only stepping with the others
+            // lockstep: stop when no rank has a row left; a rank without one steps on at a few padding rows
+            if (G->agree ? gen_agree(G, gen_lockstep_vote(live, false)) == 0 : live == 0) break;
+            int newI = live ? (int)CEIL_DIV((size_t)live, (size_t)GEN_ROW_ROUND) * GEN_ROW_ROUND
+                            : T5_MIN(I, GEN_ROW_ROUND);
             if (newI < I) {
                 // compact to the live slots (then finished ones as padding up to newI). The pinned sources of the
                 // copies below were last read by copies ordered before the event just waited for.
@@ -1440,14 +1459,29 @@ int t5_generate(T5Generator* G, const int32_t* input_ids, const int32_t* attenti
             const int b = slot_item[sl];
             if (b >= 0 && !done[b]) live++;
         }
-        if (live == 0) break;
+        if (G->agree && G->idle) live = 0;  // a padding step's batch: only stepping with the others
 
         // ---- next batch layout: compact to the live slots (rounded up), reorder beams
-        int newI = (int)CEIL_DIV((size_t)live, (size_t)m_items) * m_items;
+        int newI = live ? (int)CEIL_DIV((size_t)live, (size_t)m_items) * m_items : I;
         if (newI > I) newI = I;
         const bool compact = newI < I;
-        if (dev && compact && cur_len < launch_len) {
-            draining = true;  // process the steps launched in this layout first
+        const bool want_drain = dev && compact && cur_len < launch_len;  // process the launched steps first
+        if (G->agree) {
+            // lockstep (gen_lockstep.h): every rank stops together, and stops launching while any rank drains, so
+            // that every rank launches the same steps (launch_len and cur_len are the same on every rank, so is
+            // want_drain's cur_len < launch_len). A rank without a live row (or without a layout change while
+            // another rank drains) steps on in its layout: what it computes is not read.
+            const GenLockstepMove mv = gen_lockstep_beam_move(gen_agree(G, gen_lockstep_vote(live, want_drain)), live,
+                                                              compact, want_drain, &draining);
+            if (mv == GEN_LOCKSTEP_STOP) break;
+            if (mv == GEN_LOCKSTEP_BROKEN)
+                t5_die(T5_EXIT_FAILURE, "internal: lockstep beam search: a rank drains at a step not launched here");
+            if (mv == GEN_LOCKSTEP_STEP_ON) continue;
+        } else if (live == 0) {
+            break;
+        }
+        if (want_drain) {
+            draining = true;
             continue;
         }
         draining = false;

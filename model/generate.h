@@ -77,6 +77,7 @@ typedef struct {
     double total_ms;           // wall time of t5_generate, host bookkeeping included
     int64_t graph_steps;       // decoder steps replayed from a captured CUDA graph
     int64_t graphs_captured;   // CUDA graphs captured (one per step shape: rows, source length, key bucket)
+    int64_t agreements;        // lockstep: finished-checks agreed with the other ranks (t5_generator_set_lockstep)
 } GenerateStats;
 
 typedef struct T5Generator T5Generator;
@@ -106,6 +107,21 @@ void t5_generator_set_cuda_graphs(T5Generator* G, bool on);
 // done (default off): the number of decoder steps, so the engine fetches of a ZeRO-3 run gathering on demand, then
 // depends on the batch alone, the same on every rank generating the same batch. Outputs are identical either way.
 void t5_generator_set_fixed_checks(T5Generator* G, bool on);
+
+// Several ranks generating their own batches in lockstep (ZeRO-3 gathering on demand: every fetch is a collective, so
+// every rank must run the same decoder steps). At each finished-check (greedy: the fixed checks, every GEN_CHECK_LAG
+// steps; beam search: every step the host processes) the generator calls agree(ctx, vote) with its vote:
+//   0 every row of this rank's batch is finished, 1 some row is not, 2 some row is not and beam search waits for
+//   its launched steps before compacting the batch (device beam search);
+// agree must return the maximum of the votes over the ranks (a collective: every rank calls it at the same check).
+// The generator stops when it is 0; while it is 2, no rank launches further steps (so the ranks' steps stay the same).
+// A rank whose rows are all finished keeps stepping on (finished rows stay finished: its outputs do not change).
+// Implies the fixed checks. agree NULL: off (the default).
+typedef int (*T5GenAgreeFn)(void* ctx, int vote);
+void t5_generator_set_lockstep(T5Generator* G, T5GenAgreeFn agree, void* ctx);
+// Lockstep: the following batches are generated only to step with the other ranks (a padding step; their outputs
+// are not read): this rank votes as if every row were finished from the start and follows the others (default off).
+void t5_generator_set_lockstep_idle(T5Generator* G, bool idle);
 
 const GenerateStats* t5_generator_stats(const T5Generator* G);
 void t5_generator_reset_stats(T5Generator* G);

@@ -112,6 +112,16 @@ static void check_one(int64_t n, int64_t batch, int world) {
                                    (long long)batch, world, (long long)e, seen[e]);
     const int64_t pieces[] = {1, 2, 3, T5_MAX(s.steps, (int64_t)1)};
     for (size_t p = 0; p < T5_ARRAY_LEN(pieces); p++) check_pieces(&s, pieces[p]);
+    // each rank's real batches (the sharded-generation line's "batches per rank") count its non-padding steps, and
+    // the ranks' counts add up to the split's batches
+    int64_t total = 0;
+    for (int r = 0; r < world; r++) {
+        int64_t real = 0;
+        for (int64_t k = 0; k < s.steps; k++) real += eval_shard_batch(&s, r, k) >= 0;
+        assert_int_equal(eval_shard_rank_batches(&s, r), real);
+        total += real;
+    }
+    assert_int_equal(total, s.n_batches);
     // the padding slots of the last step: ranks real_at .. W - 1
     if (s.steps > 0) {
         const int real = eval_shard_real_at(&s, s.steps - 1);
@@ -148,6 +158,8 @@ static void test_newsdev_numbers(void** state) {
     assert_int_equal(s.steps, 11);
     assert_int_equal(eval_shard_real_at(&s, 10), 2);
     assert_int_equal(eval_shard_batch(&s, 2, 10), -1);
+    assert_int_equal(eval_shard_rank_batches(&s, 1), 11);
+    assert_int_equal(eval_shard_rank_batches(&s, 2), 10);
     // batch 31 = step 10 of rank 1: in the whole split's gather at 1 x 11 + 10, in a piece of steps 8..10 at 1 x 3 + 2
     assert_int_equal(eval_shard_slot(&s, 31, 0, 11), 21);
     assert_int_equal(eval_shard_slot(&s, 31, 8, 3), 5);

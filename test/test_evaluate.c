@@ -124,6 +124,31 @@ static void test_metric_keys(void** state) {
     free(p);
 }
 
+// the line saying how the ranks shared a generation (the trainer prints it on several ranks; test_gpu_multi_eval
+// parses it): every rank's counts in rank order, "" for one rank, truncated safely
+static void test_shard_line(void** state) {
+    (void)state;
+    EvalGenRankCounts c[2] = {{5, 0, 96, 24, 960}, {4, 1, 96, 24, 960}};
+    EvalGenResult r = {.prefix = "eval", .mode = EVAL_GEN_LOCKSTEP, .world = 2, .ranks = c};
+    char buf[512];
+    evaluate_shard_line(&r, buf, sizeof buf);
+    assert_string_equal(buf, "eval generation on 2 ranks, sharded in lockstep (steps agreed): batches per rank 5 4 | "
+                             "padding 0 1 | decoder steps 96 96 | agreements 24 24 | unit gathers 960 960");
+    r.mode = EVAL_GEN_WHOLE_SPLIT;
+    evaluate_shard_line(&r, buf, sizeof buf);
+    assert_non_null(strstr(buf, "eval generation on 2 ranks, whole split on every rank: batches per rank 5 4 |"));
+    for (size_t cap = 1; cap < 40; cap += 7) {  // truncated, terminated, never past cap
+        char small[48];
+        memset(small, 'x', sizeof small);
+        evaluate_shard_line(&r, small, cap);
+        assert_int_equal(strlen(small), cap - 1);
+        assert_int_equal(small[cap], 'x');
+    }
+    r.world = 1;
+    evaluate_shard_line(&r, buf, sizeof buf);
+    assert_string_equal(buf, "");
+}
+
 static void test_options_check(void** state) {
     (void)state;
     GenerateOptions o;
@@ -149,6 +174,7 @@ int main(void) {
         cmocka_unit_test(test_count_nonpad),        cmocka_unit_test(test_round4),
         cmocka_unit_test(test_join_lines),          cmocka_unit_test(test_postprocess_real_tokenizer),
         cmocka_unit_test(test_metric_keys),         cmocka_unit_test(test_options_check),
+        cmocka_unit_test(test_shard_line),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

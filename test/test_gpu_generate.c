@@ -12,7 +12,8 @@
  * The reference is HF with eager attention (the numerics model/t5.c matches); the fixture also holds HF's default
  * SDPA attention for greedy and beam 4 in fp32 and bf16, whose agreement is printed for information.
  * Also: option errors (num_beams 0, no_repeat_ngram_size, max_length 1), the memory refusal with the KV-cache
- * numbers, and bad batches.
+ * numbers, and bad batches; lockstep generation (ZeRO inference) with another rank played by the agreement callback:
+ * extra steps change no output.
  */
 #include <jansson.h>
 #include <math.h>
@@ -350,6 +351,97 @@ static void test_generate_graphs_equal_eager(void** state) {
     json_decref(bj);
 }
 
+// Lockstep (t5_generator_set_lockstep) on one GPU, another rank played by the agreement callback: it answers "some
+// row elsewhere is not finished" (1) for the first `limit` checks of each batch, so this generator steps on after its
+// own rows finished (up to max_length with a large limit). fp32, both models, greedy and 2 and 4 beams (device beam
+// search), the 8 fixture batches: the outputs must equal a generator alone, token for token and width for width
+// (finished rows stay finished; greedy's compaction at the fixed checks and to padding rows changes no row), with
+// more decoder steps. An idle batch (a padding step's) runs to the same stop without error.
+typedef struct {
+    int calls, limit;
+} FakeRank;
+
+static int fake_agree(void* ctx, int vote) {
+    FakeRank* f = ctx;
+    const int other = f->calls++ < f->limit ? 1 : 0;
+    return vote > other ? vote : other;
+}
+
+static void test_generate_lockstep_extra_steps(void** state) {
+    (void)state;
+    T5_REQUIRE_GPU();
+    json_t* bj = load_json("batches.json");
+    json_t* batches = json_object_get(bj, "batches");
+    const char* names[2] = {"tiny_v10", "tiny_v11"};
+    const int ML = 32;
+    for (int mi = 0; mi < 2; mi++)
+        for (int nb = 1; nb <= 4; nb *= 2) {
+            Model m;
+            model_open(&m, names[mi], DT_F32, mi == 0 ? 8.0 : 4.0);
+            char err[4096];
+            GenerateOptions o;
+            generate_options_default(&o);
+            o.max_length = ML;
+            o.num_beams = nb;
+            T5Generator* Ga = t5_generator_create(&m.t, m.Z, 8, 64, &o, err, sizeof err);
+            T5Generator* Gl = t5_generator_create(&m.t, m.Z, 8, 64, &o, err, sizeof err);
+            if (!Ga || !Gl) fail_msg("%s", err);
+            t5_generator_set_cuda_graphs(Ga, false);
+            t5_generator_set_cuda_graphs(Gl, false);
+            FakeRank fr = {0, 0};
+            t5_generator_set_lockstep(Gl, fake_agree, &fr);
+            int* oa = malloc(sizeof(int) * 8 * ML);
+            int* ol = malloc(sizeof(int) * 8 * ML);
+            const int limits[] = {0, 2, 1000};
+            for (size_t bi = 0; bi < json_array_size(batches); bi++) {
+                json_t* b = json_array_get(batches, bi);
+                int B, Ts, B2, Ts2, wa = 0, wl = 0;
+                int* ids = json_rows(json_object_get(b, "input_ids"), &B, &Ts);
+                int* mask = json_rows(json_object_get(b, "attention_mask"), &B2, &Ts2);
+                if (t5_generate(Ga, ids, mask, B, Ts, oa, &wa, m.s, err, sizeof err)) fail_msg("%s", err);
+                for (size_t li = 0; li < T5_ARRAY_LEN(limits); li++) {
+                    fr = (FakeRank){0, limits[li]};
+                    memset(ol, 0xff, sizeof(int) * 8 * ML);
+                    const int64_t steps0 = t5_generator_stats(Gl)->steps;
+                    if (t5_generate(Gl, ids, mask, B, Ts, ol, &wl, m.s, err, sizeof err)) fail_msg("%s", err);
+                    // the other rank busy to the end: every step up to max_length ran
+                    if (limits[li] == 1000 && t5_generator_stats(Gl)->steps - steps0 != ML - 1)
+                        fail_msg("%s beams %d batch %zu: %lld decoder steps with the other rank busy, want %d",
+                                 names[mi], nb, bi, (long long)(t5_generator_stats(Gl)->steps - steps0), ML - 1);
+                    if (wa != wl)
+                        fail_msg("%s beams %d batch %zu limit %d: width %d alone, %d in lockstep", names[mi], nb, bi,
+                                 limits[li], wa, wl);
+                    for (int r = 0; r < B; r++)
+                        if (memcmp(oa + r * ML, ol + r * ML, sizeof(int) * (size_t)wa) != 0)
+                            fail_msg("%s beams %d batch %zu limit %d row %d: lockstep's extra steps changed the row",
+                                     names[mi], nb, bi, limits[li], r);
+                    if (fr.calls == 0) fail_msg("%s beams %d: no agreement asked for", names[mi], nb);
+                }
+                // a padding step's batch: votes 0, steps on while the other rank is busy, stops with it
+                t5_generator_set_lockstep_idle(Gl, true);
+                fr = (FakeRank){0, 3};
+                if (t5_generate(Gl, ids, mask, B, Ts, ol, &wl, m.s, err, sizeof err)) fail_msg("%s", err);
+                assert_int_equal(fr.calls, 4);  // three answered 1, the fourth 0: the stop
+                t5_generator_set_lockstep_idle(Gl, false);
+                free(ids);
+                free(mask);
+            }
+            const GenerateStats* sa = t5_generator_stats(Ga);
+            const GenerateStats* sl = t5_generator_stats(Gl);
+            print_message("%s beams %d: lockstep identical; alone %lld decoder steps, lockstep %lld steps / %lld "
+                          "agreements (3 runs + 1 idle per batch)\n", names[mi], nb, (long long)sa->steps,
+                          (long long)sl->steps, (long long)sl->agreements);
+            assert_true(sl->agreements > 0);
+            assert_int_equal(sa->agreements, 0);
+            free(oa);
+            free(ol);
+            t5_generator_destroy(Ga);
+            t5_generator_destroy(Gl);
+            model_close(&m);
+        }
+    json_decref(bj);
+}
+
 // evaluate_generate end to end on 20 WMT16 validation examples (real tokenizer and data loader, tiny model):
 // the counts, gen_len recomputed from t5_generate on the same batches, the predictions file, the empty-split error
 static void test_evaluate_generate(void** state) {
@@ -439,6 +531,7 @@ int main(void) {
         cmocka_unit_test(test_generate_bf16_close_to_hf),
         cmocka_unit_test(test_generate_bad_options),
         cmocka_unit_test(test_generate_graphs_equal_eager),
+        cmocka_unit_test(test_generate_lockstep_extra_steps),
         cmocka_unit_test(test_evaluate_generate),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

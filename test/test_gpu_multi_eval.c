@@ -8,9 +8,14 @@
  * Gates: eval_loss / predict_loss within 1e-6 relative of one GPU's, bleu, gen_len and samples equal, the same keys
  * in eval_results.json / predict_results.json / all_results.json, generated_predictions.txt byte-identical.
  * Cases: stage 0; stage 3 (every unit partitioned, held for the evaluation); stage 3 gathering on demand
- * (T5TRAIN_EVAL_NO_HOLD=1: the loss pass sharded with the padding steps' forwards, generation of the whole split on
- * every rank), also on a split of one batch (a rank without any real batch); training's in-loop evaluation at
- * stage 2 after updates of learning rate 0 (the weights unchanged, the units refreshed after a step).
+ * (T5TRAIN_EVAL_NO_HOLD=1: ZeRO inference, issue 29 item 3: the loss pass and generation sharded, generation in
+ * lockstep: every rank steps until no rank has a row left), greedy and with 2 beams, also on a split of one batch (a
+ * rank without any real batch); --do_predict alone at stage 3 with offload_param, gathering on demand; training's
+ * in-loop evaluation at stage 2 after updates of learning rate 0 (the weights unchanged, the units refreshed after a
+ * step).
+ * Sharded generation is proven by the line rank 0 prints (src/eval/evaluate.c evaluate_shard_line): the batches each
+ * rank generated must be its share (src/eval/shard.h eval_shard_rank_batches), not the whole split; in lockstep the
+ * decoder steps, the agreements and the unit gathers must be the same on every rank.
  * Skipped unless two GPUs are visible.
  */
 #include "t5test.h"
@@ -19,6 +24,7 @@
 #include <math.h>
 
 #include "../src/base/common.h"
+#include "../src/eval/shard.h"
 
 static char g_text[1 << 18];
 static char g_model[512];  // the model trained by ensure_model
@@ -53,16 +59,74 @@ static void ensure_model(void) {
     run("training the model", "", 1, g_model, extra);
 }
 
-// The evaluation flags: 35 evaluation and 37 prediction sources in batches of 4 (n_eval, n_pred override)
+#define EVAL_BATCH 4
+
+// The evaluation flags: 35 evaluation and 37 prediction sources in batches of 4 (n_eval, n_pred override); n_eval 0:
+// --do_predict alone
 static void eval_flags(char* buf, size_t cap, int n_eval, int n_pred, const char* more) {
     const char* d = t5test_data_dir();
+    char ev[256] = "";
+    if (n_eval > 0)
+        snprintf(ev, sizeof ev, "--validation_file %s/wmt16-ro-en/validation.en --max_eval_samples %d --do_eval", d,
+                 n_eval);
     int k = snprintf(buf, cap,
-                     "--model_name_or_path %s --validation_file %s/wmt16-ro-en/validation.en --test_file "
-                     "%s/wmt16-ro-en/validation.en --max_eval_samples %d --max_predict_samples %d "
-                     "--max_target_length 24 --per_device_eval_batch_size 4 --do_eval --do_predict "
+                     "--model_name_or_path %s %s --test_file %s/wmt16-ro-en/validation.en --max_predict_samples %d "
+                     "--max_target_length 24 --per_device_eval_batch_size %d --do_predict "
                      "--predict_with_generate --generation_max_length 24 %s",
-                     g_model, d, d, n_eval, n_pred, more);
+                     g_model, ev, d, n_pred, EVAL_BATCH, more);
     if (k < 0 || (size_t)k >= cap) fail_msg("flags too long");
+}
+
+// Reads `n` numbers after "| name" / ": name" in line into v
+static void shard_line_field(const char* line, const char* name, int64_t* v, int n, const char* tag) {
+    const char* p = strstr(line, name);
+    if (!p) fail_msg("%s: no \"%s\" in the sharded-generation line: %s", tag, name, line);
+    p += strlen(name);
+    for (int w = 0; w < n; w++) {
+        char* end;
+        v[w] = strtoll(p, &end, 10);
+        if (end == p) fail_msg("%s: \"%s\" has fewer than %d numbers: %s", tag, name, n, line);
+        p = end;
+    }
+}
+
+// The line rank 0 printed for prefix's generation on `world` ranks (in g_text): the mode must be `mode` ("sharded" or
+// "sharded in lockstep (steps agreed)"), each rank's batches its share of n sources; in lockstep every rank ran a
+// batch at each step (padding steps too) and the same decoder steps, agreements and unit gathers (> 0)
+static void check_shard_line(const char* tag, const char* prefix, int world, int n, const char* mode) {
+    char head[256];
+    snprintf(head, sizeof head, "%s generation on %d ranks, %s: ", prefix, world, mode);
+    const char* at = strstr(g_text, head);
+    if (!at) fail_msg("%s: no line \"%s...\" in the output (generation not sharded as expected):\n%s", tag, head, g_text);
+    const char* nl = strchr(at, '\n');
+    char line[1024];
+    snprintf(line, sizeof line, "%.*s", (int)(nl ? nl - at : (long)strlen(at)), at);
+    print_message("%s: %s\n", tag, line);
+    int64_t batches[8], padding[8], steps[8], agree[8], gathers[8];
+    if (world > 8) fail_msg("world %d", world);
+    shard_line_field(line, "batches per rank", batches, world, tag);
+    shard_line_field(line, "| padding", padding, world, tag);
+    shard_line_field(line, "| decoder steps", steps, world, tag);
+    shard_line_field(line, "| agreements", agree, world, tag);
+    shard_line_field(line, "| unit gathers", gathers, world, tag);
+    EvalShard sh;
+    eval_shard_plan(&sh, n, EVAL_BATCH, world);
+    const bool lockstep = strstr(mode, "lockstep") != NULL;
+    for (int r = 0; r < world; r++) {
+        if (batches[r] != eval_shard_rank_batches(&sh, r))
+            fail_msg("%s: rank %d generated %lld batches, its share of %lld is %lld", tag, r, (long long)batches[r],
+                     (long long)sh.n_batches, (long long)eval_shard_rank_batches(&sh, r));
+        const int64_t pad = lockstep ? sh.steps - batches[r] : 0;
+        if (padding[r] != pad) fail_msg("%s: rank %d ran %lld padding batches, expected %lld", tag, r,
+                                        (long long)padding[r], (long long)pad);
+        if (!lockstep) continue;
+        if (steps[r] != steps[0] || agree[r] != agree[0] || gathers[r] != gathers[0])
+            fail_msg("%s: rank %d out of step with rank 0 (decoder steps %lld / %lld, agreements %lld / %lld, unit "
+                     "gathers %lld / %lld)", tag, r, (long long)steps[r], (long long)steps[0], (long long)agree[r],
+                     (long long)agree[0], (long long)gathers[r], (long long)gathers[0]);
+        if (steps[r] <= 0 || agree[r] <= 0 || gathers[r] <= 0)
+            fail_msg("%s: rank %d: no decoder step, agreement or gather counted", tag, r);
+    }
 }
 
 static json_t* load_json(const char* dir, const char* name) {
@@ -160,8 +224,10 @@ static int eval_log_values(const char* out, const char* key, double* v, int cap)
     return n;
 }
 
-// one GPU (ref_env) against 2 GPUs, and 4 when visible (env, extra); n_eval / n_pred sources
-static void compare(const char* tag, const char* ref_env, const char* env, const char* more, int n_eval, int n_pred) {
+// one GPU (ref_env) against 2 GPUs, and 4 when visible (env, extra); n_eval / n_pred sources (n_eval 0: --do_predict
+// alone); mode: how the N-GPU generation must be shared (check_shard_line)
+static void compare(const char* tag, const char* ref_env, const char* env, const char* more, int n_eval, int n_pred,
+                    const char* mode) {
     ensure_model();
     char ref[512], out[512], flags[4096];
     snprintf(ref, sizeof ref, "%s/meval_%s_1gpu", t5test_tmpdir(), tag);
@@ -178,7 +244,9 @@ static void compare(const char* tag, const char* ref_env, const char* env, const
         run(tag, env, n, out, flags);
         char t[128];
         snprintf(t, sizeof t, "%s, %d GPUs", tag, n);
-        same_metrics(t, ref, out, "eval");
+        if (n_eval > 0) check_shard_line(t, "eval", n, n_eval, mode);
+        check_shard_line(t, "predict", n, n_pred, mode);
+        if (n_eval > 0) same_metrics(t, ref, out, "eval");
         same_metrics(t, ref, out, "predict");
         same_keys(ref, out, "all_results.json");
         assert_int_equal(same_predictions(t, ref, out), n_pred);
@@ -187,15 +255,36 @@ static void compare(const char* tag, const char* ref_env, const char* env, const
 
 #define S3 "--deepspeed '{\"zero_optimization\": {\"stage\": 3, \"stage3_param_persistence_threshold\": 0}}'"
 
-static void test_stage0(void** state) { (void)state; REQUIRE_TWO_GPUS(); compare("s0", "", "", "", 35, 37); }
-static void test_stage3_held(void** state) { (void)state; REQUIRE_TWO_GPUS(); compare("s3", "", "", S3, 35, 37); }
-// stage 3 gathering on demand on every rank (as when the units do not fit), one GPU likewise
+#define SHARDED "sharded"
+#define LOCKSTEP "sharded in lockstep (steps agreed)"
+#define NO_HOLD "T5TRAIN_EVAL_NO_HOLD=1"
+
+static void test_stage0(void** state) { (void)state; REQUIRE_TWO_GPUS(); compare("s0", "", "", "", 35, 37, SHARDED); }
+static void test_stage3_held(void** state) {
+    (void)state;
+    REQUIRE_TWO_GPUS();
+    compare("s3", "", "", S3, 35, 37, SHARDED);
+}
+// stage 3 gathering on demand on every rank (ZeRO inference, as when the units do not fit), one GPU likewise:
+// generation sharded in lockstep, greedy and with 2 beams (device beam search: steps launched ahead, drains agreed)
 static void test_stage3_on_demand(void** state) {
     (void)state;
     REQUIRE_TWO_GPUS();
-    compare("s3_nohold", "T5TRAIN_EVAL_NO_HOLD=1", "T5TRAIN_EVAL_NO_HOLD=1", S3, 35, 37);
-    // 3 sources: one batch; on N GPUs every rank but rank 0 runs only a padding step
-    compare("s3_nohold_one_batch", "T5TRAIN_EVAL_NO_HOLD=1", "T5TRAIN_EVAL_NO_HOLD=1", S3, 3, 3);
+    compare("s3_nohold", NO_HOLD, NO_HOLD, S3, 35, 37, LOCKSTEP);
+    compare("s3_nohold_beams2", NO_HOLD, NO_HOLD, S3 " --num_beams 2", 35, 37, LOCKSTEP);
+    // 3 sources: one batch; on N GPUs every rank but rank 0 runs only a padding step (the last batch, dropped)
+    compare("s3_nohold_one_batch", NO_HOLD, NO_HOLD, S3, 3, 3, LOCKSTEP);
+}
+
+// --do_predict alone (no training, no evaluation) at stage 3 with the parameters offloaded to the CPU, gathering on
+// demand: the weights stay partitioned (each rank loads its part), generation sharded in lockstep
+static void test_predict_only_offload_param(void** state) {
+    (void)state;
+    REQUIRE_TWO_GPUS();
+    compare("s3_offload_param_predict", NO_HOLD, NO_HOLD,
+            "--deepspeed '{\"zero_optimization\": {\"stage\": 3, \"stage3_param_persistence_threshold\": 0, "
+            "\"offload_param\": {\"device\": \"cpu\", \"pin_memory\": true}}}'",
+            0, 37, LOCKSTEP);
 }
 
 // training's in-loop evaluation (eval_steps) after 2 updates of learning rate 0 at stage 2: one GPU x 4 against
@@ -218,6 +307,7 @@ static void test_in_loop_eval(void** state) {
     snprintf(more, sizeof more, common, d, 2);
     eval_flags(flags, sizeof flags, 35, 37, more);
     run("in-loop", "", 2, out, flags);
+    check_shard_line("in-loop, 2 GPUs", "predict", 2, 37, SHARDED);
     double a[8], b[8];
     const char* keys[] = {"eval_loss", "eval_bleu", "eval_gen_len"};
     for (size_t i = 0; i < T5_ARRAY_LEN(keys); i++) {
@@ -241,6 +331,7 @@ int main(void) {
         cmocka_unit_test(test_stage0),
         cmocka_unit_test(test_stage3_held),
         cmocka_unit_test(test_stage3_on_demand),
+        cmocka_unit_test(test_predict_only_offload_param),
         cmocka_unit_test(test_in_loop_eval),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -673,9 +673,50 @@ static void test_multi_nodes_script(void** state) {
     assert_non_null(strstr(out, "--max_steps 2 --oversubscribe_never\n"));
 }
 
+// ---------------------------------------------------------------------------------------------
+// scripts/eval_bleu.sh --num_gpus N: taken out of the extra flags and handed to t5train's launcher first (t5train
+// replaced by a script that prints its arguments one per bracket)
+
+static void test_eval_bleu_num_gpus(void** state) {
+    (void)state;
+    char out[8192], stub[512];
+    const char* dir = t5test_tmpdir();
+    snprintf(stub, sizeof stub, "%s/t5train_args.sh", dir);
+    t5test_write_file(stub, "#!/bin/sh\nprintf 'args'; printf ' [%s]' \"$@\"; echo\n");
+    const char* ok[][2] = {
+        {"m test --max_predict_samples 3 --num_gpus 2", "args [--num_gpus] [2] [--model_name_or_path] [m] "},
+        {"m --num_gpus=4", "args [--num_gpus] [4] [--model_name_or_path] [m] "},
+        {"m validation --max_eval_samples 5", "args [--model_name_or_path] [m] "},
+    };
+    for (size_t i = 0; i < T5_ARRAY_LEN(ok); i++) {
+        int rc = t5test_run(out, sizeof out, "chmod +x %s && cd %s && T5TRAIN=%s RESULTS_DIR=%s/eb bash "
+                            "scripts/eval_bleu.sh %s", stub, t5test_repo_dir(), stub, dir, ok[i][0]);
+        if (rc != 0 || !strstr(out, ok[i][1])) fail_msg("%s: rc %d, want '%s' in:\n%s", ok[i][0], rc, ok[i][1], out);
+        // the flag reaches t5train once, and the other extra flags after the script's own
+        const char* a = strstr(out, "args ");
+        const char* first = strstr(a, "[--num_gpus]");
+        if (first && strstr(first + 1, "[--num_gpus]")) fail_msg("%s: --num_gpus twice:\n%s", ok[i][0], out);
+        if (strstr(ok[i][0], "samples") && !strstr(a, "[--num_beams] [1] [--max_"))
+            fail_msg("%s: extra flags misplaced:\n%s", ok[i][0], out);
+    }
+    const char* bad[][2] = {
+        {"m --num_gpus 0", "--num_gpus '0' is not a positive whole number"},
+        {"m --num_gpus two", "--num_gpus 'two' is not a positive whole number"},
+        {"m --num_gpus", "--num_gpus needs a number of GPUs"},
+        {"m --num_gpus 2 --num_gpus=2", "--num_gpus given twice"},
+    };
+    for (size_t i = 0; i < T5_ARRAY_LEN(bad); i++) {
+        int rc = t5test_run(out, sizeof out, "cd %s && T5TRAIN=%s RESULTS_DIR=%s/eb bash scripts/eval_bleu.sh %s",
+                            t5test_repo_dir(), stub, dir, bad[i][0]);
+        if (rc != 2 || !strstr(out, bad[i][1]) || strstr(out, "args "))
+            fail_msg("%s: rc %d, want exit 2 and '%s' before t5train runs:\n%s", bad[i][0], rc, bad[i][1], out);
+    }
+}
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_eval_bleu_num_gpus),
         cmocka_unit_test(test_env_none),
         cmocka_unit_test(test_env_torchrun),
         cmocka_unit_test(test_env_openmpi_slurm),

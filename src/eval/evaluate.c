@@ -53,7 +53,26 @@ void evaluate_result_free(EvalGenResult* r) {
         for (int64_t i = 0; i < r->num_samples; i++) free(r->predictions[i]);
         free(r->predictions);
     }
+    free(r->ranks);
     memset(r, 0, sizeof *r);
+}
+
+void evaluate_shard_line(const EvalGenResult* r, char* buf, size_t cap) {
+    if (cap == 0) return;
+    buf[0] = 0;
+    if (r->world <= 1 || !r->ranks) return;
+    static const char* how[] = {"on one rank", "whole split on every rank", "sharded", "sharded in lockstep (steps agreed)"};
+    static const char* names[] = {"batches per rank", "padding", "decoder steps", "agreements", "unit gathers"};
+    const int m = r->mode >= EVAL_GEN_ONE_RANK && r->mode <= EVAL_GEN_LOCKSTEP ? (int)r->mode : 0;
+    size_t k = (size_t)snprintf(buf, cap, "%s generation on %d ranks, %s: ", r->prefix, r->world, how[m]);
+    for (int f = 0; f < (int)T5_ARRAY_LEN(names); f++) {
+        k += (size_t)snprintf(buf + T5_MIN(k, cap - 1), k < cap ? cap - k : 1, "%s%s", f ? " | " : "", names[f]);
+        for (int w = 0; w < r->world; w++) {
+            const EvalGenRankCounts* c = &r->ranks[w];
+            const int64_t v[] = {c->batches, c->padding, c->steps, c->agreements, c->gathers};
+            k += (size_t)snprintf(buf + T5_MIN(k, cap - 1), k < cap ? cap - k : 1, " %lld", (long long)v[f]);
+        }
+    }
 }
 
 void evaluate_add_metrics(json_t* m, const EvalGenResult* r) {

@@ -48,7 +48,28 @@ typedef struct {
                               // all-gathered. Only where no fetch issues a collective (a rank's decoder steps depend on
                               // its data): stages 0-2 once every unit was fetched since the last step (the loss pass
                               // does it), stage 3 with every unit held. false: every rank generates the whole split
+    bool lockstep;            // with several ranks: sharded as `shard`, where every fetch may issue a collective (ZeRO-3
+                              // gathering on demand): every rank generates at every step (a padding step generates the
+                              // split's last batch and drops it) and the ranks agree at each finished-check to stop
+                              // together (t5_generator_set_lockstep), so that they issue the same fetches
 } EvalGenConfig;
+
+// How the ranks shared a generation (EvalGenResult.mode)
+typedef enum {
+    EVAL_GEN_ONE_RANK = 0,    // one rank
+    EVAL_GEN_WHOLE_SPLIT,     // several ranks, each generating every batch (EvalGenConfig.shard and .lockstep false)
+    EVAL_GEN_SHARDED,         // several ranks, each its batches, steps independent (EvalGenConfig.shard)
+    EVAL_GEN_LOCKSTEP,        // several ranks, each its batches, steps agreed (EvalGenConfig.lockstep)
+} EvalGenMode;
+
+// One rank's share of a generation (EvalGenResult.ranks, gathered from every rank)
+typedef struct {
+    int64_t batches;          // batches of the split this rank generated and returned
+    int64_t padding;          // padding steps it ran a batch for (lockstep: the split's last batch, dropped)
+    int64_t steps;            // decoder steps (GenerateStats.steps)
+    int64_t agreements;       // finished-checks agreed with the other ranks (GenerateStats.agreements)
+    int64_t gathers;          // the engine's unit gathers during the generation (ZeroStats.gathers)
+} EvalGenRankCounts;
 
 typedef struct {
     char prefix[16];
@@ -60,12 +81,15 @@ typedef struct {
     BleuResult bleu_detail;   // counts, precisions, bp, ... (unrounded score)
     GenerateStats gen;        // generator counters
     char** predictions;       // (num_samples) in dataset order, when keep_predictions (every rank)
+    EvalGenMode mode;
+    int world;                // ranks (1: one rank)
+    EvalGenRankCounts* ranks; // (world) every rank's counts, on every rank
 } EvalGenResult;
 
 // Generates over `ds` with one GPU's eval batching (dataloader_open(ds, dopt, false) on one rank: sequential,
 // dopt->eval_batch_size, the same padding as HF's collator) using the parameters in Z (already loaded), and
-// computes the metrics. With cfg->shard on several ranks each rank generates its share of those batches and every
-// rank scores the gathered rows in input order: the same result on every rank, one GPU's in fp32 (num_steps: the
+// computes the metrics. With cfg->shard or cfg->lockstep on several ranks each rank generates its share of those
+// batches (lockstep: the ranks stepping together) and every rank scores the gathered rows in input order: the same result on every rank, one GPU's in fp32 (num_steps: the
 // steps of one rank, as HF counts them on N GPUs). tok decodes. stream: the compute stream. Returns 0, or -1 with
 // err (an empty split, bad options, not enough GPU memory with the KV-cache numbers, ...).
 int evaluate_generate(ZeroEngine* Z, const ParamTable* t, const Tokenizer* tok, const Dataset* ds,
@@ -81,6 +105,10 @@ int evaluate_write_predictions(const char* output_dir, const EvalGenResult* r, c
 
 // ---- CPU pieces (unit-tested in test/test_evaluate.c)
 
+// One line saying how the ranks shared r's generation, e.g. "predict generation on 2 ranks, sharded in lockstep (steps
+// agreed): batches per rank 5 5 | padding 0 0 | decoder steps 96 96 | agreements 24 24 | unit gathers 960 960"
+// (written to buf, truncated to cap; "" for one rank).
+void evaluate_shard_line(const EvalGenResult* r, char* buf, size_t cap);
 // np.count_nonzero(row != pad) over row[0..width)
 int64_t evaluate_count_nonpad(const int32_t* row, int width, int pad);
 // Python round(x, 4) for a finite double (correctly rounded, ties to even on the exact binary value)

@@ -6,6 +6,11 @@
  * A gathered row: (RS = max_length + 1) int32 = [width, ids[0 .. max_length)], width = the batch's output width
  * (t5_generate's *out_len; ids past it hold pad), -1 in a padding step's rows. A step's slot holds B rows, of which
  * the batch's example count are real.
+ *
+ * Lockstep (EvalGenConfig.lockstep: ZeRO-3 gathering on demand, every fetch a collective): every rank runs the
+ * encoder and decoder steps at every step, a padding step on the split's last batch (its rows dropped, its vote
+ * "finished"), and at each finished-check the ranks all-reduce (max) their votes (gen_agree) so that they stop
+ * together: the same fetches in the same order on every rank.
  */
 #include "evaluate.h"
 
@@ -33,10 +38,17 @@ typedef struct {
     int64_t piece;       // steps per all-gather
     int32_t* mine;       // (piece, B, RS) this rank's rows of the piece
     int32_t* all;        // (world, piece, B, RS) every rank's (world 1: mine)
+    bool lockstep;       // EvalGenConfig.lockstep on several ranks
+    bool padding;        // lockstep: the batch being generated is a padding step's (votes "finished")
+    cudaStream_t stream;
+    int64_t real_batches, pad_batches;
     BleuStats st;
     int64_t nonpad, n_done;
     char** preds;        // (n) in input order, with keep_predictions
 } GenRun;
+
+// a count for the all-gather of the ranks' counts (int32; a larger one is shown as INT32_MAX)
+static int32_t count_i32(int64_t v) { return v > INT32_MAX ? INT32_MAX : (int32_t)v; }
 
 static double wall_s(void) {
     struct timespec ts;
@@ -55,14 +67,26 @@ static int max_source_width(const Dataset* ds, const DataOptions* dopt) {
     return max_Ts;
 }
 
+// lockstep (t5_generator_set_lockstep): the ranks' maximum vote (a padding step's batch votes "finished":
+// t5_generator_set_lockstep_idle)
+static int gen_agree(void* ctx, int vote) {
+    GenRun* g = ctx;
+    return comm_host_i32(g->cfg->comm, vote, ncclMax, g->stream);
+}
+
 // Generates this rank's steps [k0, k0 + nk) into g->mine. 0, or -1 with err.
 static int gen_steps(GenRun* g, int64_t k0, int64_t nk, cudaStream_t s, char* err, size_t errlen) {
     for (int64_t kk = 0; kk < nk; kk++) {
         int32_t* slot = g->mine + (size_t)kk * g->B * g->RS;
-        const int64_t k = k0 + kk, i = eval_shard_batch(&g->sh, g->rank, k);
-        if (i < 0) {  // a padding step: nothing to generate (no fetch issues a collective: EvalGenConfig.shard)
+        const int64_t k = k0 + kk;
+        int64_t i = eval_shard_batch(&g->sh, g->rank, k);
+        g->padding = i < 0;
+        if (i < 0) {
             for (size_t x = 0; x < (size_t)g->B * g->RS; x++) slot[x] = x % (size_t)g->RS == 0 ? -1 : g->pad;
-            continue;
+            // sharded: nothing to generate (no fetch issues a collective: EvalGenConfig.shard); lockstep: the
+            // split's last batch, for the fetches, its rows dropped (as the loss pass's padding step)
+            if (!g->lockstep) continue;
+            i = g->sh.n_batches - 1;
         }
         int64_t first, count;
         eval_shard_examples(&g->sh, i, &first, &count);
@@ -73,9 +97,15 @@ static int gen_steps(GenRun* g, int64_t k0, int64_t nk, cudaStream_t s, char* er
             return -1;
         }
         int width = 0;
+        if (g->lockstep) t5_generator_set_lockstep_idle(g->G, g->padding);
         if (t5_generate(g->G, g->batch.input_ids, g->batch.attention_mask, g->batch.B, g->batch.Ts, g->gen, &width,
                         s, err, errlen))
             return -1;
+        if (g->padding) {
+            g->pad_batches++;
+            continue;
+        }
+        g->real_batches++;
         for (int r = 0; r < g->B; r++) {
             int32_t* row = slot + (size_t)r * g->RS;
             row[0] = r < g->batch.B ? width : -1;
@@ -166,15 +196,22 @@ int evaluate_generate(ZeroEngine* Z, const ParamTable* t, const Tokenizer* tok, 
     GenRun g = {.cfg = cfg, .tok = tok, .ds = ds, .B = dopt->eval_batch_size, .ML = cfg->gen.max_length,
                 .pad = t->cfg.pad_token_id};
     g.RS = g.ML + 1;
-    const bool shard = cfg->shard && cfg->comm && comm_world_size(cfg->comm) > 1;
+    const int world = cfg->comm ? comm_world_size(cfg->comm) : 1;
+    const bool shard = (cfg->shard || cfg->lockstep) && world > 1;
+    g.lockstep = cfg->lockstep && world > 1;
+    g.stream = stream;
     g.rank = shard ? comm_rank(cfg->comm) : 0;
-    eval_shard_plan(&g.sh, dataset_size(ds), g.B, shard ? comm_world_size(cfg->comm) : 1);
+    eval_shard_plan(&g.sh, dataset_size(ds), g.B, shard ? world : 1);
     g.G = t5_generator_create(t, Z, g.B, max_source_width(ds, dopt), &cfg->gen, err, errlen);
     if (!g.G) return -1;
-    if (cfg->no_cuda_graphs) t5_generator_set_cuda_graphs(g.G, false);
+    // lockstep: the fetches issue collectives, which a captured step cannot hold
+    if (cfg->no_cuda_graphs || g.lockstep) t5_generator_set_cuda_graphs(g.G, false);
     // several ranks generating the whole split alike: their decoder steps (and so the engine's gathers) must not
-    // depend on timing
-    if (!shard && cfg->comm && comm_world_size(cfg->comm) > 1) t5_generator_set_fixed_checks(g.G, true);
+    // depend on timing; in lockstep they also agree when to stop
+    if (!shard && world > 1) t5_generator_set_fixed_checks(g.G, true);
+    if (g.lockstep) t5_generator_set_lockstep(g.G, gen_agree, &g);
+    ZeroStats zs0;
+    zero_stats(Z, &zs0);
     DataOptions one = *dopt;  // one GPU's batches, in order (the shard plan picks this rank's)
     one.rank = 0;
     one.world_size = 1;
@@ -199,6 +236,25 @@ int evaluate_generate(ZeroEngine* Z, const ParamTable* t, const Tokenizer* tok, 
         if (rc == 0 && shard) comm_all_gather_host_i32(cfg->comm, g.mine, (size_t)nk * step_rows, g.all, stream);
         if (rc == 0) rc = gen_score(&g, k0, nk, err, errlen);
     }
+    // every rank's counts (how the split was shared: the sharded-generation line, test_gpu_multi_eval reads it)
+    out->world = world;
+    out->mode = world == 1 ? EVAL_GEN_ONE_RANK : g.lockstep ? EVAL_GEN_LOCKSTEP : shard ? EVAL_GEN_SHARDED
+                                                                                      : EVAL_GEN_WHOLE_SPLIT;
+    if (rc == 0) {
+        ZeroStats zs1;
+        zero_stats(Z, &zs1);
+        const GenerateStats* gs = t5_generator_stats(g.G);
+        const int32_t mine[5] = {count_i32(g.real_batches), count_i32(g.pad_batches), count_i32(gs->steps),
+                                 count_i32(gs->agreements), count_i32(zs1.gathers - zs0.gathers)};
+        int32_t* all = malloc_check((size_t)world * 5 * sizeof(int32_t));
+        comm_all_gather_host_i32(world > 1 ? cfg->comm : NULL, mine, 5, all, stream);
+        out->ranks = calloc_check((size_t)world, sizeof *out->ranks);
+        for (int w = 0; w < world; w++) {
+            const int32_t* a = all + (size_t)w * 5;
+            out->ranks[w] = (EvalGenRankCounts){a[0], a[1], a[2], a[3], a[4]};
+        }
+        free(all);
+    }
     if (rc == 0 && g.n_done != g.sh.n) {
         snprintf(err, errlen, "internal: %lld of %lld examples scored", (long long)g.n_done, (long long)g.sh.n);
         rc = -1;
@@ -213,6 +269,9 @@ int evaluate_generate(ZeroEngine* Z, const ParamTable* t, const Tokenizer* tok, 
         out->gen = *t5_generator_stats(g.G);
         out->predictions = g.preds;  // input order: every example scored once
         g.preds = NULL;
+    } else {
+        free(out->ranks);
+        out->ranks = NULL;
     }
     gen_free(&g);
     return rc;

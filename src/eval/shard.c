@@ -19,6 +19,11 @@ int64_t eval_shard_batch(const EvalShard* s, int rank, int64_t k) {
     return i < s->n_batches ? i : -1;
 }
 
+int64_t eval_shard_rank_batches(const EvalShard* s, int rank) {
+    // batches rank, rank + W, ... below n_batches
+    return rank < s->n_batches ? (s->n_batches - 1 - rank) / s->world + 1 : 0;
+}
+
 void eval_shard_examples(const EvalShard* s, int64_t i, int64_t* first, int64_t* count) {
     *first = i * s->batch;
     const int64_t end = *first + s->batch < s->n ? *first + s->batch : s->n;

@@ -41,6 +41,8 @@ void eval_shard_plan(EvalShard* s, int64_t n, int64_t batch, int world);
 int64_t eval_shard_batch(const EvalShard* s, int rank, int64_t k);
 // The examples of batch i: [*first, *first + *count).
 void eval_shard_examples(const EvalShard* s, int64_t i, int64_t* first, int64_t* count);
+// How many real batches rank evaluates over its steps (the others of its s->steps are padding steps).
+int64_t eval_shard_rank_batches(const EvalShard* s, int rank);
 // How many of step k's W gathered slots hold real batches (ranks 0 .. that - 1).
 int eval_shard_real_at(const EvalShard* s, int64_t k);
 // Where batch i (k0 * W <= i < (k0 + nk) * W) sits in the all-gather of steps [k0, k0 + nk): (i % W) * nk + i / W - k0.

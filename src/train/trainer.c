@@ -497,14 +497,21 @@ static json_t* run_eval_split(Trainer* t, Dataset* ds, DataLoader* dl, const cha
     int nkeys = 1;
     char kb[64], kg[64];
     if (a->predict_with_generate) {
-        // sharded when no fetch issues a collective: held (stages 0-2 always, their units refreshed by the loss
-        // pass; stage 3 when every unit fits); otherwise every rank generates the whole split alike
+        // sharded over the ranks: freely when no fetch issues a collective (held: stages 0-2 always, their units
+        // refreshed by the loss pass; stage 3 when every unit fits), otherwise (ZeRO-3 gathering on demand) in
+        // lockstep: every rank steps until no rank has a row left, so that the ranks' gathers stay in step
         EvalGenConfig gc = {.gen = a->gen, .prefix = prefix, .keep_predictions = keep, .progress = false,
-                            .no_cuda_graphs = !held, .comm = t->comm, .shard = held};
+                            .no_cuda_graphs = !held, .comm = t->comm, .shard = held, .lockstep = !held};
         EvalGenResult r;
         if (evaluate_generate(engine_params(t->E), &t->T, t->tok, ds, &a->data, &gc, t->s, &r, err, sizeof err))
             t5_die(T5_EXIT_FAILURE, "%s generation: %s", prefix, err);
         evaluate_add_metrics(m, &r);
+        if (t->main && t->world > 1) {  // how the ranks shared it (test_gpu_multi_eval reads this line)
+            char line[1024];
+            evaluate_shard_line(&r, line, sizeof line);
+            printf("%s\n", line);
+            fflush(stdout);
+        }
         char ks[64];  // <prefix>_samples: run_translation adds it to the results files only, never to the logged dict
         snprintf(ks, sizeof ks, "%s_samples", prefix);
         json_object_del(m, ks);
