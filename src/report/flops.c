@@ -34,3 +34,15 @@ double flops_device_peak_16bit(const char* name) {
     if (strstr(name, "A100")) return 312e12;
     return 0.0;
 }
+
+double flops_device_peak_fp32(const char* name) {
+    if (!name) return 0.0;
+    if (strstr(name, "H200")) return 67e12;
+    if (strstr(name, "H100")) {
+        if (strstr(name, "PCIe")) return 51e12;
+        if (strstr(name, "NVL")) return 60e12;
+        return 67e12;
+    }
+    if (strstr(name, "A100")) return 19.5e12;
+    return 0.0;
+}
