@@ -18,6 +18,8 @@
 #include "../src/cli/autotune.h"
 #include "../src/cli/config.h"
 #include "../src/cli/planner.h"
+#include "../src/report/flops.h"
+#include "../src/report/flops_profile.h"
 
 static RunConfig cfg;
 static char err[CONFIG_ERR_LEN];
@@ -220,6 +222,39 @@ static void test_flops_profiler_keys(void** state) {
     assert_false(f->detailed);
     assert_true(f->recompute_fwd_factor == 1.0);
     assert_string_equal(f->output_file, "prof.txt");
+    assert_false(has_note("recompute_fwd_factor 1"));
+    // gradient checkpointing with the default factor: a note (DeepSpeed's advice)
+    assert_int_equal(parse("{\"flops_profiler\": {\"enabled\": true}}", "--gradient_checkpointing"), 0);
+    assert_true(has_note("recompute_fwd_factor 1 counts it"));
+}
+
+// through the binary: `t5train estimate` shows the autotuned plan (the bounds held) and the flops profile of a shape
+static void test_estimate_command(void** state) {
+    (void)state;
+    static char out[1 << 16];
+    int rc = t5test_run(out, sizeof out,
+                        "%s estimate --model t5-3b --fp16 --do_train --source_len 128 --target_len 128 --gpu_mem 79.6 "
+                        "--host_mem 125 --deepspeed '{\"autotuning\": {\"enabled\": true, "
+                        "\"min_train_micro_batch_size_per_gpu\": 3, \"max_train_micro_batch_size_per_gpu\": 5}}' 2>&1",
+                        t5test_bin());
+    if (rc) fail_msg("exit %d: %s", rc, out);
+    assert_contains(out, "zero plan auto: micro-batch 5, gradient checkpointing off: stage 0");
+    assert_contains(out, "zero plan auto: micro-batch 5 is the cap (5)");
+    rc = t5test_run(out, sizeof out, "%s estimate --model t5-small --batch 2 --source_len 48 --target_len 40 "
+                    "--flops_profile 2>&1", t5test_bin());
+    if (rc) fail_msg("exit %d: %s", rc, out);
+    T5Config c;
+    assert_true(t5_config_preset("t5-small", &c));
+    char v[64], want[160];
+    flops_profile_number(v, sizeof v, flops_t5_forward(&c, 2, 48, 40) / 2);
+    snprintf(want, sizeof want, "\n%-70s  %-8s\n", "fwd MACs per GPU: ", strcat(v, "MACs"));
+    assert_contains(out, want);
+    assert_contains(out, "Profile Summary at step 1:");
+    assert_contains(out, "(lm_head): Linear(16.45 M = 27.19% Params");
+    assert_contains(out, "latency not timed");
+    // a bad shape: one line, exit 2
+    rc = t5test_run(out, sizeof out, "%s estimate --model t5-small --batch 0 --flops_profile 2>&1", t5test_bin());
+    assert_int_equal(rc, 2);
 }
 
 int main(void) {
@@ -228,6 +263,7 @@ int main(void) {
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_results_dir),
         cmocka_unit_test(test_flops_profiler_keys),
+        cmocka_unit_test(test_estimate_command),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

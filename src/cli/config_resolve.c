@@ -172,6 +172,9 @@ static int resolve_deepspeed(RunConfig* c, char* err, size_t n) {
     // DeepSpeed's autotuning: the planner's automatic plan (src/cli/autotune.h)
     int arc = autotune_resolve(c, err, n);
     if (arc) return arc;
+    if (ds->flops_profiler.enabled && c->gradient_checkpointing && ds->flops_profiler.recompute_fwd_factor == 0)
+        add_note(c, "deepspeed.flops_profiler: gradient_checkpointing recomputes each forward in the backward; "
+                    "recompute_fwd_factor 1 counts it in the bwd and iter FLOPS lines (DeepSpeed's advice)");
     // trainer_config_finalize: the d_model-based sizes
     DsZero* z = &ds->zero_optimization;
     // "stage": "auto" (issue 17): the planner picks the plan at run time (run.c); meanwhile stage 3, so that the

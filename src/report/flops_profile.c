@@ -439,6 +439,7 @@ static void aggregated(FILE* f, const Tree* t, int module_depth, int top) {
         for (int i = 0; i < depths[d].n; i++) any = any || depths[d].a[i].timed;
         fprintf(f, "\n    fwd latency - ");
         if (any) print_top(f, depths[d].a, depths[d].n, top, 2);
+        else if (!t->m[0].timed) fprintf(f, "not timed");
         else fprintf(f, "not timed at this depth (t5train times the T5Layer* modules and those above them)");
         fputc('\n', f);
     }
