@@ -900,6 +900,7 @@ static double train_step(Trainer* t, int64_t n_micro, double* norm_out, bool* sk
     t->fprof_now = flops_profiler_due(t->fprof, t->st.global_step);
     for (int64_t i = 0; i < n_micro; i++) micro_batch(t, i, n_micro, dump_step);
     if (dump_step) json_array_append_new(t->dump, dump_step);
+    if (t->fprof_now) flops_profiler_step_begin(t->fprof, t->s);  // the norm is part of DeepSpeed's optimizer step
     engine_grad_norm(t->E, a->inject_inf_step > 0 && t->st.global_step + 1 == a->inject_inf_step, t->s);
     if (t->zero_profile) CUDA_CHECK(cudaEventRecord(t->prof_ev[3], t->s));
     if (t->wcb_ev) CUDA_CHECK(cudaEventRecord(t->wcb_ev[4 * n_micro], t->s));
@@ -910,7 +911,6 @@ static double train_step(Trainer* t, int64_t n_micro, double* norm_out, bool* sk
     }
     // lr of this update = the schedule at the updates applied before it (every update not skipped)
     *lr_out = lr_schedule_get(&t->sched, t->st.global_step - t->st.skipped_steps);
-    if (t->fprof_now) flops_profiler_step_begin(t->fprof, t->s);
     const EngineStepResult r = engine_step(t->E, *lr_out, t->s);
     if (t->fprof_now) {
         static char ferr[1024];
