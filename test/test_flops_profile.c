@@ -96,6 +96,12 @@ static T5Config tiny(int L) {
     return c;
 }
 
+static int count(const char* s, const char* needle) {
+    int n = 0;
+    for (const char* p = s; (p = strstr(p, needle)); p += strlen(needle)) n++;
+    return n;
+}
+
 // DeepSpeed's line_fmt '{:<70}  {:<8}'
 static void expect_line(const char* s, const char* key, const char* value) {
     char want[256];
@@ -144,18 +150,19 @@ static void test_tiny_profile(void** state) {
     // segments 5..7 (6+7+8 = 21 ms), a layer = its segment, lm_head segment 9 (10 ms); inside a layer: not timed
     assert_contains(s, "T5ForConditionalGeneration(\n  ");
     assert_contains(s, "5.84 KMACs = 100% MACs, 66 ms = 100% latency");
-    assert_contains(s, "(encoder): T5Stack(\n    ");
-    assert_contains(s, "10 ms = 15.15% latency");
-    assert_contains(s, "21 ms = 31.82% latency");
+    assert_contains(s, "(encoder): T5Stack(\n    856 = 49.77% Params, 2.3 KMACs = 39.45% MACs, 10 ms = 15.15% latency, "
+                       "460.8 KFLOPS\n");
+    assert_contains(s, "T5Block(\n        856 = 49.77% Params, 2.77 KMACs = 47.4% MACs, 21 ms = 31.82% latency, "
+                       "263.62 KFLOPS\n");
     assert_contains(s, "(lm_head): Linear(256 = ");
     assert_contains(s, "768 MACs = 13.15% MACs, 10 ms = 15.15% latency, 153.6 KFLOPS, in_features=8, out_features=32, bias=False)");
     assert_contains(s, "(q): Linear(64 = ");
     assert_contains(s, "latency not timed (inside its parent's), in_features=8, out_features=8, bias=False)");
     assert_contains(s, "(relative_attention_bias): Embedding(64 = ");
     // the shared embedding: both lookups (segments 0 and 4: 1 + 5 = 6 ms), the same at its three places
-    assert_contains(s, "(shared): Embedding(256 = ");
-    const char* e = strstr(s, "(shared): Embedding(");
-    assert_non_null(strstr(e, "6 ms = 9.09% latency"));
+    assert_contains(s, "\n  (shared): Embedding(256 = 14.88% Params, 0 MACs = 0% MACs, 6 ms = 9.09% latency, 0 FLOPS, 32, 8)\n");
+    assert_int_equal(count(s, "(embed_tokens): Embedding(256 = 14.88% Params, 0 MACs = 0% MACs, 6 ms = 9.09% latency, "
+                              "0 FLOPS, 32, 8)\n"), 2);
     // aggregated: depths 0..6 (the deepest, 7 = the Linear layers, is not printed: DeepSpeed's range(len - 1))
     assert_contains(s, "Top 2 modules in terms of params, MACs or fwd latency at different model depths:\ndepth 0:\n");
     assert_contains(s, "depth 6:\n");

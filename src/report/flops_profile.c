@@ -195,14 +195,17 @@ static int build(const FlopsProfileInput* in, Tree* t) {
     snprintf(e, sizeof e, "%d, %d", c->vocab_size, c->d_model);
     const int top = add(t, -1, "", "T5ForConditionalGeneration", "", 0, 0);
     timed(t, top, 0, t->nseg);
-    const int shared = add(t, top, "shared", "Embedding", e, V * D, 0);
+    // the shared embedding is one module in HF, listed as shared and as each stack's embed_tokens: DeepSpeed
+    // accumulates one duration for it, both lookups, and shows it at every place
     const int embed_segs[2] = {0, 2 + 2 * L};
+    const int shared = add(t, top, "shared", "Embedding", e, V * D, 0);
+    timed(t, shared, embed_segs[0], embed_segs[0] + 1);
+    timed(t, shared, embed_segs[1], embed_segs[1] + 1);
     for (int st = 0; st < 2; st++) {
         const bool dec = st == 1;
         const int first_seg = dec ? 2 + 2 * L : 0, nl = dec ? Ld : L;
         const int stack = add(t, top, dec ? "decoder" : "encoder", "T5Stack", "", 0, 0);
         timed(t, stack, first_seg, first_seg + (dec ? 2 + 3 * Ld : 2 + 2 * L));
-        // embed_tokens is the shared module itself: its time is both lookups, as DeepSpeed accumulates one module
         const int emb = add(t, stack, "embed_tokens", "Embedding", e, V * D, 0);
         timed(t, emb, embed_segs[0], embed_segs[0] + 1);
         timed(t, emb, embed_segs[1], embed_segs[1] + 1);
@@ -246,7 +249,6 @@ static int build(const FlopsProfileInput* in, Tree* t) {
     // a tied lm_head's weight is shared.weight: torch still lists it under lm_head (DeepSpeed counts it there)
     const int lm = add(t, top, "lm_head", "Linear", le, D * V, B * T * D * V);
     timed(t, lm, 4 + 2 * L + 3 * Ld, 5 + 2 * L + 3 * Ld);
-    (void)shared;
     finish(t, in->seg_ms);
     // the model's parameters are unique ones (the tied embedding once): t5_config_num_params
     t->m[top].params = (double)t5_config_num_params(c);
