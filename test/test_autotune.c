@@ -257,6 +257,39 @@ static void test_estimate_command(void** state) {
     assert_int_equal(rc, 2);
 }
 
+// a dry run refuses an output_file or results_dir that cannot be written (one line, exit 2) and accepts good ones
+static void test_dry_run_paths(void** state) {
+    (void)state;
+    T5_REQUIRE_DATA();
+    static char out[1 << 16];
+    const char* d = t5test_data_dir();
+    char plain[700];
+    snprintf(plain, sizeof plain, "%s/plain", t5test_tmpdir());  // a file where a folder would have to be
+    t5test_write_file(plain, "x");
+    const char* ds[] = {"{\"flops_profiler\": {\"enabled\": true, \"output_file\": \"plain/prof.txt\"}}",
+                        "{\"autotuning\": {\"enabled\": true, \"results_dir\": \"plain/at\"}}",
+                        "{\"flops_profiler\": {\"enabled\": true, \"output_file\": \"/tmp\"}}",
+                        "{\"flops_profiler\": {\"enabled\": true, \"output_file\": \"prof/p.txt\"}, "
+                        "\"autotuning\": {\"enabled\": true}}"};
+    const char* want[] = {"deepspeed.flops_profiler.output_file's folder plain exists and is not a directory",
+                          "deepspeed.autotuning.results_dir plain/at cannot be created: plain is not a directory",
+                          "deepspeed.flops_profiler.output_file /tmp is a directory", NULL};
+    for (int i = 0; i < 4; i++) {
+        int rc = t5test_run(out, sizeof out,
+                            "cd %s && %s --model_name_or_path %s/test/fixtures/t5/tiny_v10 --tokenizer_name "
+                            "%s/t5-spiece/spiece.model --train_file %s/wmt16-ro-en/validation.en --source_lang en "
+                            "--target_lang ro --max_train_samples 16 --do_train --max_steps 2 --output_dir out%d "
+                            "--dry_run --deepspeed '%s' 2>&1",
+                            t5test_tmpdir(), t5test_bin(), t5test_repo_dir(), d, d, i, ds[i]);
+        if (want[i]) {
+            if (rc != 2 || !strstr(out, want[i])) fail_msg("%s: exit %d, want '%s':\n%s", ds[i], rc, want[i], out);
+        } else {
+            if (rc != 0) fail_msg("%s: exit %d:\n%s", ds[i], rc, out);
+            assert_contains(out, "dry run: autotuning writes autotuning_results/ds_config_optimal.json");
+        }
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bounds_and_search),
@@ -264,6 +297,7 @@ int main(void) {
         cmocka_unit_test(test_results_dir),
         cmocka_unit_test(test_flops_profiler_keys),
         cmocka_unit_test(test_estimate_command),
+        cmocka_unit_test(test_dry_run_paths),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -706,6 +706,18 @@ static void run_preflight(const RunConfig* c, TrainerArgs* a) {
     preflight_tokenizer(a);
     preflight_data(c, a);
     if (c->resume_from_checkpoint[0]) preflight_resume(c, a);
+    // DeepSpeed's files: autotuning's results_dir, the flops profile's output_file (its folder)
+    if (c->has_deepspeed && c->ds.autotuning.enabled)
+        preflight_creatable("deepspeed.autotuning.results_dir", c->ds.autotuning.results_dir);
+    const char* pf = c->ds.flops_profiler.output_file;
+    if (c->has_deepspeed && c->ds.flops_profiler.enabled && pf[0]) {
+        if (t5_is_dir(pf)) t5_die(T5_EXIT_USAGE, "deepspeed.flops_profiler.output_file %s is a directory", pf);
+        char* dir = strdup_check(pf);
+        char* slash = strrchr(dir, '/');
+        if (slash) *slash = 0;
+        preflight_creatable("deepspeed.flops_profiler.output_file's folder", slash ? (dir[0] ? dir : "/") : ".");
+        free(dir);
+    }
 }
 
 // The lengths the trainer will size the activations for (dataset_activation_lengths over the splits it opens), into
