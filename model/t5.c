@@ -240,6 +240,10 @@ struct T5Model {
     uint64_t seed;
     float p;  // dropout probability of the current forward
     bool fwd_with_grad;
+    // t5_model_set_profile: events recorded between the forward's segments (src/report/flops_profile.h's order)
+    cudaEvent_t* prof_ev;
+    int prof_n, prof_i;
+    bool prof_on;           // only inside t5_model_forward (not the backward's recomputation, not a graph capture)
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -850,6 +854,12 @@ static void unit_grad_ready(T5Model* M, int unit, cudaStream_t s) {
 }
 
 // batched row-major GEMM: d[i] (M,N) = op(a[i]) op(b[i]) for i < batch
+// the next profile event (t5_model_set_profile), in stream order; a no-op unless profiling this forward
+static void prof_mark(T5Model* M, cudaStream_t s) {
+    if (!M->prof_on || M->prof_i >= M->prof_n) return;
+    CUDA_CHECK(cudaEventRecord(M->prof_ev[M->prof_i++], s));
+}
+
 static void bmm(void* d, DType dt_d, const void* a, bool ta, const void* b, bool tb, DType dt_ab, int batch, int m,
                 int n, int k, int64_t sa, int64_t sb, int64_t sd, cudaStream_t s) {
     GemmDesc g = {.M = m, .N = n, .K = k, .trans_a = ta, .trans_b = tb, .dt_ab = dt_ab, .dt_d = dt_d,
@@ -1095,8 +1105,10 @@ static void enc_block_forward(T5Model* M, int l, void* wb, bool write_out, cudaS
                               M->Ts, M->Ts, 0, s);
     attn_forward(M, wb, sa_idx(pi), &A->sa, M->resid_enc[l], NULL, M->Ts, M->Ts, M->bias_enc, M->attn_mask, false,
                  site_offset(STACK_ENCODER, l, SITE_SA_PROBS), site_offset(STACK_ENCODER, l, SITE_SA_OUT), s);
+    prof_mark(M, s);
     ff_forward(M, wb, pi, &A->ff, A->sa.x_out, M->resid_enc[l + 1], M->B * M->Ts,
                site_offset(STACK_ENCODER, l, SITE_FF_ACT), site_offset(STACK_ENCODER, l, SITE_FF_OUT), write_out, s);
+    prof_mark(M, s);
 }
 
 static void dec_block_forward(T5Model* M, int l, void* wb, bool write_out, cudaStream_t s) {
@@ -1108,10 +1120,13 @@ static void dec_block_forward(T5Model* M, int l, void* wb, bool write_out, cudaS
     attn_forward(M, wb, sa_idx(pi), &A->sa, M->resid_dec[l], NULL, M->Tt, M->Tt, M->bias_dec,
                  M->has_dec_mask ? M->dec_mask : NULL, true, site_offset(STACK_DECODER, l, SITE_SA_PROBS),
                  site_offset(STACK_DECODER, l, SITE_SA_OUT), s);
+    prof_mark(M, s);
     attn_forward(M, wb, ca_idx(pi), &A->ca, A->sa.x_out, M->enc_out, M->Tt, M->Ts, NULL, M->attn_mask, false,
                  site_offset(STACK_DECODER, l, SITE_CA_PROBS), site_offset(STACK_DECODER, l, SITE_CA_OUT), s);
+    prof_mark(M, s);
     ff_forward(M, wb, pi, &A->ff, A->ca.x_out, M->resid_dec[l + 1], M->B * M->Tt,
                site_offset(STACK_DECODER, l, SITE_FF_ACT), site_offset(STACK_DECODER, l, SITE_FF_OUT), write_out, s);
+    prof_mark(M, s);
 }
 
 static void enc_block_backward(T5Model* M, int l, void* wb, void* gb, cudaStream_t s) {
@@ -1157,12 +1172,14 @@ static void forward_body(T5Model* M, float grad_scale, cudaStream_t s) {
     void* wb;
 
     // encoder: h = dropout(embed(ids)) (fp32 residual; T5 does not scale the embedding)
+    prof_mark(M, s);  // the profile's segments (t5_model_set_profile): embedding, each layer, final norm, lm_head, loss
     wb = unit_fetch(M, M->u_shared, s);
     embedding_forward(M->resid_enc[0], M->input_ids, nwptr(M, wb, M->p_embed), M->NX, (int)Ns, D, s);
     zero_release(Z, M->u_shared, s);
     if (M->p > 0)
         dropout_forward(M->resid_enc[0], M->resid_enc[0], DT_F32, Ns * D, M->p, seed,
                         site_offset(STACK_ENCODER, -1, SITE_EMBED), s);
+    prof_mark(M, s);
     for (int l = 0; l < M->L; l++) {
         int u = params_unit_enc_block(M->t, l);
         wb = unit_fetch(M, u, s);
@@ -1179,6 +1196,7 @@ static void forward_body(T5Model* M, float grad_scale, cudaStream_t s) {
         dropout_forward(M->enc_out32, M->enc_out32, DT_F32, Ns * D, M->p, seed,
                         site_offset(STACK_ENCODER, -1, SITE_FINAL), s);
     cast(M->enc_out, X, M->enc_out32, DT_F32, Ns * D, s);
+    prof_mark(M, s);
 
     // decoder
     wb = unit_fetch(M, M->u_shared, s);
@@ -1187,6 +1205,7 @@ static void forward_body(T5Model* M, float grad_scale, cudaStream_t s) {
     if (M->p > 0)
         dropout_forward(M->resid_dec[0], M->resid_dec[0], DT_F32, Nt * D, M->p, seed,
                         site_offset(STACK_DECODER, -1, SITE_EMBED), s);
+    prof_mark(M, s);
     for (int l = 0; l < M->Ld; l++) {
         int u = params_unit_dec_block(M->t, l);
         wb = unit_fetch(M, u, s);
@@ -1204,9 +1223,11 @@ static void forward_body(T5Model* M, float grad_scale, cudaStream_t s) {
     // model: no scaling (transformers keeps the scale apart from the tying)
     if (M->scale_out) scale_inplace(M->lm_in32, DT_F32, Nt * D, 1.0f / sqrtf((float)D), s);
     cast(M->lm_in, X, M->lm_in32, DT_F32, Nt * D, s);
+    prof_mark(M, s);
     wb = unit_fetch(M, M->u_lm, s);
     linear_forward(M->logits, X, M->lm_in, wptr(M, wb, M->p_lm_head), X, (int)Nt, V, D, s);
     zero_release(Z, M->u_lm, s);
+    prof_mark(M, s);
 
     if (M->has_labels)
         cross_entropy_smoothed_forward_backward(M->loss, M->losses, M->fwd_with_grad ? M->dlogits : NULL, M->logits,
@@ -1214,6 +1235,7 @@ static void forward_body(T5Model* M, float grad_scale, cudaStream_t s) {
                                                 M->ce_scratch, s);
     else
         CUDA_CHECK(cudaMemsetAsync(M->loss, 0, sizeof(float), s));
+    prof_mark(M, s);
 }
 
 void t5_model_forward(T5Model* M, bool with_grad, float grad_scale, uint64_t seed, cudaStream_t s) {
@@ -1222,8 +1244,19 @@ void t5_model_forward(T5Model* M, bool with_grad, float grad_scale, uint64_t see
     M->fwd_with_grad = with_grad && M->has_labels;
     dropout_store_seed(M->seed_dev, seed, s);
     dropout_set_device_seed(M->seed_dev);
+    M->prof_on = M->prof_ev != NULL;
+    M->prof_i = 0;
     forward_body(M, grad_scale, s);
+    M->prof_on = false;
     dropout_set_device_seed(NULL);
+}
+
+void t5_model_set_profile(T5Model* M, cudaEvent_t* ev, int n) {
+    const int want = 2 * M->L + 3 * M->Ld + 7;
+    if (ev && n != want)
+        t5_die(T5_EXIT_FAILURE, "internal: t5_model_set_profile got %d events, the forward records %d", n, want);
+    M->prof_ev = ev;
+    M->prof_n = ev ? n : 0;
 }
 
 static void backward_body(T5Model* M, cudaStream_t s) {

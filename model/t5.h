@@ -101,6 +101,11 @@ int t5_model_set_batch(T5Model* M, const T5Batch* batch, cudaStream_t stream, ch
 // grad_scale (the fp16 loss scale; 1 otherwise) for t5_model_backward. seed keys the dropout RNG (the same
 // seed gives the same masks; see docs/numerics.md for the per-site offsets).
 void t5_model_forward(T5Model* M, bool with_grad, float grad_scale, uint64_t seed, cudaStream_t stream);
+// The flops profiler's timing (src/report/flops_profile.h): with ev set, every later t5_model_forward records n =
+// 2 L + 3 Ld + 7 events on its stream: before the encoder's embedding, then after the embedding, each T5Layer* of
+// each block, each stack's final norm, lm_head and the loss (the segments flops_profile_num_segments counts). The
+// backward's recomputation and CUDA graphs record none. NULL stops it. The caller owns the events.
+void t5_model_set_profile(T5Model* M, cudaEvent_t* ev, int n);
 // Backward of the last forward(with_grad = true): accumulates (+=) every parameter gradient.
 void t5_model_backward(T5Model* M, cudaStream_t stream);
 // forward(with_grad = true) + backward of the current batch (which must have labels), the same results bit for

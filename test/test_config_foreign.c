@@ -183,7 +183,7 @@ static void test_deepspeed_file(void** state) {
     assert_int_equal(cfg.ds.zero_optimization.stage3_max_live_parameters, 500000000);
     assert_int_equal(cfg.foreign_set[config_foreign_index("deepspeed.compile")], 1);
     const char* refused[][2] = {
-        {"{\"deepspeed\": {\"flops_profiler\": {\"enabled\": true}}}", "flops_profiler"},
+        {"{\"deepspeed\": {\"comet\": {\"enabled\": true}}}", "comet"},
         {"{\"deepspeed\": {\"pipeline\": {\"stages\": 2}}}", "pipeline"},
         {"{\"deepspeed\": {\"zero_optimization\": {\"zero_quantized_weights\": true}}}", "ZeRO++ quantized weights"},
         {"{\"deepspeed\": {\"zero_optimization\": {\"zero_hpz_partition_size\": 8}}}", "ZeRO++ hierarchical"},

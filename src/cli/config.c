@@ -588,7 +588,7 @@ static void json_set_path(json_t* root, const char* path, json_t* v) {
     else if (!json_object_get(o, s)) json_object_set_new(o, s, json_object());
 }
 
-static json_t* config_to_json(const RunConfig* c) {
+json_t* config_to_json(const RunConfig* c) {
     json_t* root = json_object();
     for (int i = 0; i < CONFIG_NUM_KEYS; i++) {
         const ConfigKey* k = &CONFIG_KEYS[i];

@@ -232,6 +232,31 @@ typedef struct {
     bool overlap_events;           // true
     bool use_gds;                  // false
 } DsAio;
+// DeepSpeed's flops_profiler section (profiling/config.py): the profile of one update (src/train/flops_profiler.h)
+typedef struct {
+    bool present;
+    bool enabled;                        // false
+    double recompute_fwd_factor;         // 0.0
+    int64_t profile_step;                // 1
+    int64_t module_depth;                // -1
+    int64_t top_modules;                 // 1
+    bool detailed;                       // true
+    char output_file[CONFIG_STR_LEN];    // null: stdout
+} DsFlopsProfiler;
+
+// DeepSpeed's autotuning section (autotuning/config.py): mapped onto the memory planner's automatic plan
+// (config_resolve.c, src/cli/autotune.c; docs/config.md "autotuning"); the keys of its trial experiments are
+// config_foreign.c no-ops
+typedef struct {
+    bool present;
+    bool enabled;                                 // false
+    char results_dir[CONFIG_STR_LEN];             // "autotuning_results"
+    int metric;                                   // "throughput|latency|flops"
+    int64_t max_train_batch_size;                 // null (-1)
+    int64_t min_train_batch_size;                 // 1
+    int64_t max_train_micro_batch_size_per_gpu;   // 1024
+    int64_t min_train_micro_batch_size_per_gpu;   // 1
+} DsAutotuning;
 
 typedef struct {
     int64_t train_batch_size;                // "auto" -> micro * accumulation * world size
@@ -260,6 +285,8 @@ typedef struct {
     DsMonitor tensorboard;
     DsMonitor csv_monitor;
     DsAio aio;
+    DsFlopsProfiler flops_profiler;
+    DsAutotuning autotuning;
 } DsConfig;
 
 // ---- the whole run

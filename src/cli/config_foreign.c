@@ -119,12 +119,10 @@ const ForeignKey CONFIG_FOREIGN_KEYS[] = {
     // ---- DeepSpeed 0.19.8: sections t5train has no engine for (accepted when absent, empty or "enabled": false)
 #define DS "deepspeed."
 #define SECTION(name, why) {DS name, S, REFUSE, "", "not implemented yet: DeepSpeed's " name " (" why ")"}
-    SECTION("autotuning", "--zero_plan auto plans the run: docs/estimate.md"),
     SECTION("comet", "the monitors t5train writes: --report_to tensorboard, csv"),
     SECTION("wandb", "no network on these machines; --report_to tensorboard, csv"),
     SECTION("comms_logger", "per-collective timings; wall_clock_breakdown's bwd_allreduce times the gradient "
                             "reductions as the compute stream waits for them"),
-    SECTION("flops_profiler", "trainer_log.jsonl logs model FLOPs and MFU"),
     SECTION("compression_training", "no quantization-aware training or pruning"),
     SECTION("curriculum_learning", "the data order is HF's random sampler"),
     SECTION("data_efficiency", "the data order is HF's random sampler"),
@@ -154,6 +152,23 @@ const ForeignKey CONFIG_FOREIGN_KEYS[] = {
     {DS "seq_parallel_communication_data_type", S, NOOP, "", "there is no sequence parallelism"},
     {DS "gradient_allreduce_op", S, REFUSE, "mean", "not implemented yet: gradient_allreduce_op sum (ranks' gradients are averaged)"},
     // ---- DeepSpeed 0.19.8: keys inside sections t5train has
+    // autotuning: the planner predicts each plan's memory and step time instead of launching trial runs
+#define AT DS "autotuning."
+#define TRIALS "t5train's memory planner predicts each plan's memory and step time instead of running trial experiments"
+    {AT "fast", B, NOOP, "", TRIALS " (it plans the stage, offloads and micro-batch together)"},
+    {AT "exps_dir", S, NOOP, "", TRIALS " (no experiment folders)"},
+    {AT "overwrite", B, NOOP, "", TRIALS " (ds_config_optimal.json is always rewritten)"},
+    {AT "start_profile_step", I, NOOP, "", TRIALS " (no profiled trial steps)"},
+    {AT "end_profile_step", I, NOOP, "", TRIALS " (no profiled trial steps)"},
+    {AT "tuner_type", S, NOOP, "", TRIALS " (every plan is evaluated: no tuner)"},
+    {AT "tuner_early_stopping", I, NOOP, "", TRIALS " (every plan is evaluated: no tuner)"},
+    {AT "tuner_num_trials", I, NOOP, "", TRIALS " (every plan is evaluated: no tuner)"},
+    {AT "num_tuning_micro_batch_sizes", I, NOOP, "", TRIALS " (every micro-batch in the bounds is evaluated)"},
+    {AT "arg_mappings", S, NOOP, "", "t5train's flags are HF's names already: the chosen batch goes straight into the run"},
+    {AT "metric_path", S, NOOP, "", TRIALS " (no trial writes a metric file)"},
+    {AT "model_info", S, NOOP, "", "t5train knows the model's parameters and shapes from its config.json"},
+    {AT "model_info_path", S, NOOP, "", "t5train knows the model's parameters and shapes from its config.json"},
+    {AT "mp_size", I, REFUSE, "1", "not implemented yet: model parallelism (autotuning.mp_size above 1)"},
     {DS "bf16.bf16_master_weights_and_grads", B, REFUSE, "", "not implemented yet: bf16 master weights (the master is fp32)"},
     {DS "bf16.bf16_optimizer_states", B, REFUSE, "", "not implemented yet: bf16 optimizer states (Adam's are fp32)"},
     {DS "bf16.immediate_grad_update", B, REFUSE, "", "not implemented yet: bf16 immediate_grad_update"},

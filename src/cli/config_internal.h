@@ -35,5 +35,7 @@ int config_set_json(RunConfig* c, int ki, const json_t* v, ConfigSource src, con
 int config_foreign_apply_json(RunConfig* c, int fi, const json_t* v, const char* where, char* err, size_t n);
 // one note per no-op foreign key that was given (config_resolve, after it clears the notes)
 void config_foreign_notes(RunConfig* c);
+// the resolved config as a JSON object (what t5train_config.json holds); the caller owns it
+json_t* config_to_json(const RunConfig* c);
 // every deepspeed.* key back to its default, no DeepSpeed file
 void config_reset_deepspeed(RunConfig* c);

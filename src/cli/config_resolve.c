@@ -7,6 +7,7 @@
  *   fill_only:  "auto" -> value, never a mismatch (warmup_min_lr, the d_model-based sizes).
  * Keys absent from the DeepSpeed JSON keep DeepSpeed's defaults, as with HF + DeepSpeed.
  */
+#include "autotune.h"
 #include "config_internal.h"
 
 #include <ctype.h>
@@ -168,6 +169,12 @@ static int resolve_deepspeed(RunConfig* c, char* err, size_t n) {
     fill(&m, "deepspeed.amp.opt_level", json_string("O1"), "fp16_opt_level", false);
     fill(&m, "deepspeed.bf16.enabled", json_boolean(bf16), "bf16|bf16_full_eval", true);
 
+    // DeepSpeed's autotuning: the planner's automatic plan (src/cli/autotune.h)
+    int arc = autotune_resolve(c, err, n);
+    if (arc) return arc;
+    if (ds->flops_profiler.enabled && c->gradient_checkpointing && ds->flops_profiler.recompute_fwd_factor == 0)
+        add_note(c, "deepspeed.flops_profiler: gradient_checkpointing recomputes each forward in the backward; "
+                    "recompute_fwd_factor 1 counts it in the bwd and iter FLOPS lines (DeepSpeed's advice)");
     // trainer_config_finalize: the d_model-based sizes
     DsZero* z = &ds->zero_optimization;
     // "stage": "auto" (issue 17): the planner picks the plan at run time (run.c); meanwhile stage 3, so that the

@@ -12,6 +12,7 @@
 #include "config.h"
 #include "planner.h"
 #include "../base/common.h"
+#include "../report/flops_profile.h"
 #include "../zero/host_mem.h"
 
 static void estimate_usage(FILE* f) {
@@ -32,6 +33,8 @@ static void estimate_usage(FILE* f) {
             "  --gradient_accumulation_steps N\n"
             "  --gpu_mem GIB, --host_mem GIB  check against these instead of this machine's memory\n"
             "  --margin F                   GPU safety margin (default 0.05)\n"
+            "  --flops_profile              print DeepSpeed's flops profiler text for one micro-batch of this shape\n"
+            "                               instead (params and MACs; no latency without a run: docs/training.md)\n"
             "  any other run flag or key (--config, --deepspeed, --per_device_train_batch_size, ...) as for a run\n");
 }
 
@@ -94,6 +97,7 @@ int estimate_main(int argc, char** argv) {
     int gpn = 1, nodes = 1, batch = 0, src = 0, tgt = 0, gas = 0;
     double gpu_mem = -1, host_mem = -1, margin = 0.05;
     const char* dtype = NULL;
+    bool profile = false;
     char** pass = calloc_check((size_t)argc + 1, sizeof(char*));
     int np = 0;
     pass[np++] = argv[0];
@@ -113,6 +117,7 @@ int estimate_main(int argc, char** argv) {
         else if (strcmp(a, "--gpu_mem") == 0) gpu_mem = parse_pos(a, v), i++;
         else if (strcmp(a, "--host_mem") == 0) host_mem = parse_pos(a, v), i++;
         else if (strcmp(a, "--margin") == 0) margin = parse_pos(a, v), i++;
+        else if (strcmp(a, "--flops_profile") == 0) profile = true;
         else if (strcmp(a, "--dtype") == 0) {
             if (!v || (strcmp(v, "fp32") && strcmp(v, "fp16") && strcmp(v, "bf16")))
                 t5_die(T5_EXIT_USAGE, "estimate: --dtype needs fp32, fp16 or bf16, got '%s'", v ? v : "");
@@ -159,6 +164,16 @@ int estimate_main(int argc, char** argv) {
     in.gpus_per_node = gpn;
     in.num_nodes = nodes;
     knobs_from_config(c, &in.model, in.dtype, &in.knobs);
+    if (profile) {  // the flops profiler's text for one micro-batch of this shape, with the job's section if any
+        const DsFlopsProfiler* fp = &c->ds.flops_profiler;
+        FlopsProfileInput pi = {.cfg = in.model, .B = in.batch, .S = in.src_len, .T = in.tgt_len,
+                                .profile_step = fp->profile_step, .world_size = gpn * nodes, .bwd_ms = -1,
+                                .step_ms = -1, .recompute_fwd_factor = fp->recompute_fwd_factor,
+                                .module_depth = (int)fp->module_depth, .top_modules = (int)fp->top_modules,
+                                .detailed = fp->detailed};
+        if (flops_profile_write(stdout, &pi)) t5_die(T5_EXIT_USAGE, "estimate: no profile for this shape");
+        return T5_EXIT_OK;
+    }
 
     static PlanRow rows[PLANNER_MAX_ROWS];
     int n = planner_table(&in, 0.25, rows, PLANNER_MAX_ROWS, err, sizeof err);

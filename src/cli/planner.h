@@ -112,6 +112,7 @@ int planner_auto_choose(const PlanInput* in, bool have_gpu, size_t gpu_free, siz
 typedef struct {
     bool batch_auto, ckpt_auto;
     int max_batch;           // the cap of the micro-batch (<= 0: PLANNER_AUTO_MAX_BATCH)
+    int min_batch;           // the least micro-batch searched (<= 1: 1; DeepSpeed autotuning's lower bound)
 } PlanSearch;
 typedef struct {
     int batch;

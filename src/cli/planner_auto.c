@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "planner.h"
+#include "autotune.h"
 #include "../base/common.h"
 #include "../launch/launch_env.h"
 #include "../zero/host_mem.h"
@@ -105,7 +106,8 @@ int planner_auto_search(const PlanInput* in, const PlanSearch* s, bool have_gpu,
         // the ladder (every batch up to 8, then steps), then every batch between the best rung and the next one
         int last_fit = 0, next_after_best = 0;
         for (size_t li = 0; li < T5_ARRAY_LEN(ladder) + 1; li++) {
-            const int b = !s->batch_auto ? in->batch : li < T5_ARRAY_LEN(ladder) ? T5_MIN(ladder[li], cap) : cap;
+            int b = !s->batch_auto ? in->batch : li < T5_ARRAY_LEN(ladder) ? T5_MIN(ladder[li], cap) : cap;
+            if (s->batch_auto && b < s->min_batch) b = T5_MIN(s->min_batch, cap);
             if (b <= last_fit) {
                 if (!s->batch_auto) break;
                 continue;
@@ -138,7 +140,7 @@ int planner_auto_search(const PlanInput* in, const PlanSearch* s, bool have_gpu,
     if (pick->batch == 0) {
         // nothing fits: the smallest GPU need among the rows whose host part fits, at the smallest batch
         int n = 0;
-        const int b = s->batch_auto ? 1 : in->batch;
+        const int b = s->batch_auto ? T5_MAX(s->min_batch, 1) : in->batch;
         const bool ckpt = s->ckpt_auto || in->gradient_checkpointing;
         if (best_at(in, b, ckpt, have_gpu, gpu_free, host_avail, margin, rows, &n, err, errlen) == -2) goto out_err;
         int k = -1;
@@ -314,12 +316,17 @@ void planner_search_from_config(const RunConfig* raw, PlanSearch* s) {
                      config_key_source(raw, "deepspeed.train_micro_batch_size_per_gpu") == CONFIG_SRC_AUTO);
     s->ckpt_auto = config_key_source(raw, "gradient_checkpointing") == CONFIG_SRC_AUTO;
     s->max_batch = PLANNER_AUTO_MAX_BATCH;
+    autotune_search(raw, s);  // DeepSpeed's autotuning: the micro-batch within its bounds
 }
 
 void planner_pick_to_config(const PlanPick* pick, const PlanSearch* s, RunConfig* c) {
     if (s->batch_auto) {
         c->per_device_train_batch_size = pick->batch;
         c->src[config_key_index("per_device_train_batch_size")] = CONFIG_SRC_DERIVED;
+        if (c->has_deepspeed && c->ds.autotuning.enabled) {  // DeepSpeed's autotuner sets its batch keys too
+            c->ds.train_micro_batch_size_per_gpu = pick->batch;
+            c->ds.train_batch_size = (int64_t)pick->batch * c->gradient_accumulation_steps * c->world_size;
+        }
     }
     if (s->ckpt_auto) {
         c->gradient_checkpointing = pick->ckpt;

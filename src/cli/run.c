@@ -30,6 +30,7 @@
 #include "commands.h"
 #include "../base/oom.h"
 #include "../base/common.h"
+#include "autotune.h"
 #include "planner.h"
 #include "config.h"
 #include "fetch_inputs.h"
@@ -345,6 +346,14 @@ static void run_build_trainer_args(const RunConfig* c, TrainerArgs* a) {
     a->save_on_each_node = c->save_on_each_node;
     a->save_16bit_model = c->has_deepspeed && c->ds.zero_optimization.stage3_gather_16bit_weights_on_model_save;
     a->wall_clock_breakdown = c->has_deepspeed && c->ds.wall_clock_breakdown;
+    if (c->has_deepspeed && c->ds.flops_profiler.enabled) {  // DeepSpeed's flops_profiler (src/train/flops_profiler.h)
+        const DsFlopsProfiler* fp = &c->ds.flops_profiler;
+        a->flops_profiler = (FlopsProfilerArgs){.enabled = true, .profile_step = fp->profile_step,
+                                                .module_depth = (int)fp->module_depth, .top_modules = (int)fp->top_modules,
+                                                .detailed = fp->detailed, .recompute_fwd_factor = fp->recompute_fwd_factor};
+        copy_str(a->flops_profiler.output_file, sizeof a->flops_profiler.output_file, fp->output_file);
+    }
+    a->tf32 = c->tf32;
     a->zero.comm_dtype = a->dtype;
     // the optimizer, so that the automatic plan sizes its state (the trainer fills the rest of these fields)
     a->zero.optimizer = a->optimizer == TRAINER_OPTIM_ADAFACTOR ? ZERO_OPTIM_ADAFACTOR : ZERO_OPTIM_ADAMW;
@@ -708,6 +717,18 @@ static void run_preflight(const RunConfig* c, TrainerArgs* a) {
     preflight_tokenizer(a);
     preflight_data(c, a);
     if (c->resume_from_checkpoint[0]) preflight_resume(c, a);
+    // DeepSpeed's files: autotuning's results_dir, the flops profile's output_file (its folder)
+    if (c->has_deepspeed && c->ds.autotuning.enabled)
+        preflight_creatable("deepspeed.autotuning.results_dir", c->ds.autotuning.results_dir);
+    const char* pf = c->ds.flops_profiler.output_file;
+    if (c->has_deepspeed && c->ds.flops_profiler.enabled && pf[0]) {
+        if (t5_is_dir(pf)) t5_die(T5_EXIT_USAGE, "deepspeed.flops_profiler.output_file %s is a directory", pf);
+        char* dir = strdup_check(pf);
+        char* slash = strrchr(dir, '/');
+        if (slash) *slash = 0;
+        preflight_creatable("deepspeed.flops_profiler.output_file's folder", slash ? (dir[0] ? dir : "/") : ".");
+        free(dir);
+    }
 }
 
 // The lengths the trainer will size the activations for (dataset_activation_lengths over the splits it opens), into
@@ -843,9 +864,9 @@ int run_main(int argc, char** argv) {
     run_build_trainer_args(c, &targs);
     run_preflight(c, &targs);
     if (strcmp(c->zero_plan, "auto") == 0 || c->do_train) run_data_lengths(c, &targs);
+    PlanPick pick = {0};
     if (strcmp(c->zero_plan, "auto") == 0) {  // issue 17: before anything is created
         PlanSearch ps;
-        PlanPick pick;
         if (planner_auto_run(c, &raw, &targs, &ps, &pick)) {
             // it chose the micro-batch or gradient checkpointing: the config again with them (batch sizes, steps)
             *c = raw;
@@ -853,6 +874,14 @@ int run_main(int argc, char** argv) {
             run_resolve_again(c, &targs);
             planner_pick_apply(&pick, &targs.zero, NULL);
         }
+    }
+    if (c->has_deepspeed && c->ds.autotuning.enabled && t5_rank == 0) {  // DeepSpeed's results_dir (autotune.h)
+        if (c->dry_run || pick.batch == 0)
+            printf("dry run: autotuning writes %s/ds_config_optimal.json once the plan is chosen at start\n",
+                   c->ds.autotuning.results_dir);
+        else if ((rc = autotune_write_results(c, &targs.zero, targs.data.train_batch_size, targs.gradient_checkpointing,
+                                              pick.samples_s, argc, argv, err, sizeof err)))
+            t5_die(rc, "%s", err);
     }
     if (c->auto_find_batch_size && c->do_train && strcmp(c->zero_plan, "auto") != 0) run_find_batch(c, &raw, &targs);
     targs.oom_advice = planner_oom_advice;  // out of memory explained (issue 17)

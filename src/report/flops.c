@@ -23,14 +23,33 @@ double flops_t5_train_step(const T5Config* cfg, int64_t B, int64_t S, int64_t T)
     return 3.0 * flops_t5_forward(cfg, B, S, T);
 }
 
+// NVIDIA's data sheets (dense: halved where they quote sparsity); the first row whose name (and variant) the device
+// name contains
+typedef struct {
+    const char *name, *variant;
+    double peak16, peak32;
+} DevicePeak;
+static const DevicePeak PEAKS[] = {
+    {"H200", NULL, 989e12, 67e12},
+    {"H100", "PCIe", 756e12, 51e12},
+    {"H100", "NVL", 835e12, 60e12},
+    {"H100", NULL, 989e12, 67e12},  // SXM5 (HBM3): "NVIDIA H100 80GB HBM3"
+    {"A100", NULL, 312e12, 19.5e12},
+};
+
+static const DevicePeak* device_peak(const char* name) {
+    if (!name) return NULL;
+    for (size_t i = 0; i < sizeof PEAKS / sizeof PEAKS[0]; i++)
+        if (strstr(name, PEAKS[i].name) && (!PEAKS[i].variant || strstr(name, PEAKS[i].variant))) return &PEAKS[i];
+    return NULL;
+}
+
 double flops_device_peak_16bit(const char* name) {
-    if (!name) return 0.0;
-    if (strstr(name, "H200")) return 989e12;
-    if (strstr(name, "H100")) {
-        if (strstr(name, "PCIe")) return 756e12;
-        if (strstr(name, "NVL")) return 835e12;
-        return 989e12;  // SXM5 (HBM3): "NVIDIA H100 80GB HBM3"
-    }
-    if (strstr(name, "A100")) return 312e12;
-    return 0.0;
+    const DevicePeak* p = device_peak(name);
+    return p ? p->peak16 : 0.0;
+}
+
+double flops_device_peak_fp32(const char* name) {
+    const DevicePeak* p = device_peak(name);
+    return p ? p->peak32 : 0.0;
 }

@@ -39,6 +39,9 @@ double flops_t5_train_step(const T5Config* cfg, int64_t B, int64_t S, int64_t T)
 // ("NVIDIA H100 80GB HBM3", "NVIDIA H200", ...): H100 SXM / H200 989e12, H100 NVL 835e12, H100 PCIe 756e12,
 // A100 312e12 (NVIDIA's data sheets, halved where they quote sparsity). 0 when the name is not in the table.
 double flops_device_peak_16bit(const char* device_name);
+// The same GPUs' fp32 peak without tensor cores (the rate of fp32 runs without --tf32): H100 SXM / H200 67e12,
+// H100 NVL 60e12, H100 PCIe 51e12, A100 19.5e12. 0 when the name is not in the table.
+double flops_device_peak_fp32(const char* device_name);
 
 #ifdef __cplusplus
 }

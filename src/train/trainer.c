@@ -200,6 +200,8 @@ typedef struct {
     cudaEvent_t prof_ev[4];      // T5TRAIN_ZERO_PROFILE: forward start, forward end, backward end, gradients handed on
     cudaEvent_t* wcb_ev;         // wall_clock_breakdown: per micro-batch i, [4i..4i+3] forward start, forward end,
                                  // backward end, gradients handed on; then the norm's end and the step's end
+    FlopsProfiler* fprof;        // DeepSpeed's flops_profiler (rank 0, when enabled); fprof_now: this update is profiled
+    bool fprof_now;
     bool zero_profile;           // T5TRAIN_ZERO_PROFILE=1 at stages 1-3: one JSON line per step with the engine's breakdown
     double first_step_s;         // seconds from process start to the end of the first step (0: not yet)
     LRSchedule sched;
@@ -366,6 +368,7 @@ static void model_setup(Trainer* t) {
         t->wcb_ev = (cudaEvent_t*)malloc_check((size_t)nev * sizeof(cudaEvent_t));
         for (int64_t k = 0; k < nev; k++) CUDA_CHECK(cudaEventCreate(&t->wcb_ev[k]));
     }
+    t->fprof = flops_profiler_create(&a->flops_profiler, &a->model, a->dtype, a->tf32, t->world, t->rank);
     t->t_engine = process_age_s();
     if (engine_load_weights(t->E, a->init_random ? NULL : a->weights_path, a->seed, t->s, err, sizeof err))
         t5_die(T5_EXIT_FAILURE, "%s", err);
@@ -842,7 +845,10 @@ static void micro_batch(Trainer* t, int64_t i, int64_t n_micro, json_t* dump_ste
     cudaEvent_t* wcb = t->wcb_ev ? t->wcb_ev + 4 * i : NULL;
     if (prof && i == 0) CUDA_CHECK(cudaEventRecord(t->prof_ev[0], t->s));
     if (wcb) CUDA_CHECK(cudaEventRecord(wcb[0], t->s));
+    const bool fp = t->fprof_now && i == 0;
+    if (fp) flops_profiler_forward_begin(t->fprof, t->M, b->B, b->Ts, b->Tt, t->s);
     t5_model_forward(t->M, true, grad_scale, seed, t->s);
+    if (fp) flops_profiler_forward_end(t->fprof, t->M);
     if (prof && i == n_micro - 1) CUDA_CHECK(cudaEventRecord(t->prof_ev[1], t->s));
     if (wcb) CUDA_CHECK(cudaEventRecord(wcb[1], t->s));
     t5_model_backward(t->M, t->s);
@@ -856,6 +862,7 @@ static void micro_batch(Trainer* t, int64_t i, int64_t n_micro, json_t* dump_ste
                                    t->s));
     engine_micro_end(t->E, (int)i, t->s);
     if (wcb) CUDA_CHECK(cudaEventRecord(wcb[3], t->s));
+    if (fp) flops_profiler_backward_end(t->fprof, t->s);
     t->rng.micro_counter++;
     t->st.tokens_seen += b->n_src_tokens + b->n_tgt_tokens;
     // HF's include_num_input_tokens_seen: input_ids.numel() (padding included) or attention_mask.sum()
@@ -918,8 +925,10 @@ static double train_step(Trainer* t, int64_t n_micro, double* norm_out, bool* sk
     const TrainerArgs* a = t->a;
     const double t_step0 = trainer_log_now();
     json_t* dump_step = (t->dump && t->st.global_step < a->dump_batches_steps) ? json_array() : NULL;
+    t->fprof_now = flops_profiler_due(t->fprof, t->st.global_step);
     for (int64_t i = 0; i < n_micro; i++) micro_batch(t, i, n_micro, dump_step);
     if (dump_step) json_array_append_new(t->dump, dump_step);
+    if (t->fprof_now) flops_profiler_step_begin(t->fprof, t->s);  // the norm is part of DeepSpeed's optimizer step
     engine_grad_norm(t->E, a->inject_inf_step > 0 && t->st.global_step + 1 == a->inject_inf_step, t->s);
     if (t->zero_profile) CUDA_CHECK(cudaEventRecord(t->prof_ev[3], t->s));
     if (t->wcb_ev) CUDA_CHECK(cudaEventRecord(t->wcb_ev[4 * n_micro], t->s));
@@ -931,6 +940,11 @@ static double train_step(Trainer* t, int64_t n_micro, double* norm_out, bool* sk
     // lr of this update = the schedule at the updates applied before it (every update not skipped)
     *lr_out = lr_schedule_get(&t->sched, t->st.global_step - t->st.skipped_steps);
     const EngineStepResult r = engine_step(t->E, *lr_out, t->s);
+    if (t->fprof_now) {
+        static char ferr[1024];
+        if (flops_profiler_step_end(t->fprof, t->st.global_step, t->s, ferr, sizeof ferr)) t5_warn("%s", ferr);
+        t->fprof_now = false;
+    }
     if (t->zero_profile) print_profile(t, t_step0, &r);
     if (t->wcb_ev) print_wall_clock(t, n_micro);
     double loss = 0;
@@ -1290,6 +1304,7 @@ static json_t* train_finish(Trainer* t, int64_t gas) {
 // are not reused)
 static void run_close(Trainer* t) {
     trainer_log_free(&t->log);
+    flops_profiler_destroy(t->fprof);
     reporter_close(&t->rep);
     trainer_state_free(&t->hf);
 }

@@ -33,6 +33,7 @@
 #include <stdint.h>
 
 #include "../base/dtype.h"
+#include "flops_profiler.h"
 #include "../../data/dataset.h"
 #include "../../model/generate.h"
 #include "../../model/t5_config.h"
@@ -121,6 +122,9 @@ typedef struct {
     // DeepSpeed's timers) and printed as DeepSpeed prints them: a "fwd_microstep | bwd_microstep | ..." line per
     // micro-batch, then the update's "fwd | bwd | bwd_inner | bwd_allreduce | step" sums
     bool wall_clock_breakdown;
+    // DeepSpeed's flops_profiler: the profile of one update (src/train/flops_profiler.h); tf32: --tf32 (its MFU line)
+    FlopsProfilerArgs flops_profiler;
+    bool tf32;
     // test hooks
     char dump_batches[4096];     // write the token ids of the first dump_batches_steps updates to this JSON file
     int64_t dump_batches_steps;
