@@ -135,28 +135,26 @@ static void compute_training_steps(RunConfig* c) {
     c->num_training_steps = (int64_t)ceil(c->num_train_epochs * (double)updates);
 }
 
-static int resolve_deepspeed(RunConfig* c, char* err, size_t n) {
-    Mismatches m = {.c = c};
+// HF's trainer_config_process: the DeepSpeed values HF fills from its own arguments ("auto") or checks against them.
+static void ds_fill_from_trainer(Mismatches* m, RunConfig* c) {
     DsConfig* ds = &c->ds;
     const int64_t train_batch = (int64_t)c->world_size * c->per_device_train_batch_size * c->gradient_accumulation_steps;
-
-    // trainer_config_process
-    fill(&m, "deepspeed.train_micro_batch_size_per_gpu", json_integer(c->per_device_train_batch_size),
+    fill(m, "deepspeed.train_micro_batch_size_per_gpu", json_integer(c->per_device_train_batch_size),
          "per_device_train_batch_size", true);
-    fill(&m, "deepspeed.gradient_accumulation_steps", json_integer(c->gradient_accumulation_steps),
+    fill(m, "deepspeed.gradient_accumulation_steps", json_integer(c->gradient_accumulation_steps),
          "gradient_accumulation_steps", true);
-    fill(&m, "deepspeed.train_batch_size", json_integer(train_batch), "train_batch_size (calculated)", true);
-    fill(&m, "deepspeed.gradient_clipping", json_real(c->max_grad_norm), "max_grad_norm", true);
+    fill(m, "deepspeed.train_batch_size", json_integer(train_batch), "train_batch_size (calculated)", true);
+    fill(m, "deepspeed.gradient_clipping", json_real(c->max_grad_norm), "max_grad_norm", true);
     if (ds->optimizer.present) {
-        fill(&m, "deepspeed.optimizer.params.lr", json_real(c->learning_rate), "learning_rate", true);
-        fill(&m, "deepspeed.optimizer.params.betas", json_pack("[ff]", c->adam_beta1, c->adam_beta2),
+        fill(m, "deepspeed.optimizer.params.lr", json_real(c->learning_rate), "learning_rate", true);
+        fill(m, "deepspeed.optimizer.params.betas", json_pack("[ff]", c->adam_beta1, c->adam_beta2),
              "adam_beta1+adam_beta2", true);
-        fill(&m, "deepspeed.optimizer.params.eps", json_real(c->adam_epsilon), "adam_epsilon", true);
-        fill(&m, "deepspeed.optimizer.params.weight_decay", json_real(c->weight_decay), "weight_decay", true);
+        fill(m, "deepspeed.optimizer.params.eps", json_real(c->adam_epsilon), "adam_epsilon", true);
+        fill(m, "deepspeed.optimizer.params.weight_decay", json_real(c->weight_decay), "weight_decay", true);
     }
     if (ds->scheduler.present) {
-        fill(&m, "deepspeed.scheduler.params.warmup_min_lr", json_integer(0), "", false);
-        fill(&m, "deepspeed.scheduler.params.warmup_max_lr", json_real(c->learning_rate), "learning_rate", true);
+        fill(m, "deepspeed.scheduler.params.warmup_min_lr", json_integer(0), "", false);
+        fill(m, "deepspeed.scheduler.params.warmup_max_lr", json_real(c->learning_rate), "learning_rate", true);
     }
     if (c->save_on_each_node) {
         ds->checkpoint.present = true;
@@ -164,19 +162,15 @@ static int resolve_deepspeed(RunConfig* c, char* err, size_t n) {
         c->src[config_key_index("deepspeed.checkpoint.use_node_local_storage")] = CONFIG_SRC_DERIVED;
     }
     bool fp16 = c->fp16 || c->fp16_full_eval, bf16 = c->bf16 || c->bf16_full_eval;
-    fill(&m, "deepspeed.fp16.enabled", json_boolean(fp16), "fp16|fp16_full_eval+fp16_backend(amp)", true);
-    fill(&m, "deepspeed.amp.enabled", json_false(), "fp16+fp16_backend(apex)", true);
-    fill(&m, "deepspeed.amp.opt_level", json_string("O1"), "fp16_opt_level", false);
-    fill(&m, "deepspeed.bf16.enabled", json_boolean(bf16), "bf16|bf16_full_eval", true);
+    fill(m, "deepspeed.fp16.enabled", json_boolean(fp16), "fp16|fp16_full_eval+fp16_backend(amp)", true);
+    fill(m, "deepspeed.amp.enabled", json_false(), "fp16+fp16_backend(apex)", true);
+    fill(m, "deepspeed.amp.opt_level", json_string("O1"), "fp16_opt_level", false);
+    fill(m, "deepspeed.bf16.enabled", json_boolean(bf16), "bf16|bf16_full_eval", true);
+}
 
-    // DeepSpeed's autotuning: the planner's automatic plan (src/cli/autotune.h)
-    int arc = autotune_resolve(c, err, n);
-    if (arc) return arc;
-    if (ds->flops_profiler.enabled && c->gradient_checkpointing && ds->flops_profiler.recompute_fwd_factor == 0)
-        add_note(c, "deepspeed.flops_profiler: gradient_checkpointing recomputes each forward in the backward; "
-                    "recompute_fwd_factor 1 counts it in the bwd and iter FLOPS lines (DeepSpeed's advice)");
-    // trainer_config_finalize: the d_model-based sizes
-    DsZero* z = &ds->zero_optimization;
+// HF's trainer_config_finalize: the d_model-based sizes ("stage": "auto" first: the planner picks the plan later).
+static void ds_fill_model_sizes(Mismatches* m, RunConfig* c) {
+    DsZero* z = &c->ds.zero_optimization;
     // "stage": "auto" (issue 17): the planner picks the plan at run time (run.c); meanwhile stage 3, so that the
     // stage 3 sizes resolve and any offload section passes the cross-key checks
     if (c->src[config_key_index("deepspeed.zero_optimization.stage")] == CONFIG_SRC_AUTO ||
@@ -191,12 +185,12 @@ static int resolve_deepspeed(RunConfig* c, char* err, size_t n) {
     for (int i = 0; i < 3; i++) any_auto |= c->src[config_key_index(hkeys[i])] == CONFIG_SRC_AUTO;
     if (any_auto && c->model_found) {
         int64_t d = c->model.d_model;
-        fill(&m, hkeys[0], json_integer(d * d), "", false);
+        fill(m, hkeys[0], json_integer(d * d), "", false);
         if (z->stage == 3) {
             // HF writes 0.9 * d^2 as a float (943718.4 for d_model 1024); DeepSpeed's field is an
             // int, so the value that takes effect is the truncation, as int(0.9 * d^2) in newer HF.
-            fill(&m, hkeys[1], json_integer((json_int_t)(0.9 * (double)(d * d))), "", false);
-            fill(&m, hkeys[2], json_integer(10 * d), "", false);
+            fill(m, hkeys[1], json_integer((json_int_t)(0.9 * (double)(d * d))), "", false);
+            fill(m, hkeys[2], json_integer(10 * d), "", false);
         }
     }
     if (any_auto && !c->model_found)
@@ -205,31 +199,31 @@ static int resolve_deepspeed(RunConfig* c, char* err, size_t n) {
     if (z->stage < 3 && (c->src[config_key_index(hkeys[1])] == CONFIG_SRC_AUTO ||
                          c->src[config_key_index(hkeys[2])] == CONFIG_SRC_AUTO))
         add_note(c, "stage3_* \"auto\" keys are not used below ZeRO stage 3 (left unresolved, as HF does)");
+}
 
-    // scheduler steps
-    if (ds->scheduler.present) {
-        int kt = config_key_index("deepspeed.scheduler.params.total_num_steps");
-        int kw = config_key_index("deepspeed.scheduler.params.warmup_num_steps");
-        if (c->num_training_steps > 0)
-            fill(&m, CONFIG_KEYS[kt].key, json_integer(c->num_training_steps), "num_training_steps (calculated)",
-                 true);
-        else if (c->src[kt] == CONFIG_SRC_AUTO)
-            add_note(c, "scheduler total_num_steps unresolved until the training set size is known");
-        int64_t warm = -1;
-        if (c->warmup_steps > 0) warm = c->warmup_steps;
-        else if (c->warmup_ratio == 0) warm = 0;
-        else if (c->num_training_steps > 0) warm = (int64_t)ceil((double)c->num_training_steps * c->warmup_ratio);
-        if (warm >= 0) fill(&m, CONFIG_KEYS[kw].key, json_integer(warm), "warmup_steps", true);
-        else if (c->src[kw] == CONFIG_SRC_AUTO)
-            add_note(c, "scheduler warmup_num_steps unresolved until the training set size is known");
-    }
-    if (m.count)
-        return t5_errf(err, n, T5_EXIT_USAGE,
-                    "the DeepSpeed config mismatches the training arguments: %s (the easiest fix is to set these "
-                    "DeepSpeed values to \"auto\")",
-                    m.text);
+// The scheduler's total and warm-up steps from the Trainer's (or a note that the training set decides them).
+static void ds_fill_scheduler_steps(Mismatches* m, RunConfig* c) {
+    if (!c->ds.scheduler.present) return;
+    int kt = config_key_index("deepspeed.scheduler.params.total_num_steps");
+    int kw = config_key_index("deepspeed.scheduler.params.warmup_num_steps");
+    if (c->num_training_steps > 0)
+        fill(m, CONFIG_KEYS[kt].key, json_integer(c->num_training_steps), "num_training_steps (calculated)",
+             true);
+    else if (c->src[kt] == CONFIG_SRC_AUTO)
+        add_note(c, "scheduler total_num_steps unresolved until the training set size is known");
+    int64_t warm = -1;
+    if (c->warmup_steps > 0) warm = c->warmup_steps;
+    else if (c->warmup_ratio == 0) warm = 0;
+    else if (c->num_training_steps > 0) warm = (int64_t)ceil((double)c->num_training_steps * c->warmup_ratio);
+    if (warm >= 0) fill(m, CONFIG_KEYS[kw].key, json_integer(warm), "warmup_steps", true);
+    else if (c->src[kw] == CONFIG_SRC_AUTO)
+        add_note(c, "scheduler warmup_num_steps unresolved until the training set size is known");
+}
 
-    // keys absent from the DeepSpeed JSON that the Trainer's own batching decides
+// The batch keys the Trainer's batching decides when the JSON has none, and DeepSpeed's batch product.
+static int ds_check_batch(RunConfig* c, char* err, size_t n) {
+    DsConfig* ds = &c->ds;
+    const int64_t train_batch = (int64_t)c->world_size * c->per_device_train_batch_size * c->gradient_accumulation_steps;
     derive_int(c, "deepspeed.train_micro_batch_size_per_gpu", c->per_device_train_batch_size);
     derive_int(c, "deepspeed.gradient_accumulation_steps", c->gradient_accumulation_steps);
     derive_int(c, "deepspeed.train_batch_size", train_batch);
@@ -239,8 +233,13 @@ static int resolve_deepspeed(RunConfig* c, char* err, size_t n) {
                     "gradient_accumulation_steps %lld x world size %d",
                     (long long)ds->train_batch_size, (long long)ds->train_micro_batch_size_per_gpu,
                     (long long)ds->gradient_accumulation_steps, c->world_size);
+    return 0;
+}
 
-    // precision
+// fp16 / bf16 from the flags when the JSON has no section, and the precision keys' cross-checks.
+static int ds_check_precision(RunConfig* c, char* err, size_t n) {
+    DsConfig* ds = &c->ds;
+    const DsZero* z = &ds->zero_optimization;
     if (!ds->fp16.present && c->fp16) {
         // no fp16 section: DeepSpeed alone would train in fp32; t5train follows the --fp16 flag
         ds->fp16.enabled = true;
@@ -269,8 +268,13 @@ static int resolve_deepspeed(RunConfig* c, char* err, size_t n) {
                            "default, or \"fp32\")",
                            gname[g], gname[run], gname[run]);
     }
+    return 0;
+}
 
-    // ZeRO
+// zero_optimization's derived default (overlap_comm) and cross-key checks (offloads, nvme, the optimizer block).
+static int ds_check_zero(RunConfig* c, char* err, size_t n) {
+    DsConfig* ds = &c->ds;
+    DsZero* z = &ds->zero_optimization;
     int ko = config_key_index("deepspeed.zero_optimization.overlap_comm");
     if (c->src[ko] == CONFIG_SRC_DEFAULT) {
         z->overlap_comm = z->stage == 3;  // DeepSpeed's default
@@ -306,6 +310,29 @@ static int resolve_deepspeed(RunConfig* c, char* err, size_t n) {
                     "--adafactor was passed, but also found `optimizer` configured in the DeepSpeed config. Only one "
                     "optimizer can be configured.");
     return 0;
+}
+
+static int resolve_deepspeed(RunConfig* c, char* err, size_t n) {
+    Mismatches m = {.c = c};
+    DsConfig* ds = &c->ds;
+    ds_fill_from_trainer(&m, c);
+    // DeepSpeed's autotuning: the planner's automatic plan (src/cli/autotune.h)
+    int arc = autotune_resolve(c, err, n);
+    if (arc) return arc;
+    if (ds->flops_profiler.enabled && c->gradient_checkpointing && ds->flops_profiler.recompute_fwd_factor == 0)
+        add_note(c, "deepspeed.flops_profiler: gradient_checkpointing recomputes each forward in the backward; "
+                    "recompute_fwd_factor 1 counts it in the bwd and iter FLOPS lines (DeepSpeed's advice)");
+    ds_fill_model_sizes(&m, c);
+    ds_fill_scheduler_steps(&m, c);
+    if (m.count)
+        return t5_errf(err, n, T5_EXIT_USAGE,
+                    "the DeepSpeed config mismatches the training arguments: %s (the easiest fix is to set these "
+                    "DeepSpeed values to \"auto\")",
+                    m.text);
+    int rc = ds_check_batch(c, err, n);
+    if (!rc) rc = ds_check_precision(c, err, n);
+    if (!rc) rc = ds_check_zero(c, err, n);
+    return rc;
 }
 
 // The adafactor_* keys: only with optim adafactor (and no DeepSpeed optimizer); HF's constructor checks. A key at

@@ -165,24 +165,17 @@ static void dry_run_model_pending(const RunConfig* c) {
     exit(T5_EXIT_OK);
 }
 
-// The resolved RunConfig -> what the trainer needs. Dies (one line) on what this build cannot run.
-static void run_build_trainer_args(const RunConfig* c, TrainerArgs* a) {
-    static char err[MODEL_LOOKUP_ERRLEN];
-    trainer_args_default(a);
-    const DsConfig* ds = &c->ds;
-    if (c->sortish_sampler) t5_die(T5_EXIT_USAGE, "not implemented yet: sortish_sampler");
-    if (!c->has_deepspeed || !ds->scheduler.present) {
-        if (c->lr_scheduler_type == LR_SCHED_INVERSE_SQRT || c->lr_scheduler_type == LR_SCHED_REDUCE_LR_ON_PLATEAU)
-            t5_die(T5_EXIT_USAGE, "not implemented yet: lr_scheduler_type %s",
-                   c->lr_scheduler_type == LR_SCHED_INVERSE_SQRT ? "inverse_sqrt" : "reduce_lr_on_plateau");
-    }
+static bool run_fp16(const RunConfig* c) { return c->fp16 || (c->has_deepspeed && c->ds.fp16.enabled); }
+static bool run_bf16(const RunConfig* c) { return c->bf16 || (c->has_deepspeed && c->ds.bf16.enabled); }
 
-    // ---- model
+// The model: its shape (a preset or config.json) and, unless --init random, where its weights are. Returns the name
+// looked up (the tokenizer is looked for beside it).
+static const char* args_model(const RunConfig* c, TrainerArgs* a, ModelLocation* loc, bool* have_loc) {
+    static char err[MODEL_LOOKUP_ERRLEN];
     const char* name = run_model_source(c);  // a Hub name missing from the HF cache: downloaded (fetch_inputs.h)
     if (c->dry_run && run_model_pending()) dry_run_model_pending(c);
     a->init_random = c->init == MODEL_INIT_RANDOM;
-    ModelLocation loc;
-    bool have_loc = false;
+    *have_loc = false;
     if (a->init_random) {
         if (!c->model_found)
             t5_die(T5_EXIT_USAGE, "--init random needs a model shape: '%s' is neither a preset (%s) nor a directory "
@@ -190,24 +183,29 @@ static void run_build_trainer_args(const RunConfig* c, TrainerArgs* a) {
                    t5_config_preset_names());
         a->model = c->model;
     } else {
-        if (model_lookup(name, MODEL_NEED_WEIGHTS, &loc, err, sizeof err)) t5_die(T5_EXIT_USAGE, "%s", err);
-        have_loc = true;
-        if (t5_config_load_json(c->config_name[0] ? c->config_name : loc.config_path, &a->model, err, sizeof err))
+        if (model_lookup(name, MODEL_NEED_WEIGHTS, loc, err, sizeof err)) t5_die(T5_EXIT_USAGE, "%s", err);
+        *have_loc = true;
+        if (t5_config_load_json(c->config_name[0] ? c->config_name : loc->config_path, &a->model, err, sizeof err))
             t5_die(T5_EXIT_USAGE, "%s%s", c->config_name[0] ? "--config_name: " : "", err);
         // a transformers 5.x config.json: the weights say whether lm_head.weight or shared.weight projects
-        if (t5_config_resolve_head(&a->model, loc.weights_path, err, sizeof err)) t5_die(T5_EXIT_USAGE, "%s", err);
-        copy_str(a->weights_path, sizeof a->weights_path, loc.weights_path);
+        if (t5_config_resolve_head(&a->model, loc->weights_path, err, sizeof err)) t5_die(T5_EXIT_USAGE, "%s", err);
+        copy_str(a->weights_path, sizeof a->weights_path, loc->weights_path);
     }
     a->dropout_rate = isnan(c->dropout_rate) ? a->model.dropout_rate : (float)c->dropout_rate;
     a->label_smoothing_factor = c->label_smoothing_factor;  // [0, 1) checked by the key table
     a->gradient_checkpointing = c->gradient_checkpointing;
+    return name;
+}
 
-    // ---- tokenizer
+// The tokenizer: --tokenizer_name, the model folder's spiece.model, or the Hub name's. Returns its path (static).
+static const char* args_tokenizer(const RunConfig* c, TrainerArgs* a, const char* name, const ModelLocation* loc,
+                                  bool have_loc) {
+    static char err[MODEL_LOOKUP_ERRLEN];
     char tokpath[MODEL_LOOKUP_PATHLEN];
     if (c->tokenizer_name[0]) {
         copy_str(tokpath, sizeof tokpath, c->tokenizer_name);
-    } else if (have_loc && loc.tokenizer == MODEL_TOKENIZER_SPIECE) {
-        copy_str(tokpath, sizeof tokpath, loc.tokenizer_path);
+    } else if (have_loc && loc->tokenizer == MODEL_TOKENIZER_SPIECE) {
+        copy_str(tokpath, sizeof tokpath, loc->tokenizer_path);
     } else if (model_lookup_tokenizer(name, tokpath, sizeof tokpath, err, sizeof err)) {
         t5_die_hint(T5_EXIT_USAGE, "pass --tokenizer_name PATH/spiece.model (or a directory holding it)",
                     "no tokenizer for model '%s': %s", name, err);
@@ -222,12 +220,15 @@ static void run_build_trainer_args(const RunConfig* c, TrainerArgs* a) {
     static char tokpath_keep[MODEL_LOOKUP_PATHLEN];
     copy_str(tokpath_keep, sizeof tokpath_keep, spm);
     free(spm);
+    return tokpath_keep;
+}
 
-    // ---- data
+// The data: sources, lengths, batch sizes, the rank's shard, and which splits run.
+static void args_data(const RunConfig* c, TrainerArgs* a, const char* tokpath) {
     DataOptions* o = &a->data;
     data_options_sources(c, o);
     data_pending = run_fetch_dataset(c, o);  // wmt16-ro-en splits missing on disk: prepared (a dry run: listed)
-    o->tokenizer_path = tokpath_keep;
+    o->tokenizer_path = tokpath;
     o->source_prefix = c->source_prefix_set ? c->source_prefix : NULL;
     o->max_source_length = (int)c->max_source_length;
     o->max_target_length = (int)c->max_target_length;
@@ -245,14 +246,14 @@ static void run_build_trainer_args(const RunConfig* c, TrainerArgs* a) {
     o->drop_last = c->dataloader_drop_last;
     o->group_by_length = c->group_by_length;
     o->pad_to_max_length = c->pad_to_max_length;
-    bool fp16 = c->fp16 || (c->has_deepspeed && ds->fp16.enabled);
-    bool bf16 = c->bf16 || (c->has_deepspeed && ds->bf16.enabled);
-    o->pad_to_multiple_of = fp16 ? 8 : 0;  // run_translation: DataCollatorForSeq2Seq(pad_to_multiple_of=8 if fp16)
+    o->pad_to_multiple_of = run_fp16(c) ? 8 : 0;  // run_translation: DataCollatorForSeq2Seq(pad_to_multiple_of=8 if fp16)
     a->do_train = c->do_train;
     a->do_eval = c->do_eval;
     a->do_predict = c->do_predict;
+}
 
-    // ---- generation (run_translation: max_length = generation_max_length or val_max_target_length,
+static void args_generation(const RunConfig* c, TrainerArgs* a) {
+    // generation (run_translation: max_length = generation_max_length or val_max_target_length,
     //      num_beams = num_beams or generation_num_beams or 1; the config has resolved those fallbacks)
     a->predict_with_generate = c->predict_with_generate;
     a->gen.max_length = (int)(c->generation_max_length > 0   ? c->generation_max_length
@@ -263,9 +264,12 @@ static void run_build_trainer_args(const RunConfig* c, TrainerArgs* a) {
     a->gen.early_stopping = c->early_stopping ? GEN_EARLY_STOP_TRUE : GEN_EARLY_STOP_FALSE;
     static char gerr[256];
     if (generate_options_check(&a->gen, gerr, sizeof gerr)) t5_die(T5_EXIT_USAGE, "%s", gerr);
+}
 
-    // ---- precision and loss scaler
-    a->dtype = fp16 ? DT_F16 : bf16 ? DT_BF16 : DT_F32;
+// Precision, the gradient accumulation dtype and the loss scaler (DeepSpeed's, or torch GradScaler's numbers).
+static void args_precision(const RunConfig* c, TrainerArgs* a) {
+    const DsConfig* ds = &c->ds;
+    a->dtype = run_fp16(c) ? DT_F16 : run_bf16(c) ? DT_BF16 : DT_F32;
     a->grad_dtype = a->dtype;
     if (c->has_deepspeed && ds->data_types.grad_accum_dtype != COMM_DTYPE_DEFAULT) {
         const int g = (int)ds->data_types.grad_accum_dtype;
@@ -297,8 +301,11 @@ static void run_build_trainer_args(const RunConfig* c, TrainerArgs* a) {
         a->scaler.hysteresis = 1;
         a->scaler.has_initial_scale_power = a->scaler.has_loss_scale_window = a->scaler.has_hysteresis = true;
     }
+}
 
-    // ---- optimizer, clipping, schedule
+// The optimizer: DeepSpeed's optimizer section, or HF's AdamW / Adafactor flags.
+static void args_optimizer(const RunConfig* c, TrainerArgs* a) {
+    const DsConfig* ds = &c->ds;
     a->gradient_accumulation_steps = c->gradient_accumulation_steps;
     a->max_steps = c->max_steps;
     a->num_train_epochs = c->num_train_epochs;
@@ -339,7 +346,11 @@ static void run_build_trainer_args(const RunConfig* c, TrainerArgs* a) {
         char e[256];
         if (cpu_adafactor_check_opts(ao, e, sizeof e)) t5_die(T5_EXIT_USAGE, "adafactor: %s", e);
     }
-    // ---- the ZeRO engine (deepspeed.zero_optimization)
+}
+
+// The ZeRO engine (deepspeed.zero_optimization) and the DeepSpeed sections the trainer reads beside it.
+static void args_zero(const RunConfig* c, TrainerArgs* a) {
+    const DsConfig* ds = &c->ds;
     zero_options_default(&a->zero);
     a->zero.world = (int)c->world_size;  // the communicator joins in run_main, after every check
     a->zero.rank = t5_rank;
@@ -395,6 +406,11 @@ static void run_build_trainer_args(const RunConfig* c, TrainerArgs* a) {
         const int cd = ds->communication_data_type;
         if (cd != COMM_DTYPE_DEFAULT) zo->comm_dtype = cd == COMM_DTYPE_FP32 ? DT_F32 : cd == COMM_DTYPE_FP16 ? DT_F16 : DT_BF16;
     }
+}
+
+// Clipping and the learning-rate schedule (DeepSpeed's scheduler section, or HF's lr_scheduler_type).
+static void args_schedule(const RunConfig* c, TrainerArgs* a) {
+    const DsConfig* ds = &c->ds;
     // DeepSpeed clips with its own key (absent = 0 = off, as DeepSpeed); HF alone clips with max_grad_norm
     a->clip = c->has_deepspeed ? ds->gradient_clipping : c->max_grad_norm;
     a->warmup_steps = (double)c->warmup_steps;
@@ -416,8 +432,10 @@ static void run_build_trainer_args(const RunConfig* c, TrainerArgs* a) {
                                       "constant_with_warmup"};
         snprintf(a->sched_name, sizeof a->sched_name, "%s", names[c->lr_scheduler_type]);
     }
+}
 
-    // ---- logging / eval / save
+// Logging, evaluation and saving intervals, output folders, the Hub push and the test hooks.
+static void args_reporting(const RunConfig* c, TrainerArgs* a) {
     a->logging_strategy = interval(c->logging_strategy);
     a->eval_strategy = interval(c->evaluation_strategy);
     a->save_strategy = interval(c->save_strategy);
@@ -441,6 +459,28 @@ static void run_build_trainer_args(const RunConfig* c, TrainerArgs* a) {
     a->num_input_tokens = c->include_num_input_tokens_seen;
     a->inject_inf_step = env_int("T5TRAIN_INJECT_INF_STEP");
     a->stop_after_steps = env_int("T5TRAIN_STOP_AFTER_STEPS");
+}
+
+// The resolved RunConfig -> what the trainer needs. Dies (one line) on what this build cannot run.
+static void run_build_trainer_args(const RunConfig* c, TrainerArgs* a) {
+    trainer_args_default(a);
+    const DsConfig* ds = &c->ds;
+    if (c->sortish_sampler) t5_die(T5_EXIT_USAGE, "not implemented yet: sortish_sampler");
+    if (!c->has_deepspeed || !ds->scheduler.present) {
+        if (c->lr_scheduler_type == LR_SCHED_INVERSE_SQRT || c->lr_scheduler_type == LR_SCHED_REDUCE_LR_ON_PLATEAU)
+            t5_die(T5_EXIT_USAGE, "not implemented yet: lr_scheduler_type %s",
+                   c->lr_scheduler_type == LR_SCHED_INVERSE_SQRT ? "inverse_sqrt" : "reduce_lr_on_plateau");
+    }
+    ModelLocation loc;
+    bool have_loc;
+    const char* name = args_model(c, a, &loc, &have_loc);
+    args_data(c, a, args_tokenizer(c, a, name, &loc, have_loc));
+    args_generation(c, a);
+    args_precision(c, a);
+    args_optimizer(c, a);
+    args_zero(c, a);
+    args_schedule(c, a);
+    args_reporting(c, a);
 }
 
 
