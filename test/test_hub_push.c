@@ -371,6 +371,42 @@ static void test_push_errors(void** state) {
     setenv("HF_ENDPOINT", srv.endpoint, 1);
 }
 
+// two files with the same content (a copy, as output_dir's model beside checkpoint-N's under --all): the LFS object
+// is uploaded once (a second multipart upload of it would PUT to an upload already completed), both paths committed
+static void test_push_same_content(void** state) {
+    (void)state;
+    char dir[600], err[2048], id[512], p[1200], q[1200];
+    snprintf(dir, sizeof dir, "%s/same-content", t5test_tmpdir());
+    dl_write_bytes(dir, "model.safetensors", BIG, 21);
+    dl_write_bytes(dir, "checkpoint-9/model.safetensors", BIG, 21);
+    dl_write_bytes(dir, "a.bin", 4000, 22);
+    dl_write_bytes(dir, "b.bin", 4000, 22);
+    HubPushOptions o = {.token = TOKEN, .quiet = true};
+    PushList l = {0};
+    if (push_list_add_folder(&l, dir, NULL, NULL, err, sizeof err)) fail_msg("%s", err);
+    const int r0 = record_lines();
+    if (hub_push_create_repo(&o, "org/same", false, id, sizeof id, err, sizeof err)) fail_msg("%s", err);
+    PushResult r;
+    if (hub_push_files(&o, id, &l, "copies", &r, err, sizeof err)) fail_msg("%s", err);
+    push_list_free(&l);
+    json_t* rec = record_load(r0);
+    assert_int_equal(count_calls(rec, "PUT", "/part/"), 3);
+    assert_int_equal(count_calls(rec, "POST", "/complete"), 1);
+    assert_int_equal(count_calls(rec, "PUT", "/lfs-upload/") - count_calls(rec, "PUT", "/part/"), 1);
+    assert_int_equal(r.n_lfs, 4);
+    assert_int_equal(r.n_lfs_uploaded, 2);
+    const json_t* c = only_commit(rec, "copies");
+    assert_string_equal(op_key(c, "checkpoint-9/model.safetensors"), "lfsFile");
+    assert_string_equal(op_key(c, "b.bin"), "lfsFile");
+    json_decref(rec);
+    const char* files[] = {"model.safetensors", "checkpoint-9/model.safetensors", "a.bin", "b.bin"};
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, files[i]);
+        snprintf(q, sizeof q, "%s/org/same/%s", served, files[i]);
+        assert_same_file(p, q);
+    }
+}
+
 // `t5train push`: the folder as the end of a run pushes it; usage errors and a missing token as one line
 static void test_push_command(void** state) {
     (void)state;
@@ -491,6 +527,7 @@ int main(void) {
         cmocka_unit_test(test_push_resumed),
         cmocka_unit_test(test_push_strategies),
         cmocka_unit_test(test_push_errors),
+        cmocka_unit_test(test_push_same_content),
         cmocka_unit_test(test_push_command),
         cmocka_unit_test(test_run_push_to_hub),
     };
