@@ -448,8 +448,12 @@ static void test_push_command(void** state) {
     assert_contains(out, "t5train: error: push: --hub_model_id is missing");
     rc = t5test_run(out, sizeof out, "%s HOME=%s HF_ENDPOINT=%s '%s' push '%s' --hub_model_id org/cmd 2>&1", env,
                     t5test_tmpdir(), srv.endpoint, t5test_bin(), dir);
-    assert_int_not_equal(rc, 0);
+    assert_int_equal(rc, 2);  // a configuration error, as a run's pre-flight
     assert_contains(out, "t5train: error: push: pushing to the Hub needs a token");
+    rc = t5test_run(out, sizeof out, "%s HOME=%s HF_ENDPOINT=%s HF_HUB_OFFLINE=1 '%s' push '%s' --hub_model_id org/cmd "
+                    "--hub_token %s 2>&1", env, t5test_tmpdir(), srv.endpoint, t5test_bin(), dir, TOKEN);
+    assert_int_equal(rc, 2);
+    assert_contains(out, "t5train: error: push: HF_HUB_OFFLINE is set");
     rc = t5test_run(out, sizeof out, "%s HOME=%s '%s' push '%s' --hub_model_id x --bogus 2>&1", env, t5test_tmpdir(),
                     t5test_bin(), dir);
     assert_int_equal(rc, 2);
