@@ -22,6 +22,7 @@ The server writes its port to --port-file once it listens (port 0: any free port
 Pushes (huggingface_hub's upload protocol; every call needs "Authorization: Bearer <token>", else 401):
   POST /api/repos/create {"name", "organization", "visibility"}: makes DIR/<org or --user>/<name>; 409 (with "url")
       when it exists; answers {"url": "http://host/<id>"}.
+  GET  /api/models/<repo>: {"id"} of an existing repo (with the token), else 401 (repo_info).
   POST /api/models/<repo>/preupload/main {"files": [{"path", "sample", "size"}]}: uploadMode "lfs" for the Hub's
       default .gitattributes patterns (*.safetensors, *.bin, *.model, *tfevents*, ...) and files above
       --lfs-threshold bytes (the Hub: 10 MB), else "regular"; "oid" of the file the repo holds (sha256 for LFS, the
@@ -218,6 +219,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
             sha = commit_of(repo_files(os.path.join(st.root, repo)))
             return self.reply(200, {"Content-Type": "application/json"},
                               json.dumps({"id": repo, "sha": sha}).encode(), head=head)
+        if path.startswith("/api/models/"):  # repo_info (huggingface_hub's create_repo after a 401/403)
+            repo = path[len("/api/models/"):]
+            authed = self.headers.get("Authorization") == "Bearer %s" % st.token
+            if not authed or not os.path.isdir(os.path.join(st.root, repo)):
+                return self.reply(401, {"X-Error-Code": "RepoNotFound"}, head=head)
+            return self.reply(200, {"Content-Type": "application/json"}, json.dumps({"id": repo}).encode(),
+                              head=head)
         if "/resolve/" not in path:
             return self.reply(404, head=head)
         repo, rest = path[1:].split("/resolve/", 1)

@@ -371,6 +371,27 @@ static void test_push_errors(void** state) {
     setenv("HF_ENDPOINT", srv.endpoint, 1);
 }
 
+// a token that may not create repos (the Hub's 403 at create; a fine-grained token with write access to one repo):
+// an existing repo is used, as huggingface_hub's create_repo(exist_ok=True) does; a missing one is the 403 error
+static void test_push_create_refused(void** state) {
+    (void)state;
+    char out[600], err[2048];
+    snprintf(out, sizeof out, "%s/run-scoped", t5test_tmpdir());
+    dl_write_text(out, "config.json", "{}");
+    PushToHubArgs a = args_for("org/scoped", HUB_STRATEGY_END);
+    if (push_to_hub_init(&a, out, err, sizeof err)) fail_msg("%s", err);
+    hub_server_faults(&srv, "[{\"match\": \"/api/repos/create\", \"method\": \"POST\", \"status\": 403, "
+                            "\"times\": 2}]");
+    a = args_for("org/scoped", HUB_STRATEGY_END);
+    if (push_to_hub_init(&a, out, err, sizeof err)) fail_msg("%s", err);
+    assert_string_equal(a.repo_id, "org/scoped");
+    if (push_to_hub_end(&a, out, err, sizeof err)) fail_msg("%s", err);
+    a = args_for("org/not-there", HUB_STRATEGY_END);
+    assert_int_not_equal(push_to_hub_init(&a, out, err, sizeof err), 0);
+    assert_contains(err, "HTTP 403");
+    hub_server_faults(&srv, "[]");
+}
+
 // two files with the same content (a copy, as output_dir's model beside checkpoint-N's under --all): the LFS object
 // is uploaded once (a second multipart upload of it would PUT to an upload already completed), both paths committed
 static void test_push_same_content(void** state) {
@@ -532,6 +553,7 @@ int main(void) {
         cmocka_unit_test(test_push_strategies),
         cmocka_unit_test(test_push_errors),
         cmocka_unit_test(test_push_same_content),
+        cmocka_unit_test(test_push_create_refused),
         cmocka_unit_test(test_push_command),
         cmocka_unit_test(test_run_push_to_hub),
     };
