@@ -35,6 +35,7 @@ Pushes (huggingface_hub's upload protocol; every call needs "Authorization: Bear
       (key: the repo id with '~' for '/': each repo has its own LFS objects, as on the Hub).
   POST /api/models/<repo>/commit/main (NDJSON: header, file (base64), lfsFile (the object must be stored)): writes the
       files into DIR/<repo>/ and answers {"commitOid", "commitUrl"}.
+  A path under /mirror/ is served as the path without it, the URLs answered keeping it (an endpoint with a path).
   Each push call is appended to --record (JSON lines: method, path, auth, and for commits the summary and the
   operations). LFS objects are kept in DIR.lfs/.
 """
@@ -272,7 +273,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def host_url(self, other=False):
         host = self.headers.get("Host", "")
-        return "http://%s" % (cdn_host(host) if other else host)
+        return "http://%s%s" % (cdn_host(host) if other else host, self.prefix)
+
+    def strip_prefix(self):
+        """an endpoint with a path (HF_ENDPOINT=http://host/mirror, as a proxy serves the Hub): /mirror/... is /..."""
+        self.prefix = ""
+        if self.path.startswith("/mirror/"):
+            self.prefix, self.path = "/mirror", self.path[len("/mirror"):]
 
     def handle_write(self):
         st = self.state
@@ -448,9 +455,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
         return self.reply(200)
 
     def do_POST(self):
+        self.strip_prefix()
         self.handle_write()
 
     def do_PUT(self):
+        self.strip_prefix()
         self.handle_write()
 
     def do_HEAD(self):

@@ -392,6 +392,25 @@ static void test_push_create_refused(void** state) {
     hub_server_faults(&srv, "[]");
 }
 
+// an endpoint with a path (a proxy serving the Hub under /mirror): the repo's id is what follows the endpoint in the
+// answer's URL ("t5user/name", as huggingface_hub's RepoUrl strips the endpoint), not the whole path
+static void test_push_endpoint_path(void** state) {
+    (void)state;
+    char out[600], err[2048], ep[600], q[1200];
+    snprintf(out, sizeof out, "%s/run-mirror", t5test_tmpdir());
+    dl_write_text(out, "config.json", "{\"mirror\": 1}");
+    snprintf(ep, sizeof ep, "%s/mirror", srv.endpoint);
+    setenv("HF_ENDPOINT", ep, 1);
+    PushToHubArgs a = args_for("", HUB_STRATEGY_END);
+    int rc = push_to_hub_init(&a, out, err, sizeof err);
+    if (rc == 0) rc = push_to_hub_end(&a, out, err, sizeof err);
+    setenv("HF_ENDPOINT", srv.endpoint, 1);
+    if (rc) fail_msg("%s", err);
+    assert_string_equal(a.repo_id, "t5user/run-mirror");
+    snprintf(q, sizeof q, "%s/t5user/run-mirror/config.json", served);
+    assert_true(t5_is_file(q));
+}
+
 // two files with the same content (a copy, as output_dir's model beside checkpoint-N's under --all): the LFS object
 // is uploaded once (a second multipart upload of it would PUT to an upload already completed), both paths committed
 static void test_push_same_content(void** state) {
@@ -554,6 +573,7 @@ int main(void) {
         cmocka_unit_test(test_push_errors),
         cmocka_unit_test(test_push_same_content),
         cmocka_unit_test(test_push_create_refused),
+        cmocka_unit_test(test_push_endpoint_path),
         cmocka_unit_test(test_push_command),
         cmocka_unit_test(test_run_push_to_hub),
     };

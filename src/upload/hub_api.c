@@ -182,6 +182,11 @@ int hub_api_create_repo(HubConn* h, const char* repo, bool private_repo, char* r
         const char* s = json_string_value(u);
         const char* scheme = strstr(s, "://");
         const char* path = scheme ? strchr(scheme + 3, '/') : NULL;
+        // huggingface_hub's RepoUrl: what follows the endpoint (which may have a path: a proxy), else the host
+        const char* ep = strstr(h->endpoint, "://");
+        ep = ep ? ep + 3 : h->endpoint;
+        const size_t nep = strlen(ep);
+        if (scheme && nep && strncmp(scheme + 3, ep, nep) == 0 && scheme[3 + nep] == '/') path = scheme + 3 + nep;
         if (path && path[1]) snprintf(repo_id, idlen, "%s", path + 1);
     }
     json_decref(ans);
