@@ -407,6 +407,12 @@ static void test_push_endpoint_path(void** state) {
     setenv("HF_ENDPOINT", srv.endpoint, 1);
     if (rc) fail_msg("%s", err);
     assert_string_equal(a.repo_id, "t5user/run-mirror");
+    // output_dir "<dir>/." is <dir> (pathlib's name), not "."
+    char what[1024];
+    snprintf(q, sizeof q, "%s/.", out);
+    a = args_for("", HUB_STRATEGY_END);
+    if (push_to_hub_check(&a, q, what, sizeof what, err, sizeof err)) fail_msg("%s", err);
+    assert_string_equal(a.repo_id, "run-mirror");
     snprintf(q, sizeof q, "%s/t5user/run-mirror/config.json", served);
     assert_true(t5_is_file(q));
 }
