@@ -22,6 +22,7 @@ The server writes its port to --port-file once it listens (port 0: any free port
 Pushes (huggingface_hub's upload protocol; every call needs "Authorization: Bearer <token>", else 401):
   POST /api/repos/create {"name", "organization", "visibility"}: makes DIR/<org or --user>/<name>; 409 (with "url")
       when it exists; answers {"url": "http://host/<id>"}.
+  GET  /api/models/<repo>: {"id"} of an existing repo (with the token), else 401 (repo_info).
   POST /api/models/<repo>/preupload/main {"files": [{"path", "sample", "size"}]}: uploadMode "lfs" for the Hub's
       default .gitattributes patterns (*.safetensors, *.bin, *.model, *tfevents*, ...) and files above
       --lfs-threshold bytes (the Hub: 10 MB), else "regular"; "oid" of the file the repo holds (sha256 for LFS, the
@@ -34,6 +35,7 @@ Pushes (huggingface_hub's upload protocol; every call needs "Authorization: Bear
       (key: the repo id with '~' for '/': each repo has its own LFS objects, as on the Hub).
   POST /api/models/<repo>/commit/main (NDJSON: header, file (base64), lfsFile (the object must be stored)): writes the
       files into DIR/<repo>/ and answers {"commitOid", "commitUrl"}.
+  A path under /mirror/ is served as the path without it, the URLs answered keeping it (an endpoint with a path).
   Each push call is appended to --record (JSON lines: method, path, auth, and for commits the summary and the
   operations). LFS objects are kept in DIR.lfs/.
 """
@@ -218,6 +220,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
             sha = commit_of(repo_files(os.path.join(st.root, repo)))
             return self.reply(200, {"Content-Type": "application/json"},
                               json.dumps({"id": repo, "sha": sha}).encode(), head=head)
+        if path.startswith("/api/models/"):  # repo_info (huggingface_hub's create_repo after a 401/403)
+            repo = path[len("/api/models/"):]
+            authed = self.headers.get("Authorization") == "Bearer %s" % st.token
+            if not authed or not os.path.isdir(os.path.join(st.root, repo)):
+                return self.reply(401, {"X-Error-Code": "RepoNotFound"}, head=head)
+            return self.reply(200, {"Content-Type": "application/json"}, json.dumps({"id": repo}).encode(),
+                              head=head)
         if "/resolve/" not in path:
             return self.reply(404, head=head)
         repo, rest = path[1:].split("/resolve/", 1)
@@ -264,7 +273,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def host_url(self, other=False):
         host = self.headers.get("Host", "")
-        return "http://%s" % (cdn_host(host) if other else host)
+        return "http://%s%s" % (cdn_host(host) if other else host, self.prefix)
+
+    def strip_prefix(self):
+        """an endpoint with a path (HF_ENDPOINT=http://host/mirror, as a proxy serves the Hub): /mirror/... is /..."""
+        self.prefix = ""
+        if self.path.startswith("/mirror/"):
+            self.prefix, self.path = "/mirror", self.path[len("/mirror"):]
 
     def handle_write(self):
         st = self.state
@@ -440,9 +455,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
         return self.reply(200)
 
     def do_POST(self):
+        self.strip_prefix()
         self.handle_write()
 
     def do_PUT(self):
+        self.strip_prefix()
         self.handle_write()
 
     def do_HEAD(self):

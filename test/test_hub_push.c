@@ -371,6 +371,88 @@ static void test_push_errors(void** state) {
     setenv("HF_ENDPOINT", srv.endpoint, 1);
 }
 
+// a token that may not create repos (the Hub's 403 at create; a fine-grained token with write access to one repo):
+// an existing repo is used, as huggingface_hub's create_repo(exist_ok=True) does; a missing one is the 403 error
+static void test_push_create_refused(void** state) {
+    (void)state;
+    char out[600], err[2048];
+    snprintf(out, sizeof out, "%s/run-scoped", t5test_tmpdir());
+    dl_write_text(out, "config.json", "{}");
+    PushToHubArgs a = args_for("org/scoped", HUB_STRATEGY_END);
+    if (push_to_hub_init(&a, out, err, sizeof err)) fail_msg("%s", err);
+    hub_server_faults(&srv, "[{\"match\": \"/api/repos/create\", \"method\": \"POST\", \"status\": 403, "
+                            "\"times\": 2}]");
+    a = args_for("org/scoped", HUB_STRATEGY_END);
+    if (push_to_hub_init(&a, out, err, sizeof err)) fail_msg("%s", err);
+    assert_string_equal(a.repo_id, "org/scoped");
+    if (push_to_hub_end(&a, out, err, sizeof err)) fail_msg("%s", err);
+    a = args_for("org/not-there", HUB_STRATEGY_END);
+    assert_int_not_equal(push_to_hub_init(&a, out, err, sizeof err), 0);
+    assert_contains(err, "HTTP 403");
+    hub_server_faults(&srv, "[]");
+}
+
+// an endpoint with a path (a proxy serving the Hub under /mirror): the repo's id is what follows the endpoint in the
+// answer's URL ("t5user/name", as huggingface_hub's RepoUrl strips the endpoint), not the whole path
+static void test_push_endpoint_path(void** state) {
+    (void)state;
+    char out[600], err[2048], ep[600], q[1200];
+    snprintf(out, sizeof out, "%s/run-mirror", t5test_tmpdir());
+    dl_write_text(out, "config.json", "{\"mirror\": 1}");
+    snprintf(ep, sizeof ep, "%s/mirror", srv.endpoint);
+    setenv("HF_ENDPOINT", ep, 1);
+    PushToHubArgs a = args_for("", HUB_STRATEGY_END);
+    int rc = push_to_hub_init(&a, out, err, sizeof err);
+    if (rc == 0) rc = push_to_hub_end(&a, out, err, sizeof err);
+    setenv("HF_ENDPOINT", srv.endpoint, 1);
+    if (rc) fail_msg("%s", err);
+    assert_string_equal(a.repo_id, "t5user/run-mirror");
+    // output_dir "<dir>/." is <dir> (pathlib's name), not "."
+    char what[1024];
+    snprintf(q, sizeof q, "%s/.", out);
+    a = args_for("", HUB_STRATEGY_END);
+    if (push_to_hub_check(&a, q, what, sizeof what, err, sizeof err)) fail_msg("%s", err);
+    assert_string_equal(a.repo_id, "run-mirror");
+    snprintf(q, sizeof q, "%s/t5user/run-mirror/config.json", served);
+    assert_true(t5_is_file(q));
+}
+
+// two files with the same content (a copy, as output_dir's model beside checkpoint-N's under --all): the LFS object
+// is uploaded once (a second multipart upload of it would PUT to an upload already completed), both paths committed
+static void test_push_same_content(void** state) {
+    (void)state;
+    char dir[600], err[2048], id[512], p[1200], q[1200];
+    snprintf(dir, sizeof dir, "%s/same-content", t5test_tmpdir());
+    dl_write_bytes(dir, "model.safetensors", BIG, 21);
+    dl_write_bytes(dir, "checkpoint-9/model.safetensors", BIG, 21);
+    dl_write_bytes(dir, "a.bin", 4000, 22);
+    dl_write_bytes(dir, "b.bin", 4000, 22);
+    HubPushOptions o = {.token = TOKEN, .quiet = true};
+    PushList l = {0};
+    if (push_list_add_folder(&l, dir, NULL, NULL, err, sizeof err)) fail_msg("%s", err);
+    const int r0 = record_lines();
+    if (hub_push_create_repo(&o, "org/same", false, id, sizeof id, err, sizeof err)) fail_msg("%s", err);
+    PushResult r;
+    if (hub_push_files(&o, id, &l, "copies", &r, err, sizeof err)) fail_msg("%s", err);
+    push_list_free(&l);
+    json_t* rec = record_load(r0);
+    assert_int_equal(count_calls(rec, "PUT", "/part/"), 3);
+    assert_int_equal(count_calls(rec, "POST", "/complete"), 1);
+    assert_int_equal(count_calls(rec, "PUT", "/lfs-upload/") - count_calls(rec, "PUT", "/part/"), 1);
+    assert_int_equal(r.n_lfs, 4);
+    assert_int_equal(r.n_lfs_uploaded, 2);
+    const json_t* c = only_commit(rec, "copies");
+    assert_string_equal(op_key(c, "checkpoint-9/model.safetensors"), "lfsFile");
+    assert_string_equal(op_key(c, "b.bin"), "lfsFile");
+    json_decref(rec);
+    const char* files[] = {"model.safetensors", "checkpoint-9/model.safetensors", "a.bin", "b.bin"};
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, files[i]);
+        snprintf(q, sizeof q, "%s/org/same/%s", served, files[i]);
+        assert_same_file(p, q);
+    }
+}
+
 // `t5train push`: the folder as the end of a run pushes it; usage errors and a missing token as one line
 static void test_push_command(void** state) {
     (void)state;
@@ -412,8 +494,12 @@ static void test_push_command(void** state) {
     assert_contains(out, "t5train: error: push: --hub_model_id is missing");
     rc = t5test_run(out, sizeof out, "%s HOME=%s HF_ENDPOINT=%s '%s' push '%s' --hub_model_id org/cmd 2>&1", env,
                     t5test_tmpdir(), srv.endpoint, t5test_bin(), dir);
-    assert_int_not_equal(rc, 0);
+    assert_int_equal(rc, 2);  // a configuration error, as a run's pre-flight
     assert_contains(out, "t5train: error: push: pushing to the Hub needs a token");
+    rc = t5test_run(out, sizeof out, "%s HOME=%s HF_ENDPOINT=%s HF_HUB_OFFLINE=1 '%s' push '%s' --hub_model_id org/cmd "
+                    "--hub_token %s 2>&1", env, t5test_tmpdir(), srv.endpoint, t5test_bin(), dir, TOKEN);
+    assert_int_equal(rc, 2);
+    assert_contains(out, "t5train: error: push: HF_HUB_OFFLINE is set");
     rc = t5test_run(out, sizeof out, "%s HOME=%s '%s' push '%s' --hub_model_id x --bogus 2>&1", env, t5test_tmpdir(),
                     t5test_bin(), dir);
     assert_int_equal(rc, 2);
@@ -491,6 +577,9 @@ int main(void) {
         cmocka_unit_test(test_push_resumed),
         cmocka_unit_test(test_push_strategies),
         cmocka_unit_test(test_push_errors),
+        cmocka_unit_test(test_push_same_content),
+        cmocka_unit_test(test_push_create_refused),
+        cmocka_unit_test(test_push_endpoint_path),
         cmocka_unit_test(test_push_command),
         cmocka_unit_test(test_run_push_to_hub),
     };

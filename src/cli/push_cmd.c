@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "../base/common.h"
+#include "../download/hub.h"
 #include "../upload/hub_push.h"
 #include "commands.h"
 
@@ -59,6 +60,13 @@ int push_main(int argc, char** argv) {
     if (push_list_add_folder(&l, folder, prefix, all ? NULL : TRAINER_IGNORE, err, sizeof err))
         t5_die(T5_EXIT_USAGE, "push: %s", err);
     if (l.n == 0) t5_die(T5_EXIT_USAGE, "push: %s has no file to push", folder);
+    // offline or no token: a configuration error (exit 2, as a run's --push_to_hub pre-flight), before any request
+    if (hub_offline_from_env()) t5_die(T5_EXIT_USAGE, "push: HF_HUB_OFFLINE is set (unset it to push to the Hub)");
+    char* tok = token && *token ? NULL : hub_token_read();
+    if (!(token && *token) && !tok)
+        t5_die(T5_EXIT_USAGE, "push: pushing to the Hub needs a token with write access: pass --hub_token, set "
+               "HF_TOKEN, or log in once with `hf auth login` (it writes ~/.cache/huggingface/token)");
+    free(tok);
     if (hub_push_create_repo(&o, repo, private_repo, id, sizeof id, err, sizeof err))
         t5_die(T5_EXIT_FAILURE, "push: %s", err);
     PushResult r;

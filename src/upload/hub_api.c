@@ -153,6 +153,24 @@ int hub_api_create_repo(HubConn* h, const char* repo, bool private_repo, char* r
     int rc = post_json(h, url, NULL, body, false, &ans, &status, msg, sizeof msg, err, errlen);
     json_decref(body);
     if (rc) return -1;
+    if (status == 401 || status == 402 || status == 403) {
+        // huggingface_hub's create_repo(exist_ok=True): a token that may not create repos in the namespace (a
+        // fine-grained token with write access to this repo only) still pushes to a repo that exists
+        char info[1200];
+        snprintf(info, sizeof info, "%s/api/models/%s", h->endpoint, repo);
+        HttpRequest rq = {.method = "GET"};
+        HttpResponse r;
+        char e2[256];
+        if (strchr(repo, '/') && http_request(info, &h->http, &rq, &r, e2, sizeof e2) == 0) {
+            const bool exists = r.status >= 200 && r.status < 300;
+            http_response_free(&r);
+            if (exists) {
+                json_decref(ans);
+                snprintf(repo_id, idlen, "%s", repo);
+                return 0;
+            }
+        }
+    }
     if ((status < 200 || status >= 300) && status != 409) {
         json_decref(ans);
         return hub_api_error(err, errlen, what, status, msg);
@@ -164,6 +182,11 @@ int hub_api_create_repo(HubConn* h, const char* repo, bool private_repo, char* r
         const char* s = json_string_value(u);
         const char* scheme = strstr(s, "://");
         const char* path = scheme ? strchr(scheme + 3, '/') : NULL;
+        // huggingface_hub's RepoUrl: what follows the endpoint (which may have a path: a proxy), else the host
+        const char* ep = strstr(h->endpoint, "://");
+        ep = ep ? ep + 3 : h->endpoint;
+        const size_t nep = strlen(ep);
+        if (scheme && nep && strncmp(scheme + 3, ep, nep) == 0 && scheme[3 + nep] == '/') path = scheme + 3 + nep;
         if (path && path[1]) snprintf(repo_id, idlen, "%s", path + 1);
     }
     json_decref(ans);

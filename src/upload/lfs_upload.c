@@ -115,6 +115,10 @@ int lfs_upload_files(HubConn* h, const char* repo_id, PushList* l, PushResult* r
                 json_decref(objs);
                 return t5_set_err(err, errlen, "cannot read %s: %s", f->local, strerror(errno));
             }
+            // one object per content: a second file with the same sha256 (a copy) needs no upload of its own
+            bool dup = false;
+            for (int k = 0; k < n && !dup; k++) dup = strcmp(l->v[idx[k]].sha256, f->sha256) == 0;
+            if (dup) continue;
             json_array_append_new(objs, json_pack("{s:s, s:I}", "oid", f->sha256, "size", (json_int_t)f->size));
             idx[n++] = start;
         }

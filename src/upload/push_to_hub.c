@@ -40,7 +40,8 @@ static void default_repo(PushToHubArgs* p, const char* output_dir) {
     char* abs = malloc_check(n);
     snprintf(abs, n, "%s%s%s", cwd, cwd[0] ? "/" : "", output_dir);
     n = strlen(abs);
-    while (n > 1 && abs[n - 1] == '/') abs[--n] = 0;
+    // pathlib drops "." components: "out/." and "." (the cwd) are named as out and the cwd
+    while (n > 1 && (abs[n - 1] == '/' || (abs[n - 1] == '.' && abs[n - 2] == '/'))) abs[--n] = 0;
     snprintf(p->repo_id, sizeof p->repo_id, "%s", basename(abs));
     free(abs);
 }
