@@ -107,6 +107,17 @@ static __attribute__((unused)) void hub_server_start(HubServer* s, const char* r
     hub_server_start_ex(s, root, NULL);
 }
 
+// The process talks to this server only, with no token and no HF cache of the user's: HF_ENDPOINT, short retries,
+// the token and offline variables unset, HOME in the test's folder (no token file there).
+static __attribute__((unused)) void hub_server_env(const HubServer* s) {
+    setenv("HF_ENDPOINT", s->endpoint, 1);
+    setenv("T5TRAIN_HTTP_RETRY_BASE_S", "0.01", 1);
+    static const char* const unset[] = {"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN_PATH", "HF_HUB_OFFLINE",
+                                        "TRANSFORMERS_OFFLINE", "HF_HOME"};
+    for (size_t i = 0; i < sizeof unset / sizeof *unset; i++) unsetenv(unset[i]);
+    setenv("HOME", t5test_tmpdir(), 1);
+}
+
 static __attribute__((unused)) void hub_server_stop(HubServer* s) {
     if (s->pid > 0) {
         kill(s->pid, SIGTERM);

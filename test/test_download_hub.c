@@ -39,13 +39,7 @@ static int setup(void** state) {
     snprintf(p, sizeof p, "%s/org/tiny-t5/model.safetensors", served);
     assert_int_equal(sha256_file_hex(p, model_sha), 0);
     hub_server_start(&srv, served);
-    setenv("HF_ENDPOINT", srv.endpoint, 1);
-    setenv("T5TRAIN_HTTP_RETRY_BASE_S", "0.01", 1);
-    unsetenv("HF_TOKEN");
-    unsetenv("HF_HUB_OFFLINE");
-    unsetenv("TRANSFORMERS_OFFLINE");
-    unsetenv("HF_HOME");
-    setenv("HOME", t5test_tmpdir(), 1);
+    hub_server_env(&srv);
     return 0;
 }
 

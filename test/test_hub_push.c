@@ -28,14 +28,7 @@ static int setup(void** state) {
     dl_mkdirs(served);
     static const char* const extra[] = {"--lfs-threshold", "2000000", "--multipart-threshold", "1000000", NULL};
     hub_server_start_ex(&srv, served, extra);
-    setenv("HF_ENDPOINT", srv.endpoint, 1);
-    setenv("T5TRAIN_HTTP_RETRY_BASE_S", "0.01", 1);
-    unsetenv("HF_TOKEN");
-    unsetenv("HUGGING_FACE_HUB_TOKEN");
-    unsetenv("HF_HUB_OFFLINE");
-    unsetenv("HF_HOME");
-    unsetenv("HF_TOKEN_PATH");
-    setenv("HOME", t5test_tmpdir(), 1);  // no token file
+    hub_server_env(&srv);
     return 0;
 }
 

@@ -54,6 +54,12 @@ int config_edit_distance(const char* a, const char* b) {
     return prev[lb];
 }
 
+DType config_run_dtype(const RunConfig* c) {
+    if (c->fp16 || (c->has_deepspeed && c->ds.fp16.enabled)) return DT_F16;
+    if (c->bf16 || (c->has_deepspeed && c->ds.bf16.enabled)) return DT_BF16;
+    return DT_F32;
+}
+
 int config_key_index(const char* key) {
     for (int i = 0; i < CONFIG_NUM_KEYS; i++)
         if (strcmp(CONFIG_KEYS[i].key, key) == 0) return i;

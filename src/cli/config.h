@@ -26,6 +26,7 @@
 #include <stdio.h>
 
 #include "../../model/t5_config.h"
+#include "../base/dtype.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -484,6 +485,8 @@ extern const int CONFIG_NUM_ALIASES;
 void config_init(RunConfig* c);
 // Index of a key (or alias) in CONFIG_KEYS, -1 if unknown.
 int config_key_index(const char* key);
+// The run's dtype: --fp16 / --bf16, or the DeepSpeed section's fp16 / bf16 "enabled"; else fp32.
+DType config_run_dtype(const RunConfig* c);
 // Source of a key's value (CONFIG_SRC_*), by key name; -1 if the key is unknown.
 int config_key_source(const RunConfig* c, const char* key);
 // Loads a job config (training keys + optional "deepspeed") on top of c.

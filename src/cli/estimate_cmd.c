@@ -146,10 +146,8 @@ int estimate_main(int argc, char** argv) {
     PlanInput in;
     memset(&in, 0, sizeof in);
     in.model = c->model;
-    const bool fp16 = c->fp16 || (c->has_deepspeed && c->ds.fp16.enabled);
-    const bool bf16 = c->bf16 || (c->has_deepspeed && c->ds.bf16.enabled);
     in.dtype = dtype ? (strcmp(dtype, "fp16") == 0 ? DT_F16 : strcmp(dtype, "bf16") == 0 ? DT_BF16 : DT_F32)
-                     : fp16 ? DT_F16 : bf16 ? DT_BF16 : DT_F32;
+                     : config_run_dtype(c);
     in.grad_dtype = in.dtype;
     if (c->has_deepspeed && c->ds.data_types.grad_accum_dtype == COMM_DTYPE_FP32) in.grad_dtype = DT_F32;
     int b = (int)c->per_device_train_batch_size;

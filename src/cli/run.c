@@ -165,9 +165,6 @@ static void dry_run_model_pending(const RunConfig* c) {
     exit(T5_EXIT_OK);
 }
 
-static bool run_fp16(const RunConfig* c) { return c->fp16 || (c->has_deepspeed && c->ds.fp16.enabled); }
-static bool run_bf16(const RunConfig* c) { return c->bf16 || (c->has_deepspeed && c->ds.bf16.enabled); }
-
 // The model: its shape (a preset or config.json) and, unless --init random, where its weights are. Returns the name
 // looked up (the tokenizer is looked for beside it).
 static const char* args_model(const RunConfig* c, TrainerArgs* a, ModelLocation* loc, bool* have_loc) {
@@ -246,7 +243,7 @@ static void args_data(const RunConfig* c, TrainerArgs* a, const char* tokpath) {
     o->drop_last = c->dataloader_drop_last;
     o->group_by_length = c->group_by_length;
     o->pad_to_max_length = c->pad_to_max_length;
-    o->pad_to_multiple_of = run_fp16(c) ? 8 : 0;  // run_translation: DataCollatorForSeq2Seq(pad_to_multiple_of=8 if fp16)
+    o->pad_to_multiple_of = config_run_dtype(c) == DT_F16 ? 8 : 0;  // run_translation: DataCollatorForSeq2Seq(pad_to_multiple_of=8 if fp16)
     a->do_train = c->do_train;
     a->do_eval = c->do_eval;
     a->do_predict = c->do_predict;
@@ -269,7 +266,7 @@ static void args_generation(const RunConfig* c, TrainerArgs* a) {
 // Precision, the gradient accumulation dtype and the loss scaler (DeepSpeed's, or torch GradScaler's numbers).
 static void args_precision(const RunConfig* c, TrainerArgs* a) {
     const DsConfig* ds = &c->ds;
-    a->dtype = run_fp16(c) ? DT_F16 : run_bf16(c) ? DT_BF16 : DT_F32;
+    a->dtype = config_run_dtype(c);
     a->grad_dtype = a->dtype;
     if (c->has_deepspeed && ds->data_types.grad_accum_dtype != COMM_DTYPE_DEFAULT) {
         const int g = (int)ds->data_types.grad_accum_dtype;
