@@ -463,6 +463,44 @@ static void test_local_launch_env(void** state) {
     free(envf);
 }
 
+// a port the launcher picks is never let go before rank 0 listens: rank 0 inherits the listening socket
+// (T5TRAIN_RDV_FD, open in its process), the other ranks do not; a port given by the user is bound by rank 0 itself
+static void test_local_launch_holds_port(void** state) {
+    (void)state;
+    char* out = t5_path_join(t5test_tmpdir(), "rdvfd.txt");
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "if [ -n \"$T5TRAIN_RDV_FD\" ] && [ -e /proc/$$/fd/$T5TRAIN_RDV_FD ]; then s=open; else s=none; fi; "
+             "echo \"rank=$RANK fd=$s port=$MASTER_PORT\" >> %s",
+             out);
+    char* argv[] = {"sh", "-c", cmd, NULL};
+    LocalLaunchOptions o = {.nprocs = 3, .master_port = 0, .quiet = 1};
+    char err[256] = "";
+    assert_int_equal(local_launch(&o, argv, err, sizeof err), 0);
+    char got[4096];
+    assert_int_equal(t5test_run(got, sizeof got, "sort %s | cut -d' ' -f1,2", out), 0);
+    assert_string_equal(got, "rank=0 fd=open\nrank=1 fd=none\nrank=2 fd=none\n");
+    // the socket listens on MASTER_PORT: while a rank runs, nobody else can bind that port
+    remove(out);
+    snprintf(cmd, sizeof cmd,
+             "[ \"$RANK\" = 0 ] || exit 0; python3 -c 'import socket,sys; s=socket.socket(); "
+             "s.bind((\"\", int(sys.argv[1])))' $MASTER_PORT 2>/dev/null && echo bound >> %s || echo held >> %s",
+             out, out);
+    if (t5test_run(got, sizeof got, "python3 -c 'import socket' 2>&1") == 0) {
+        assert_int_equal(local_launch(&o, argv, err, sizeof err), 0);
+        assert_int_equal(t5test_run(got, sizeof got, "cat %s", out), 0);
+        assert_string_equal(got, "held\n");
+    }
+    // a port of the user's: nothing inherited
+    remove(out);
+    snprintf(cmd, sizeof cmd, "echo \"rank=$RANK fd=${T5TRAIN_RDV_FD:-none}\" >> %s", out);
+    o.master_port = 29556;
+    assert_int_equal(local_launch(&o, argv, err, sizeof err), 0);
+    assert_int_equal(t5test_run(got, sizeof got, "sort %s", out), 0);
+    assert_string_equal(got, "rank=0 fd=none\nrank=1 fd=none\nrank=2 fd=none\n");
+    free(out);
+}
+
 static void test_local_launch_first_failure(void** state) {
     (void)state;
     // rank 1 fails with 7 at once; the others would sleep 30 s: they are stopped, the launcher exits 7
@@ -727,7 +765,7 @@ int main(void) {
         cmocka_unit_test(test_rdv_missing_rank),
         cmocka_unit_test(test_rdv_refusals),
         cmocka_unit_test(test_rdv_liveness),
-        cmocka_unit_test(test_local_launch_env),
+        cmocka_unit_test(test_local_launch_env), cmocka_unit_test(test_local_launch_holds_port),
         cmocka_unit_test(test_local_launch_first_failure),
         cmocka_unit_test(test_local_launch_forwards_signals),
         cmocka_unit_test(test_local_launch_flags),

@@ -4,6 +4,7 @@
 #include "local_launch.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -31,15 +32,39 @@ static void forward(int sig) {
         if (g_kids[i] > 0) kill(-g_kids[i], sig);
 }
 
-static int pick_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) return -1;
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0, .sin_addr.s_addr = htonl(INADDR_ANY)};
-    socklen_t l = sizeof a;
-    int port = -1;
-    if (bind(fd, (struct sockaddr*)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr*)&a, &l) == 0)
-        port = ntohs(a.sin_port);
-    close(fd);
+// a free port for the rendezvous, already bound and listening (*fd): rank 0 inherits the socket (T5TRAIN_RDV_FD,
+// rendezvous.c) instead of binding the port again later, so no other program can take it in between (a port
+// picked, closed and bound again by rank 0 can be lost to any socket opened meanwhile on the host)
+static int pick_listener(int* fd_out) {
+    *fd_out = -1;
+    int one = 1, zero = 0, port = -1;
+    int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);  // dual stack, as rendezvous.c listens
+    if (fd >= 0) {
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+        struct sockaddr_in6 a = {.sin6_family = AF_INET6, .sin6_port = 0, .sin6_addr = in6addr_any};
+        socklen_t l = sizeof a;
+        if (bind(fd, (struct sockaddr*)&a, sizeof a) == 0 && listen(fd, 1024) == 0 &&
+            getsockname(fd, (struct sockaddr*)&a, &l) == 0)
+            port = ntohs(a.sin6_port);
+    }
+    if (port < 0) {  // no IPv6: IPv4 only
+        if (fd >= 0) close(fd);
+        fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0) return -1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0, .sin_addr.s_addr = htonl(INADDR_ANY)};
+        socklen_t l = sizeof a;
+        if (bind(fd, (struct sockaddr*)&a, sizeof a) == 0 && listen(fd, 1024) == 0 &&
+            getsockname(fd, (struct sockaddr*)&a, &l) == 0)
+            port = ntohs(a.sin_port);
+    }
+    if (port < 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    *fd_out = fd;
     return port;
 }
 
@@ -62,7 +87,8 @@ int local_launch(const LocalLaunchOptions* o, char* const argv[], char* err, siz
     int n = o->nprocs;
     if (n < 1 || n > MAX_PROCS) return t5_set_err(err, errlen, "--num_gpus %d: give 1 .. %d", n, MAX_PROCS);
     if (!argv || !argv[0]) return t5_set_err(err, errlen, "--num_gpus: no command to run");
-    int port = o->master_port > 0 ? o->master_port : pick_port();
+    int lfd = -1;  // the rendezvous socket when the port is ours to pick: rank 0 inherits it
+    int port = o->master_port > 0 ? o->master_port : pick_listener(&lfd);
     if (port <= 0) return t5_set_err(err, errlen, "--num_gpus: cannot find a free TCP port for the rendezvous: %s",
                                      strerror(errno));
     char run_id[64];
@@ -108,6 +134,7 @@ int local_launch(const LocalLaunchOptions* o, char* const argv[], char* err, siz
             sigaction(SIGINT, &old_int, NULL);
             sigaction(SIGTERM, &old_term, NULL);
             sigaction(SIGHUP, &old_hup, NULL);
+            if (lfd >= 0) close(lfd);
             return t5_set_err(err, errlen, "--num_gpus: cannot start rank %d: %s", r, strerror(e));
         }
         if (pid == 0) {
@@ -130,12 +157,18 @@ int local_launch(const LocalLaunchOptions* o, char* const argv[], char* err, siz
             setenv("MASTER_PORT", v, 1);
             setenv("T5TRAIN_RUN_ID", run_id, 1);
             unsetenv("TORCHELASTIC_RUN_ID");
+            unsetenv("T5TRAIN_RDV_FD");
+            if (r == 0 && lfd >= 0 && fcntl(lfd, F_SETFD, 0) == 0) {  // kept across exec for rank 0 only
+                snprintf(v, sizeof v, "%d", lfd);
+                setenv("T5TRAIN_RDV_FD", v, 1);
+            }
             execvp(argv[0], argv);
             fprintf(stderr, "t5train: error: rank %d: cannot run %s: %s\n", r, argv[0], strerror(errno));
             _exit(127);
         }
     }
 
+    if (lfd >= 0) close(lfd);  // rank 0 holds it now
     int result = 0, failed_rank = -1, left = n;
     double kill_at = 0;
     double grace = o->grace_s > 0 ? o->grace_s : 30;

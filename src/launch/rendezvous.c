@@ -201,12 +201,37 @@ static int listen_on(int port, char* err, size_t errlen) {
     return fd;
 }
 
+// the listening socket `t5train --num_gpus` opened for rank 0 (local_launch.c: T5TRAIN_RDV_FD), when it listens on
+// `port`; -1 otherwise (then rank 0 binds the port itself). Taken once: the variable is cleared.
+static int inherited_listener(int port) {
+    const char* v = getenv("T5TRAIN_RDV_FD");
+    if (!v || !*v) return -1;
+    char* end;
+    long fd = strtol(v, &end, 10);
+    unsetenv("T5TRAIN_RDV_FD");
+    if (*end || fd < 0 || fd > 1 << 20) return -1;
+    struct sockaddr_storage a;
+    socklen_t l = sizeof a;
+    int listening = 0;
+    socklen_t ll = sizeof listening;
+    if (getsockname((int)fd, (struct sockaddr*)&a, &l) != 0 ||
+        getsockopt((int)fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &ll) != 0 || !listening)
+        return -1;
+    int p = a.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6*)&a)->sin6_port)
+          : a.ss_family == AF_INET  ? ntohs(((struct sockaddr_in*)&a)->sin_port)
+                                    : -1;
+    if (p != port) return -1;  // MASTER_PORT was changed after the launcher: not ours to use
+    fcntl((int)fd, F_SETFD, FD_CLOEXEC);
+    return (int)fd;
+}
+
 static Rdv* rank0(const RdvOptions* o, const uint8_t id[RDV_ID_BYTES], int* local_rank, int* local_world, char* err,
                   size_t errlen) {
     const int W = o->world_size;
     double timeout = o->timeout_s > 0 ? o->timeout_s : 300;
     double deadline = now_s() + timeout;
-    int lfd = listen_on(o->port, err, errlen);
+    int lfd = inherited_listener(o->port);
+    if (lfd < 0) lfd = listen_on(o->port, err, errlen);
     if (lfd < 0) return NULL;
     Rdv* r = rdv_new(0, W, W);
     bool* in = (bool*)calloc_check((size_t)W, sizeof(bool));
