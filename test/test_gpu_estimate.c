@@ -186,6 +186,18 @@ static void test_auto_find_batch_size(void** state) {
     while (s > b) s = (int)(s * 0.9);
     assert_int_equal(s, b);
     assert_true(b > 0 && b < 2048);
+    // a DeepSpeed config fixing train_batch_size with a number: the global batch is kept through accumulation
+    // (micro-batch: the largest divisor of 4096 at or below the one found; HF would shrink the global batch)
+    rc = t5test_run(g_out, sizeof g_out,
+                    "%s %s --gradient_accumulation_steps 2 --auto_find_batch_size --deepspeed '{\"train_batch_size\": 4096, "
+                    "\"bf16\": {\"enabled\": \"auto\"}}' 2>&1", t5test_bin(), flags);
+    line = strstr(g_out, "auto_find_batch_size: train_batch_size 4096 kept (a number in the DeepSpeed config): micro-batch ");
+    if (rc != 0 || !line) fail_msg("--auto_find_batch_size with train_batch_size 4096 (%d):\n%s", rc, g_out);
+    int micro = 0;
+    long long gas = 0;
+    assert_int_equal(sscanf(strstr(line, "micro-batch "), "micro-batch %d x gradient_accumulation_steps %lld", &micro, &gas), 2);
+    print_message("train_batch_size 4096 kept: micro-batch %d x accumulation %lld\n", micro, gas);
+    assert_true(micro >= 1 && micro <= b && (long long)micro * gas == 4096);
 }
 
 int main(void) {

@@ -846,17 +846,37 @@ static void run_resolve_again(RunConfig* c, TrainerArgs* targs) {
 }
 
 // --auto_find_batch_size with a fixed plan: the micro-batch lowered until the estimate fits (planner_find_batch),
-// then the config resolved again from raw with it, as the automatic plan does
+// then the config resolved again from raw with it, as the automatic plan does. The global batch follows the
+// micro-batch as in HF, unless the DeepSpeed JSON fixes train_batch_size with a number: then it is kept through
+// gradient accumulation (the largest micro-batch at or below the one found that divides it, issue 32 item 4).
 static void run_find_batch(RunConfig* c, const RunConfig* raw, TrainerArgs* targs) {
-    const int b = planner_find_batch(targs, t5_rank == 0 ? stdout : NULL);
+    FILE* log = t5_rank == 0 ? stdout : NULL;
+    const int b = planner_find_batch(targs, log);
     if (b == 0 || b == c->per_device_train_batch_size) return;  // none fits: planner_check_run says so next
+    const bool keep = c->has_deepspeed && raw->src[config_key_index("deepspeed.train_batch_size")] == CONFIG_SRC_FILE;
+    const int64_t global = c->ds.train_batch_size, per_rank = global / c->world_size;  // resolved: divisible
+    int micro = b;
+    int64_t gas = c->gradient_accumulation_steps;
+    if (keep) {
+        while (micro > 1 && per_rank % micro) micro--;
+        gas = per_rank / micro;
+        if (log)
+            fprintf(log, "auto_find_batch_size: train_batch_size %lld kept (a number in the DeepSpeed config): "
+                    "micro-batch %d x gradient_accumulation_steps %lld x %d GPU(s)\n", (long long)global, micro,
+                    (long long)gas, c->world_size);
+    }
     *c = *raw;
-    c->per_device_train_batch_size = b;
+    c->per_device_train_batch_size = micro;
     c->src[config_key_index("per_device_train_batch_size")] = CONFIG_SRC_DERIVED;
+    if (keep) {
+        c->gradient_accumulation_steps = gas;
+        c->src[config_key_index("gradient_accumulation_steps")] = CONFIG_SRC_DERIVED;
+    }
     // HF (trainer_config_process with auto_find_batch_size): the DeepSpeed batch keys follow, even when numbers
     if (c->has_deepspeed) {
-        c->ds.train_micro_batch_size_per_gpu = b;
-        c->ds.train_batch_size = (int64_t)b * c->gradient_accumulation_steps * c->world_size;
+        c->ds.train_micro_batch_size_per_gpu = micro;
+        c->ds.gradient_accumulation_steps = gas;
+        c->ds.train_batch_size = (int64_t)micro * gas * c->world_size;
     }
     run_resolve_again(c, targs);
 }
