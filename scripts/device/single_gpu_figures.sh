@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# single_gpu_figures.sh OUT: the one-H200 figures of issues 34, 28 and 32 in one device call, one run at a time:
+#   engine   (issue 34) the stage 0 and ZeRO-3 homework steps (test/bench/bench_zero.sh's zero0_b8, zero3_b8: t5-3b
+#            fp16 8 x (128+128)) with the binaries before the engine refactor (.devrun-before, 9857253) and after
+#            (.devrun-after), in the order before, after, after, before (drift cancels in the means);
+#   pageable (issue 28 item 1) the homework ZeRO-3 config at batch 8 with pin_memory false in both offload sections
+#            against pinned, fp16 and bf16 (the pinned fp16 row is engine's "after" zero3_b8);
+#   profile  (issue 32) DeepSpeed's flops_profiler on t5-3b bf16 stage 0 8 x (128+128), profile_step 3;
+#   afbs     (issue 32 item 4) --auto_find_batch_size from micro-batch 2048 on t5-3b: stage 0 bf16 and the homework
+#            ZeRO-3 config fp16; 4 updates each; prints the batch chosen, the measured GPU peak against the
+#            estimate, and the next batch up (2048 x 0.9^k) through --dry_run, which the plan check must refuse.
+# Needs (carried): .devdata/hw (spiece.model, wmt16-ro-en/train.*), .devlibs, .devrun-after/t5train and, for
+# engine, .devrun-before/t5train. PARTS (default "engine pageable profile afbs") picks parts; STEPS (default 10).
+set -u
+OUT=${1:?usage: single_gpu_figures.sh OUT}
+cd "$(dirname "$0")/../.."
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH="$PWD/.devlibs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" PYTHONUNBUFFERED=1
+BIN=$PWD/.devrun-after/t5train
+PARTS=${PARTS:-engine pageable profile afbs}
+STEPS=${STEPS:-10}
+want() { [[ " $PARTS " == *" $1 "* ]]; }
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+common=(--model_name_or_path t5-3b --init random --tokenizer_name .devdata/hw/spiece.model --data_dir .devdata/hw
+        --dataset_name wmt16 --dataset_config ro-en --source_lang en --target_lang ro --do_train
+        --max_source_length 128 --max_target_length 128 --pad_to_max_length --logging_steps 1
+        --save_strategy no --learning_rate 5e-5 --overwrite_output_dir)
+# summary NAME DIR LOG: median step_ms of the steps after the first two, GPU peak, host RSS, time to first step
+summary() {
+  python3 - "$@" <<'PY'
+import json, re, statistics, sys
+name, d, log = sys.argv[1:4]
+rows = []
+try:
+    rows = [json.loads(l) for l in open(d + "/trainer_log.jsonl")]
+except OSError as e:
+    print(json.dumps({"case": name, "error": str(e)})); sys.exit()
+st = [r for r in rows if "step_ms" in r]
+text = open(log, errors="replace").read()
+m = re.search(r"time to first step: ([0-9.]+) s", text)
+ms = [r["step_ms"] for r in st[2:]] or [r["step_ms"] for r in st]
+res = {"case": name, "steps": len(st), "step_ms_median": round(statistics.median(ms), 1) if ms else None,
+       "step_ms_min": round(min(ms), 1) if ms else None, "step_ms_max": round(max(ms), 1) if ms else None,
+       "gpu_peak_gib": max((r.get("gpu_mem_peak_gib") or 0) for r in st) if st else None,
+       "rss_gib": max((r.get("rss_gib") or 0) for r in st) if st else None,
+       "first_step_s": float(m.group(1)) if m else None,
+       "loss_first_last": [st[0].get("loss"), st[-1].get("loss")] if st else None}
+print(json.dumps(res))
+PY
+}
+if want engine; then
+  k=0
+  for v in before after after before; do
+    k=$((k + 1))
+    BENCH_STEPS=$STEPS T5TRAIN_BIN=$PWD/.devrun-$v/t5train T5TRAIN_DATA=$PWD/.devdata CASES="zero0_b8 zero3_b8" \
+        timeout 200 bash test/bench/bench_zero.sh "$OUT/engine_${k}_$v" > "$OUT/engine_${k}_$v.log" 2>&1
+    echo "engine $k $v: exit $?"
+    for c in zero0_b8 zero3_b8; do summary "engine_${k}_${v}_$c" "$OUT/engine_${k}_$v/$c" "$OUT/engine_${k}_$v/$c.log"; done
+  done
+fi
+# the homework config with pin_memory false in both offload sections, and bf16 instead of fp16
+ds_variant() {  # PIN(true|false) DTYPE(fp16|bf16) -> a file
+  python3 - "$1" "$2" "$OUT/ds_$1_$2.json" <<'PY'
+import json, sys
+pin, dtype, out = sys.argv[1] == "true", sys.argv[2], sys.argv[3]
+c = json.load(open("configs/ds_config_zero3.json"))
+for k in ("offload_optimizer", "offload_param"):
+    c["zero_optimization"][k]["pin_memory"] = pin
+if dtype == "bf16":
+    del c["fp16"]
+    c["bf16"] = {"enabled": "auto"}
+json.dump(c, open(out, "w"), indent=1)
+PY
+  echo "$OUT/ds_$1_$2.json"
+}
+if want pageable; then
+  for v in "false fp16" "true bf16" "false bf16"; do
+    set -- $v
+    name=pin_$1_$2
+    t=$SECONDS
+    timeout 150 "$BIN" --deepspeed "$(ds_variant "$1" "$2")" "${common[@]}" --"$2" --per_device_train_batch_size 8 \
+        --max_steps "$STEPS" --output_dir "$OUT/$name" > "$OUT/$name.log" 2>&1
+    echo "$name: exit $? in $((SECONDS - t)) s"
+    summary "$name" "$OUT/$name" "$OUT/$name.log"
+  done
+fi
+if want profile; then
+  timeout 120 "$BIN" --deepspeed '{"bf16": {"enabled": "auto"}, "zero_optimization": {"stage": 0}, "flops_profiler": {"enabled": true, "profile_step": 3, "module_depth": -1, "top_modules": 3, "detailed": true}}' \
+      "${common[@]}" --bf16 --per_device_train_batch_size 8 --max_steps 5 --output_dir "$OUT/profile" > "$OUT/profile.log" 2>&1
+  echo "profile: exit $?"
+  sed -n '/Flops Profiler/,/^---*$/p' "$OUT/profile.log" | head -40
+fi
+if want afbs; then
+  for v in "s0 bf16" "hw fp16"; do
+    set -- $v
+    if [ "$1" = s0 ]; then ds='{"bf16": {"enabled": "auto"}, "zero_optimization": {"stage": 0}}'; else ds=configs/ds_config_zero3.json; fi
+    name=afbs_$1
+    t=$SECONDS
+    timeout 200 "$BIN" --deepspeed "$ds" "${common[@]}" --"$2" --per_device_train_batch_size 2048 --auto_find_batch_size \
+        --max_steps 4 --output_dir "$OUT/$name" > "$OUT/$name.log" 2>&1
+    echo "$name: exit $? in $((SECONDS - t)) s"
+    grep -E "auto_find_batch_size|predicted|estimate" "$OUT/$name.log" | head -5
+    summary "$name" "$OUT/$name" "$OUT/$name.log"
+    b=$(grep -oE "per_device_train_batch_size 2048 -> [0-9]+" "$OUT/$name.log" | awk '{print $NF}')
+    if [ -n "$b" ]; then  # the estimate of the plan at b (its GPU column against gpu_peak_gib above)
+      if [ "$1" = s0 ]; then row='^stage 0 '; else row='^stage 3, offload_optimizer cpu \(ratio 1.00\), offload_param cpu'; fi
+      "$BIN" estimate --deepspeed "$ds" "${common[@]}" --"$2" --per_device_train_batch_size "$b" 2>&1 | grep -E "$row" |
+          sed "s/^/$name estimate at micro-batch $b: /"
+      # the batch before b in accelerate's sequence: the plan check must refuse it
+      up=$(python3 -c "b = 2048
+while int(b * 0.9) > $b: b = int(b * 0.9)
+print(b)")
+      "$BIN" --deepspeed "$ds" "${common[@]}" --"$2" --per_device_train_batch_size "$up" --max_steps 4 --dry_run \
+          --output_dir "$OUT/${name}_up" > "$OUT/${name}_up.log" 2>&1
+      echo "${name} micro-batch $up (next up) --dry_run: exit $?"; grep -E "predicted|fit" "$OUT/${name}_up.log" | head -3
+    fi
+  done
+fi
+find "$OUT" \( -name "*.safetensors" -o -name "*.bin" -o -name "spiece.model" \) -delete
