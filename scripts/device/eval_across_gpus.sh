@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# eval_across_gpus.sh OUT: issue 29's evaluation figures on one host with 4 GPUs, one run at a time:
+#   same   a t5-small of random weights (saved once after one update, fp32) evaluated and predicted on newsdev2016
+#          (wmt16-ro-en/validation, 1,999 pairs; --do_eval --do_predict --predict_with_generate, greedy) on 1, 2 and 4
+#          GPUs, in fp32 and bf16: generated_predictions.txt compared line by line with one GPU's, eval_loss /
+#          predict_loss relative differences, bleu and gen_len;
+#   sorted one GPU, fp32, generation batches by source length (the default) against input order (SORT_OFF, the flag
+#          that turns it off): the same comparison and both predict_runtime;
+#   speed  t5-3b of random weights, bf16, --do_predict --predict_with_generate on newsdev2016 on 1, 2 and 4 GPUs:
+#          predict_runtime and samples/s from predict_results.json, the ratio to one GPU (targets: 2 GPUs >= 1.8x,
+#          4 GPUs >= 3.5x).
+# Needs (carried): .devdata/shared (t5-spiece/, wmt16-ro-en/), .devlibs, .devrun-final/t5train.
+# PARTS (default "same sorted speed"); GEN_LEN (generation_max_length, default 64); SORT_OFF (default
+# "--eval_sort_by_length false").
+set -u
+OUT=${1:?usage: eval_across_gpus.sh OUT}
+cd "$(dirname "$0")/../.."
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH="$PWD/.devlibs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" NCCL_NVLS_ENABLE=0
+BIN=${T5TRAIN_BIN:-$PWD/.devrun-final/t5train}
+D=$PWD/.devdata/shared
+PARTS=${PARTS:-same sorted speed}
+GEN_LEN=${GEN_LEN:-64}
+SORT_OFF=${SORT_OFF:---eval_sort_by_length false}
+want() { [[ " $PARTS " == *" $1 "* ]]; }
+data=(--tokenizer_name "$D/t5-spiece/spiece.model" --source_lang en --target_lang ro --max_source_length 128
+      --source_prefix "translate English to Romanian: ")
+ev=(--validation_file "$D/wmt16-ro-en/validation.en" --test_file "$D/wmt16-ro-en/validation.en" --do_eval --do_predict
+    --predict_with_generate --generation_max_length "$GEN_LEN" --max_target_length 128 --per_device_eval_batch_size 32)
+launch() {  # N: the launcher words for N GPUs
+  if [ "$1" = 1 ]; then echo "env CUDA_VISIBLE_DEVICES=0 $BIN"; else echo "$BIN --num_gpus $1"; fi
+}
+# compare A B: lines of generated_predictions.txt that differ, and the metrics side by side
+compare() {
+  python3 - "$1" "$2" <<'PY'
+import json, os, sys
+a, b = sys.argv[1:3]
+def lines(d):
+    try: return open(os.path.join(d, "generated_predictions.txt")).read().split("\n")
+    except OSError: return None
+def res(d, f):
+    try: return json.load(open(os.path.join(d, f)))
+    except OSError: return {}
+la, lb = lines(a), lines(b)
+diff = None if la is None or lb is None else sum(x != y for x, y in zip(la, lb)) + abs(len(la) - len(lb))
+out = {"a": os.path.basename(a), "b": os.path.basename(b), "lines": len(la or []), "lines_differing": diff}
+for f, keys in (("eval_results.json", ("eval_loss", "eval_bleu", "eval_gen_len", "eval_runtime")),
+                ("predict_results.json", ("predict_loss", "predict_bleu", "predict_gen_len", "predict_runtime"))):
+    ra, rb = res(a, f), res(b, f)
+    for k in keys:
+        if k in ra and k in rb:
+            out[k] = [ra[k], rb[k]]
+            if k.endswith("_loss") and ra[k]: out[k + "_rel"] = abs(ra[k] - rb[k]) / abs(ra[k])
+print(json.dumps(out))
+PY
+}
+if want same || want sorted; then
+  timeout 120 env CUDA_VISIBLE_DEVICES=0 "$BIN" --model_name_or_path t5-small --init random --seed 11 "${data[@]}" \
+      --train_file "$D/wmt16-ro-en/validation.en" --max_train_samples 64 --do_train --max_steps 1 --save_strategy no \
+      --output_dir "$OUT/model" > "$OUT/model.log" 2>&1
+  echo "model: exit $?"
+fi
+if want same; then
+  for p in fp32 bf16; do
+    flag=(); [ $p = bf16 ] && flag=(--bf16)
+    for n in 1 2 4; do
+      t=$SECONDS
+      timeout 200 $(launch $n) --model_name_or_path "$OUT/model" "${data[@]}" "${ev[@]}" "${flag[@]}" \
+          --output_dir "$OUT/${p}_${n}gpu" > "$OUT/${p}_${n}gpu.log" 2>&1
+      echo "$p on $n GPU(s): exit $? in $((SECONDS - t)) s"
+      [ $n != 1 ] && compare "$OUT/${p}_1gpu" "$OUT/${p}_${n}gpu"
+    done
+  done
+fi
+if want sorted; then
+  timeout 200 $(launch 1) --model_name_or_path "$OUT/model" "${data[@]}" "${ev[@]}" $SORT_OFF \
+      --output_dir "$OUT/fp32_1gpu_input_order" > "$OUT/fp32_1gpu_input_order.log" 2>&1
+  echo "fp32 on 1 GPU, input order ($SORT_OFF): exit $?"
+  [ -d "$OUT/fp32_1gpu" ] || timeout 200 $(launch 1) --model_name_or_path "$OUT/model" "${data[@]}" "${ev[@]}" \
+      --output_dir "$OUT/fp32_1gpu" > "$OUT/fp32_1gpu.log" 2>&1
+  compare "$OUT/fp32_1gpu_input_order" "$OUT/fp32_1gpu"
+fi
+if want speed; then
+  for n in 1 2 4; do
+    t=$SECONDS
+    timeout 300 $(launch $n) --model_name_or_path t5-3b --init random --seed 11 "${data[@]}" --bf16 \
+        --test_file "$D/wmt16-ro-en/validation.en" --do_predict --predict_with_generate --generation_max_length "$GEN_LEN" \
+        --max_target_length 128 --per_device_eval_batch_size 32 --output_dir "$OUT/t5-3b_${n}gpu" > "$OUT/t5-3b_${n}gpu.log" 2>&1
+    echo "t5-3b bf16 predict on $n GPU(s): exit $? in $((SECONDS - t)) s"
+  done
+  python3 - "$OUT" <<'PY'
+import json, sys
+r = {}
+for n in (1, 2, 4):
+    try: r[n] = json.load(open(f"{sys.argv[1]}/t5-3b_{n}gpu/predict_results.json"))
+    except OSError: pass
+for n, d in r.items():
+    line = {"gpus": n, "predict_runtime": d.get("predict_runtime"), "samples_per_second": d.get("predict_samples_per_second"),
+            "gen_len": d.get("predict_gen_len")}
+    if 1 in r and d.get("predict_runtime"): line["speedup"] = round(r[1]["predict_runtime"] / d["predict_runtime"], 3)
+    print(json.dumps(line))
+PY
+fi
+find "$OUT" \( -name "*.safetensors" -o -name "spiece.model" \) -delete
