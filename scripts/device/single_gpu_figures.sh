@@ -20,6 +20,9 @@ BIN=$PWD/.devrun-after/t5train
 PARTS=${PARTS:-engine pageable profile afbs}
 STEPS=${STEPS:-10}
 want() { [[ " $PARTS " == *" $1 "* ]]; }
+# each run's final model goes at once: t5-3b saves 11.4 GB, and the run's disk check refuses a run whose saves no
+# longer fit (the first call of this script filled the 64 GiB disk with eight of them)
+drop_models() { find "$OUT" \( -name "*.safetensors" -o -name "*.bin" \) -delete; }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 common=(--model_name_or_path t5-3b --init random --tokenizer_name .devdata/hw/spiece.model --data_dir .devdata/hw
         --dataset_name wmt16 --dataset_config ro-en --source_lang en --target_lang ro --do_train
@@ -55,6 +58,7 @@ if want engine; then
     BENCH_STEPS=$STEPS T5TRAIN_BIN=$PWD/.devrun-$v/t5train T5TRAIN_DATA=$PWD/.devdata CASES="zero0_b8 zero3_b8" \
         timeout 200 bash test/bench/bench_zero.sh "$OUT/engine_${k}_$v" > "$OUT/engine_${k}_$v.log" 2>&1
     echo "engine $k $v: exit $?"
+    drop_models
     for c in zero0_b8 zero3_b8; do summary "engine_${k}_${v}_$c" "$OUT/engine_${k}_$v/$c" "$OUT/engine_${k}_$v/$c.log"; done
   done
 fi
@@ -81,6 +85,7 @@ if want pageable; then
     timeout 150 "$BIN" --deepspeed "$(ds_variant "$1" "$2")" "${common[@]}" --"$2" --per_device_train_batch_size 8 \
         --max_steps "$STEPS" --output_dir "$OUT/$name" > "$OUT/$name.log" 2>&1
     echo "$name: exit $? in $((SECONDS - t)) s"
+    drop_models
     summary "$name" "$OUT/$name" "$OUT/$name.log"
   done
 fi
@@ -88,7 +93,8 @@ if want profile; then
   timeout 120 "$BIN" --deepspeed '{"bf16": {"enabled": "auto"}, "zero_optimization": {"stage": 0}, "flops_profiler": {"enabled": true, "profile_step": 3, "module_depth": -1, "top_modules": 3, "detailed": true}}' \
       "${common[@]}" --bf16 --per_device_train_batch_size 8 --max_steps 5 --output_dir "$OUT/profile" > "$OUT/profile.log" 2>&1
   echo "profile: exit $?"
-  sed -n '/Flops Profiler/,/^---*$/p' "$OUT/profile.log" | head -40
+  drop_models
+  sed -n '/DeepSpeed Flops Profiler/,/^------------------------------------------------------------------------------$/p' "$OUT/profile.log" > "$OUT/profile.txt"; head -60 "$OUT/profile.txt"
 fi
 if want afbs; then
   for v in "s0 bf16" "hw fp16"; do
@@ -99,6 +105,7 @@ if want afbs; then
     timeout 200 "$BIN" --deepspeed "$ds" "${common[@]}" --"$2" --per_device_train_batch_size 2048 --auto_find_batch_size \
         --max_steps 4 --output_dir "$OUT/$name" > "$OUT/$name.log" 2>&1
     echo "$name: exit $? in $((SECONDS - t)) s"
+    drop_models
     grep -E "auto_find_batch_size|predicted|estimate" "$OUT/$name.log" | head -5
     summary "$name" "$OUT/$name" "$OUT/$name.log"
     b=$(grep -oE "per_device_train_batch_size 2048 -> [0-9]+" "$OUT/$name.log" | awk '{print $NF}')
