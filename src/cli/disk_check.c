@@ -102,7 +102,7 @@ int disk_check_saves(const SaveBytes* b, uint64_t free_bytes, const char* where,
 // beta1 exp_avg; stages 1-3 on several ranks: the ranks' blobs (recut.h's layout: a rank holding a slice of a matrix
 // keeps its whole factors), added up
 static uint64_t adafactor_state_floats(const TrainerArgs* a, const ParamTable* T, int world_size) {
-    const bool b1 = a->adafactor.has_beta1;
+    const bool b1 = a->zero.adafactor.has_beta1;
     uint64_t total = 0;
     if (a->zero.stage < 1 || world_size <= 1) {
         for (int i = 0; i < T->num_params; i++) {

@@ -37,6 +37,7 @@
 #include "disk_check.h"
 #include "nvme_check.h"
 #include "../train/trainer.h"
+#include "../zero/cpu_adafactor.h"
 #include "../train/checkpoint.h"
 #include "../report/trainer_log.h"
 #include "../train/best_model.h"
@@ -300,55 +301,62 @@ static void args_precision(const RunConfig* c, TrainerArgs* a) {
     }
 }
 
-// The optimizer: DeepSpeed's optimizer section, or HF's AdamW / Adafactor flags.
+// The optimizer: DeepSpeed's optimizer section, or HF's AdamW / Adafactor flags, into the engine's plan (a->zero: the
+// engine steps it at every stage) and a->optimizer (the trainer's checkpoints record it); the schedule's lr into a->lr.
 static void args_optimizer(const RunConfig* c, TrainerArgs* a) {
     const DsConfig* ds = &c->ds;
+    ZeroOptions* zo = &a->zero;
     a->gradient_accumulation_steps = c->gradient_accumulation_steps;
     a->max_steps = c->max_steps;
     a->num_train_epochs = c->num_train_epochs;
     if (c->has_deepspeed && ds->optimizer.present) {
         a->lr = ds->optimizer.lr;
-        a->beta1 = ds->optimizer.betas[0];
-        a->beta2 = ds->optimizer.betas[1];
-        a->eps = ds->optimizer.eps;
-        a->weight_decay = ds->optimizer.weight_decay;
-        a->adamw_mode = ds->optimizer.type == DS_OPTIM_ADAMW || ds->optimizer.adam_w_mode;
+        zo->beta1 = (float)ds->optimizer.betas[0];
+        zo->beta2 = (float)ds->optimizer.betas[1];
+        zo->eps = (float)ds->optimizer.eps;
+        zo->weight_decay = (float)ds->optimizer.weight_decay;
+        zo->adamw_mode = ds->optimizer.type == DS_OPTIM_ADAMW || ds->optimizer.adam_w_mode;
     } else {
         a->lr = c->learning_rate;
-        a->beta1 = c->adam_beta1;
-        a->beta2 = c->adam_beta2;
-        a->eps = c->adam_epsilon;
-        a->weight_decay = c->weight_decay;
-        a->adamw_mode = true;
+        zo->beta1 = (float)c->adam_beta1;
+        zo->beta2 = (float)c->adam_beta2;
+        zo->eps = (float)c->adam_epsilon;
+        zo->weight_decay = (float)c->weight_decay;
+        zo->adamw_mode = true;
     }
     // optim adafactor: transformers' Adafactor as HF's Trainer builds it (lr = learning_rate, scale_parameter and
     // relative_step False, the rest Adafactor's defaults) unless the adafactor_* keys say otherwise
     a->optimizer = TRAINER_OPTIM_ADAMW;
-    cpu_adafactor_default_opts(&a->adafactor);
+    CpuAdafactorOpts ao;
+    cpu_adafactor_default_opts(&ao);
     if (c->optim == OPTIM_ADAFACTOR && !(c->has_deepspeed && ds->optimizer.present)) {
-        CpuAdafactorOpts* ao = &a->adafactor;
         a->optimizer = TRAINER_OPTIM_ADAFACTOR;
-        ao->relative_step = c->adafactor_relative_step;
-        ao->has_lr = !ao->relative_step;  // relative_step: lr None (HF refuses both)
-        ao->lr = ao->has_lr ? c->learning_rate : 0.0;
-        ao->scale_parameter = c->adafactor_scale_parameter;
-        ao->warmup_init = c->adafactor_warmup_init;
-        ao->has_beta1 = !isnan(c->adafactor_beta1);
-        ao->beta1 = ao->has_beta1 ? c->adafactor_beta1 : 0.0;
-        ao->clip_threshold = c->adafactor_clip_threshold;
-        ao->decay_rate = c->adafactor_decay_rate;
-        ao->eps1 = c->adafactor_eps1;
-        ao->eps2 = c->adafactor_eps2;
-        ao->weight_decay = c->weight_decay;
+        ao.relative_step = c->adafactor_relative_step;
+        ao.has_lr = !ao.relative_step;  // relative_step: lr None (HF refuses both)
+        ao.lr = ao.has_lr ? c->learning_rate : 0.0;
+        ao.scale_parameter = c->adafactor_scale_parameter;
+        ao.warmup_init = c->adafactor_warmup_init;
+        ao.has_beta1 = !isnan(c->adafactor_beta1);
+        ao.beta1 = ao.has_beta1 ? c->adafactor_beta1 : 0.0;
+        ao.clip_threshold = c->adafactor_clip_threshold;
+        ao.decay_rate = c->adafactor_decay_rate;
+        ao.eps1 = c->adafactor_eps1;
+        ao.eps2 = c->adafactor_eps2;
+        ao.weight_decay = c->weight_decay;
         char e[256];
-        if (cpu_adafactor_check_opts(ao, e, sizeof e)) t5_die(T5_EXIT_USAGE, "adafactor: %s", e);
+        if (cpu_adafactor_check_opts(&ao, e, sizeof e)) t5_die(T5_EXIT_USAGE, "adafactor: %s", e);
     }
+    // (the lr comes with each step: the schedule's, or Adafactor's relative step)
+    zo->optimizer = a->optimizer == TRAINER_OPTIM_ADAFACTOR ? ZERO_OPTIM_ADAFACTOR : ZERO_OPTIM_ADAMW;
+    zo->adafactor = (ZeroAdafactor){.eps1 = ao.eps1, .eps2 = ao.eps2, .clip_threshold = ao.clip_threshold,
+                                    .decay_rate = ao.decay_rate, .has_beta1 = ao.has_beta1, .beta1 = ao.beta1,
+                                    .weight_decay = ao.weight_decay, .scale_parameter = ao.scale_parameter,
+                                    .relative_step = ao.relative_step, .warmup_init = ao.warmup_init};
 }
 
 // The ZeRO engine (deepspeed.zero_optimization) and the DeepSpeed sections the trainer reads beside it.
 static void args_zero(const RunConfig* c, TrainerArgs* a) {
     const DsConfig* ds = &c->ds;
-    zero_options_default(&a->zero);
     a->zero.world = (int)c->world_size;  // the communicator joins in run_main, after every check
     a->zero.rank = t5_rank;
     a->save_on_each_node = c->save_on_each_node;
@@ -363,9 +371,6 @@ static void args_zero(const RunConfig* c, TrainerArgs* a) {
     }
     a->tf32 = c->tf32;
     a->zero.comm_dtype = a->dtype;
-    // the optimizer, so that the automatic plan sizes its state (the trainer fills the rest of these fields)
-    a->zero.optimizer = a->optimizer == TRAINER_OPTIM_ADAFACTOR ? ZERO_OPTIM_ADAFACTOR : ZERO_OPTIM_ADAMW;
-    a->zero.adafactor.has_beta1 = a->adafactor.has_beta1;
     if (c->has_deepspeed) {
         const DsZero* z = &ds->zero_optimization;
         const int64_t d = a->model.d_model;
@@ -474,6 +479,8 @@ static void run_build_trainer_args(const RunConfig* c, TrainerArgs* a) {
     args_data(c, a, args_tokenizer(c, a, name, &loc, have_loc));
     args_generation(c, a);
     args_precision(c, a);
+    // the engine's plan (DeepSpeed's defaults from trainer_args_default): its optimizer, which the automatic plan
+    // sizes, then its zero_optimization knobs (the trainer fills the dtypes and the accumulation steps)
     args_optimizer(c, a);
     args_zero(c, a);
     args_schedule(c, a);

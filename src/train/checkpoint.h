@@ -51,7 +51,9 @@ extern "C" {
 #define CHECKPOINT_MARKER "t5train_done"
 #define CHECKPOINT_PREFIX "checkpoint"
 
-// the blob tags the trainer uses (any NUL-terminated name shorter than 40 bytes is allowed)
+// blob tags (any NUL-terminated name shorter than 40 bytes is allowed): the trainer's data position and RNG; the
+// engine names its own blobs (src/zero/engine_state.c: "optimizer", "scaler", "scheduler", ...; the same names here
+// for the tests that write a state file by hand)
 #define CKPT_TAG_OPTIMIZER "optimizer"
 #define CKPT_TAG_SCALER "scaler"
 #define CKPT_TAG_SCHEDULER "scheduler"

@@ -49,14 +49,11 @@ void trainer_args_default(TrainerArgs* a) {
     generate_options_default(&a->gen);
     a->dtype = DT_F32;
     loss_scaler_config_default(&a->scaler);
+    zero_options_default(&a->zero);  // the engine's plan: DeepSpeed's defaults (AdamW betas 0.9, 0.999, eps 1e-8: HF's)
     a->gradient_accumulation_steps = 1;
     a->max_steps = -1;
     a->num_train_epochs = 3;
     a->lr = 5e-5;
-    a->beta1 = 0.9;
-    a->beta2 = 0.999;
-    a->eps = 1e-8;
-    a->adamw_mode = true;
     a->clip = 1.0;
     snprintf(a->sched_name, sizeof a->sched_name, "linear");
     a->ds_warmup_max_lr = 1e-3;
@@ -118,15 +115,10 @@ int trainer_resume_counts_check(int64_t global_step, int64_t skipped_steps, int6
 
 
 // ----------------------------------------------------------------------------
-// what a checkpoint carries besides the weights (src/train/checkpoint.h blobs in t5train_state.bin)
+// what a checkpoint carries besides the weights (src/train/checkpoint.h blobs in t5train_state.bin; the engine's
+// blobs, optimizer state, scaler and scheduler, come under the names it gives them: src/zero/engine_state.c)
 
 #define CKPT_TAG_TRAINER "trainer"
-#define CKPT_TAG_ADAFACTOR "adafactor"                // Adafactor's state (replaces the "optimizer" blob)
-#define CKPT_TAG_ADAFACTOR_LAYOUT "adafactor_layout"  // what that blob holds
-
-// the names of the engine's blobs (src/zero/engine_state.c has their layouts), in EngineBlob order
-static const char* const ENGINE_TAGS[ENGINE_NUM_BLOBS] = {CKPT_TAG_ADAFACTOR_LAYOUT, CKPT_TAG_OPTIMIZER,
-                                                          CKPT_TAG_ADAFACTOR, CKPT_TAG_SCALER, CKPT_TAG_SCHEDULER};
 
 // blob "trainer": the loop's counters
 typedef struct {
@@ -316,30 +308,17 @@ static void die_alloc(const TrainerArgs* a, const char* err) {
     t5_die(T5_EXIT_FAILURE, "%s%s", err, advice);
 }
 
-// The engine's plan: the run's zero_optimization knobs with the dtypes, the optimizer and its constants, clipping
-// and the fp16 loss scaler
+// The engine's plan: the run's zero_optimization knobs and optimizer (src/cli filled them) with the dtypes and the
+// accumulation steps, clipping, the fp16 loss scaler; the optimizer's state too when training
 static EngineOptions engine_options(const Trainer* t) {
     const TrainerArgs* a = t->a;
     ZeroOptions zo = a->zero;
     zo.working_dtype = a->dtype;
     zo.grad_dtype = a->grad_dtype;
     zo.accum_dtype = a->grad_dtype;
-    zo.beta1 = (float)a->beta1;
-    zo.beta2 = (float)a->beta2;
-    zo.eps = (float)a->eps;
-    zo.weight_decay = (float)a->weight_decay;
-    zo.adamw_mode = a->adamw_mode;
-    zo.optimizer = a->optimizer == TRAINER_OPTIM_ADAFACTOR ? ZERO_OPTIM_ADAFACTOR : ZERO_OPTIM_ADAMW;
-    zo.adafactor = (ZeroAdafactor){.eps1 = a->adafactor.eps1, .eps2 = a->adafactor.eps2,
-                                   .clip_threshold = a->adafactor.clip_threshold,
-                                   .decay_rate = a->adafactor.decay_rate, .has_beta1 = a->adafactor.has_beta1,
-                                   .beta1 = a->adafactor.beta1, .weight_decay = a->adafactor.weight_decay,
-                                   .scale_parameter = a->adafactor.scale_parameter,
-                                   .relative_step = a->adafactor.relative_step,
-                                   .warmup_init = a->adafactor.warmup_init};
     zo.grad_accum_steps = (int)T5_MAX(a->gradient_accumulation_steps, (int64_t)1);
     return (EngineOptions){.zero = zo, .T = &t->T, .clip = a->clip, .use_scaler = a->dtype == DT_F16,
-                           .scaler = a->scaler, .profile = t->zero_profile};
+                           .scaler = a->scaler, .train = a->do_train, .profile = t->zero_profile};
 }
 
 static void model_setup(Trainer* t) {
@@ -358,7 +337,7 @@ static void model_setup(Trainer* t) {
     if (rc == T5_EXIT_USAGE) t5_die(rc, "%s", err);
     if (rc) die_alloc(a, err);
     EngineStats es;
-    engine_stats(t->E, false, &es);
+    engine_stats(t->E, false, t->s, &es);
     t->n = es.numel;
     if (t->world > 1) CUDA_CHECK(cudaMalloc((void**)&t->d_losses, T5_MAX(a->gradient_accumulation_steps, 1) * sizeof(float)));
     if (t->zero_profile)
@@ -389,7 +368,6 @@ static void model_setup(Trainer* t) {
 
     if (!a->do_train) return;
     CUDA_CHECK(cudaMallocHost((void**)&t->h_loss, (size_t)T5_MAX(a->gradient_accumulation_steps, 1) * sizeof(float)));
-    engine_optimizer_create(t->E);  // after the model: its activations take their GPU memory first
 }
 
 void trainer_splits_used(const TrainerArgs* a, bool used[3]) {
@@ -564,9 +542,9 @@ static void save_weights(Trainer* t, const char* dir, const char* what, DType dt
     if (engine_save_weights(t->E, dir, t->writer, dtype, t->s, err, sizeof err)) die_save_failed(t, what, tmp_dir, err);
 }
 
-// the engine's blobs into this rank's state file (EngineStateSink over a CheckpointStateWriter)
-static int sink_begin(void* ctx, EngineBlob b, char* err, size_t errlen) {
-    return checkpoint_state_blob_begin(ctx, ENGINE_TAGS[b], err, errlen);
+// the engine's blobs into this rank's state file under their names (EngineStateSink over a CheckpointStateWriter)
+static int sink_begin(void* ctx, const char* name, char* err, size_t errlen) {
+    return checkpoint_state_blob_begin(ctx, name, err, errlen);
 }
 static int sink_write(void* ctx, const void* data, size_t n, char* err, size_t errlen) {
     return checkpoint_state_blob_write(ctx, data, n, err, errlen);
@@ -652,25 +630,24 @@ typedef struct {
     CheckpointState* cs;
 } ResumeFiles;
 
-static int64_t source_size(void* ctx, EngineBlob b) {
+static int64_t source_size(void* ctx, const char* name) {
     ResumeFiles* f = ctx;
-    const CheckpointBlobInfo* bi = checkpoint_state_find(f->cs, ENGINE_TAGS[b]);
+    const CheckpointBlobInfo* bi = checkpoint_state_find(f->cs, name);
     return bi ? bi->nbytes : -1;
 }
 
-static int source_read(void* ctx, int r, EngineBlob b, size_t nbytes,
+static int source_read(void* ctx, int r, const char* name, size_t nbytes,
                        int (*consume)(void* cctx, const void* data, size_t off, size_t n), void* cctx, char* err,
                        size_t errlen) {
     ResumeFiles* f = ctx;
     if (r == f->rank)
-        return checkpoint_state_read_stream(f->cs, ENGINE_TAGS[b], nbytes, (size_t)1 << 26, consume, cctx, err, errlen);
+        return checkpoint_state_read_stream(f->cs, name, nbytes, (size_t)1 << 26, consume, cctx, err, errlen);
     char fn[64];
     checkpoint_state_filename(fn, sizeof fn, r, f->old_world);
     char* p = t5_path_join(f->dir, fn);
     CheckpointState cs;
     if (checkpoint_state_open(&cs, p, err, errlen)) t5_die(T5_EXIT_FAILURE, "resume: %s", err);
-    const int rc = checkpoint_state_read_stream(&cs, ENGINE_TAGS[b], nbytes, (size_t)1 << 26, consume, cctx, err,
-                                                errlen);
+    const int rc = checkpoint_state_read_stream(&cs, name, nbytes, (size_t)1 << 26, consume, cctx, err, errlen);
     checkpoint_state_close(&cs);
     free(p);
     return rc;
@@ -712,7 +689,9 @@ static void load_checkpoint(Trainer* t, const char* dir) {
     const EngineStateSource src = {.ctx = &rf, .old_world = old_world, .rank = file_rank, .dir = dir, .path = p,
                                    .size = source_size, .read = source_read};
     engine_state_load(t->E, &src);
-    if (trainer_resume_counts_check(c.global_step, c.skipped_steps, engine_applied_steps(t->E), err, sizeof err))
+    EngineStats es;
+    engine_stats(t->E, false, t->s, &es);
+    if (trainer_resume_counts_check(c.global_step, c.skipped_steps, es.applied_steps, err, sizeof err))
         t5_die(T5_EXIT_FAILURE, "resume: %s: %s", dir, err);
     state_read_check(&cs, CKPT_TAG_DATA, &t->data_state, sizeof t->data_state);
     state_read_check(&cs, CKPT_TAG_RNG, &t->rng, sizeof t->rng);
@@ -879,15 +858,14 @@ static void micro_batch(Trainer* t, int64_t i, int64_t n_micro, json_t* dump_ste
 // backward (H2D of the units gathered again, gradients bucketed as they come), and the tail of the gradients' D2H
 // after the backward; copies so far (the engine's counters when the norm reached the host)
 static void print_profile(Trainer* t, double t_step0, const EngineStepResult* r) {
-    const ZeroStats* zs = &r->at_sync;
     float ms[3];
     for (int k = 0; k < 3; k++) CUDA_CHECK(cudaEventElapsedTime(&ms[k], t->prof_ev[k], t->prof_ev[k + 1]));
     printf("{\"zero_step\": %lld, \"fwd_bwd_s\": %.4f, \"fwd_s\": %.4f, \"bwd_s\": %.4f, \"grad_tail_s\": "
            "%.4f, \"prev_cpu_adam_s\": %.4f, \"h2d_gib\": %.3f, \"d2h_gib\": %.3f}\n",
            (long long)t->st.global_step + 1, r->synced_s - t_step0, ms[0] / 1e3, ms[1] / 1e3, ms[2] / 1e3,
-           zs->cpu_adam_s, (zs->h2d_bytes - t->prof_h2d) / (1 << 30), (zs->d2h_bytes - t->prof_d2h) / (1 << 30));
-    t->prof_h2d = zs->h2d_bytes;
-    t->prof_d2h = zs->d2h_bytes;
+           r->cpu_optimizer_s, (r->h2d_bytes - t->prof_h2d) / (1 << 30), (r->d2h_bytes - t->prof_d2h) / (1 << 30));
+    t->prof_h2d = r->h2d_bytes;
+    t->prof_d2h = r->d2h_bytes;
 }
 
 // DeepSpeed's wall_clock_breakdown lines for the update just stepped (the events of micro_batch and train_step):
@@ -921,7 +899,7 @@ static void print_wall_clock(Trainer* t, int64_t n_micro) {
 // One optimizer update: its micro-batches, the engine's norm, the loss mean, the engine's step (clipping, the loss
 // scaler, the update or the overflow skip). Returns the mean loss of the micro-batches; *norm_out the unscaled global
 // norm (NAN when skipped).
-static double train_step(Trainer* t, int64_t n_micro, double* norm_out, bool* skipped, double* lr_out) {
+static double train_step(Trainer* t, int64_t n_micro, double* norm_out, bool* skipped) {
     const TrainerArgs* a = t->a;
     const double t_step0 = trainer_log_now();
     json_t* dump_step = (t->dump && t->st.global_step < a->dump_batches_steps) ? json_array() : NULL;
@@ -938,8 +916,8 @@ static double train_step(Trainer* t, int64_t n_micro, double* norm_out, bool* sk
                                    t->s));
     }
     // lr of this update = the schedule at the updates applied before it (every update not skipped)
-    *lr_out = lr_schedule_get(&t->sched, t->st.global_step - t->st.skipped_steps);
-    const EngineStepResult r = engine_step(t->E, *lr_out, t->s);
+    const double lr = lr_schedule_get(&t->sched, t->st.global_step - t->st.skipped_steps);
+    const EngineStepResult r = engine_step(t->E, lr, t->s);
     if (t->fprof_now) {
         static char ferr[1024];
         if (flops_profiler_step_end(t->fprof, t->st.global_step, t->s, ferr, sizeof ferr)) t5_warn("%s", ferr);
@@ -1108,8 +1086,10 @@ typedef struct {
 } LogWindow;
 
 // The step line and HF's log entry of update `step` (the window's mean loss, its speed), then a new window.
-static void log_update(Trainer* t, LogWindow* w, int64_t step, double epoch_f, double norm, double lr, double now) {
-    lr = engine_logged_lr(t->E, lr, t->s);  // Adafactor's relative_step: what it used
+static void log_update(Trainer* t, LogWindow* w, int64_t step, double epoch_f, double norm, double now) {
+    EngineStats es;
+    engine_stats(t->E, false, t->s, &es);
+    const double lr = es.lr;  // the last update's (Adafactor's relative_step: what it used)
     double dt = now - w->t0;
     StepLog sl = {.step = step, .max_steps = t->total_steps, .epoch = epoch_f,
                   .loss = t->st.win_loss_sum / (double)t->st.win_steps, .grad_norm = norm, .lr = lr,
@@ -1197,9 +1177,9 @@ static bool train_loop(Trainer* t, int64_t gas) {
         }
         int64_t n_micro = T5_MIN(gas, t->nb - bie);
         int64_t tok0 = t->st.tokens_seen, smp0 = t->st.samples_seen;
-        double norm, lr;
+        double norm;
         bool skipped;
-        double loss = train_step(t, n_micro, &norm, &skipped, &lr);
+        double loss = train_step(t, n_micro, &norm, &skipped);
         if (t->first_step_s == 0) {
             CUDA_CHECK(cudaStreamSynchronize(t->s));
             t->first_step_s = process_age_s();
@@ -1228,7 +1208,7 @@ static bool train_loop(Trainer* t, int64_t gas) {
         bool do_log = trainer_step_due(a->logging_strategy, step, t->logging_steps) ||
                       (a->logging_first_step && step == 1) ||
                       (a->logging_strategy == TRAINER_INTERVAL_EPOCH && epoch_end);
-        if (do_log) log_update(t, &w, step, epoch_f, norm, lr, now);
+        if (do_log) log_update(t, &w, step, epoch_f, norm, now);
         double pause0 = trainer_log_now();  // eval and save time is kept out of the step timing
         const bool end = after_update(t, step, epoch_f, epoch_end, &stopped);
         w.t0 += trainer_log_now() - pause0;
@@ -1243,26 +1223,8 @@ static bool train_loop(Trainer* t, int64_t gas) {
 // the run-time buffers.
 static void log_engine_end(Trainer* t) {
     EngineStats es;
-    engine_stats(t->E, true, &es);
-    const ZeroStats* zs = &es.zero;
-    char line[800], staged[96] = "", nvme[96] = "";
-    // pageable host buffers (pin_memory false): the bytes copied through the engine's pinned staging ring
-    if (zs->staged_bytes > 0)
-        snprintf(staged, sizeof staged, " (%.2f GiB through the pinned staging ring)", zs->staged_bytes / (1 << 30));
-    if (zs->nvme_file_bytes)  // offload_optimizer nvme
-        snprintf(nvme, sizeof nvme, "; NVMe %.3f GiB read, %.3f GiB written", zs->nvme_read_bytes / (1 << 30),
-                 zs->nvme_written_bytes / (1 << 30));
-    snprintf(line, sizeof line,
-             "ZeRO engine: %lld gathers (%lld prefetched), %lld releases, trace mismatches %lld, gradient "
-             "order mismatches %lld; H2D %.2f GiB, "
-             "D2H %.2f GiB%s; last CPU AdamW %.3f s; unit buffers %.2f GiB gathered + %.2f GiB gradients; "
-             "stream-ordered pool high water %.2f GiB used, %.2f GiB reserved%s",
-             (long long)zs->gathers, (long long)zs->prefetches, (long long)zs->releases,
-             (long long)zs->trace_mismatches, (long long)zs->grad_order_mismatches, zs->h2d_bytes / (1 << 30),
-             zs->d2h_bytes / (1 << 30), staged, zs->cpu_adam_s, (double)zs->unit_buf_gathered / (1 << 30),
-             (double)zs->unit_buf_grads / (1 << 30), (double)zs->pool_used_high / (1 << 30),
-             (double)zs->pool_reserved_high / (1 << 30), nvme);
-    trainer_log_line(&t->log, line);
+    engine_stats(t->E, true, t->s, &es);
+    if (es.line[0]) trainer_log_line(&t->log, es.line);
 }
 
 // Training completed: the best model loaded back (load_best_model_at_end), the other checkpoints gone with

@@ -38,7 +38,6 @@
 #include "../../model/generate.h"
 #include "../../model/t5_config.h"
 #include "../../model/zero.h"
-#include "../zero/cpu_adafactor.h"
 #include "../zero/loss_scaler.h"
 #include "../upload/push_to_hub.h"
 
@@ -73,18 +72,17 @@ typedef struct {
     int64_t gradient_accumulation_steps;
     int64_t max_steps;           // > 0 wins over num_train_epochs
     double num_train_epochs;
-    double lr, beta1, beta2, eps, weight_decay;
-    bool adamw_mode;             // decoupled weight decay (torch AdamW / DeepSpeed adam_w_mode)
-    // the optimizer: AdamW (lr, betas, eps above), or transformers' Adafactor (every stage; the engine steps it)
-    // with these options; its lr is `lr` (the schedule's) unless relative_step, its weight decay weight_decay
-    // on HF's decay group
+    double lr;                   // the LR schedule's peak (DeepSpeed's optimizer lr, or HF's learning_rate)
+    // the optimizer: AdamW, or transformers' Adafactor (every stage; the engine steps it with the constants of
+    // zero below, its lr the schedule's unless relative_step); saved in the checkpoints, which resume only with it
     TrainerOptimizer optimizer;
-    CpuAdafactorOpts adafactor;
     double clip;                 // global-norm clip (<= 0: off)
     double label_smoothing_factor;   // HF's LabelSmoother epsilon in [0, 1): train and eval loss (0: plain CE)
-    // the ZeRO engine (deepspeed.zero_optimization; src/zero/engine.h), which steps the optimizer at every stage
-    // (stage 0: fused GPU AdamW / Adafactor over resident flat buffers; 1-3: partitions, offloads, buckets,
-    // prefetch...). The trainer fills the dtypes and the optimizer's constants; the engine the tensors and traces.
+    // the ZeRO engine's plan (deepspeed.zero_optimization + the optimizer; src/zero/engine.h), which steps the
+    // optimizer at every stage (stage 0: fused GPU AdamW / Adafactor over resident flat buffers; 1-3: partitions,
+    // offloads, buckets, prefetch...). src/cli fills the knobs and the optimizer's constants (AdamW's betas, eps,
+    // weight decay and mode, or Adafactor's options), the trainer the dtypes and accumulation steps, the engine the
+    // tensors and traces.
     ZeroOptions zero;
     // LR schedule: an HF name ("linear", "cosine", "constant", ...) or "WarmupLR" / "WarmupDecayLR"
     char sched_name[32];

@@ -51,6 +51,24 @@ static void print_plan(const Engine* E) {
     fflush(stdout);
 }
 
+// Training: the norm's device scalars, Adam's step state, and stage 0's optimizer (its state on the GPU; stages 1-3:
+// the partition holds it)
+static void optimizer_create(Engine* E) {
+    CUDA_CHECK(cudaMalloc((void**)&E->d_norm2, sizeof(float)));
+    CUDA_CHECK(cudaMalloc((void**)&E->d_overflow, sizeof(int)));
+    CUDA_CHECK(cudaMalloc((void**)&E->d_inv_scale, sizeof(float)));
+    CUDA_CHECK(cudaMalloc((void**)&E->d_norm, sizeof(float)));
+    CUDA_CHECK(cudaMallocHost((void**)&E->h_norm2, sizeof(float)));
+    CUDA_CHECK(cudaMallocHost((void**)&E->h_overflow, sizeof(int)));
+    CUDA_CHECK(cudaMallocHost((void**)&E->h_inv_scale, sizeof(float)));
+    const ZeroOptions* zo = &E->o.zero;
+    cpu_adam_init(&E->sch.adam, zo->beta1, zo->beta2, zo->eps, zo->adamw_mode);
+    if (E->part && E->ada && zero_adafactor_state_floats(E->Z) != E->ada_floats)
+        t5_die(T5_EXIT_FAILURE, "internal: the ZeRO engine's Adafactor state has %zu floats, the checkpoint layout %zu",
+               zero_adafactor_state_floats(E->Z), E->ada_floats);
+    if (!E->part) E->s0 = step0_create(E->Z, zo, E->ada_floats);
+}
+
 int engine_create(Engine** out, const EngineOptions* o, char* err, size_t errlen) {
     *out = NULL;
     Engine* E = calloc_check(1, sizeof *E);
@@ -86,27 +104,12 @@ int engine_create(Engine** out, const EngineOptions* o, char* err, size_t errlen
         E->ada_floats = engine_ada_rank_floats(E);  // several ranks at stages 1-3: this rank's slices (recut.h)
     }
     if (o->zero.stage > 0) print_plan(E);
+    if (o->train) optimizer_create(E);
     *out = E;
     return 0;
 }
 
 ZeroEngine* engine_params(Engine* E) { return E->Z; }
-
-void engine_optimizer_create(Engine* E) {
-    CUDA_CHECK(cudaMalloc((void**)&E->d_norm2, sizeof(float)));
-    CUDA_CHECK(cudaMalloc((void**)&E->d_overflow, sizeof(int)));
-    CUDA_CHECK(cudaMalloc((void**)&E->d_inv_scale, sizeof(float)));
-    CUDA_CHECK(cudaMalloc((void**)&E->d_norm, sizeof(float)));
-    CUDA_CHECK(cudaMallocHost((void**)&E->h_norm2, sizeof(float)));
-    CUDA_CHECK(cudaMallocHost((void**)&E->h_overflow, sizeof(int)));
-    CUDA_CHECK(cudaMallocHost((void**)&E->h_inv_scale, sizeof(float)));
-    const ZeroOptions* zo = &E->o.zero;
-    cpu_adam_init(&E->sch.adam, zo->beta1, zo->beta2, zo->eps, zo->adamw_mode);
-    if (E->part && E->ada && zero_adafactor_state_floats(E->Z) != E->ada_floats)
-        t5_die(T5_EXIT_FAILURE, "internal: the ZeRO engine's Adafactor state has %zu floats, the checkpoint layout %zu",
-               zero_adafactor_state_floats(E->Z), E->ada_floats);
-    if (!E->part) E->s0 = step0_create(E->Z, zo, E->ada_floats);  // stages 1-3: the partition holds the state
-}
 
 int engine_load_weights(Engine* E, const char* path, uint64_t seed, cudaStream_t s, char* err, size_t errlen) {
     zero_optimizer_wait(E->Z);
@@ -169,6 +172,7 @@ static void apply_update(Engine* E, double lr, cudaStream_t s) {
 
 EngineStepResult engine_step(Engine* E, double lr, cudaStream_t s) {
     EngineStepResult r = {0};
+    E->last_lr = lr;
     const float scale = loss_scale(E);
     global_norm_clip_scale(E->d_norm2, E->d_overflow, scale, (float)E->o.clip, E->d_inv_scale, E->d_norm, s);
     CUDA_CHECK(cudaMemcpyAsync(E->h_norm2, E->d_norm2, sizeof(float), cudaMemcpyDeviceToHost, s));
@@ -176,7 +180,13 @@ EngineStepResult engine_step(Engine* E, double lr, cudaStream_t s) {
     CUDA_CHECK(cudaMemcpyAsync(E->h_inv_scale, E->d_inv_scale, sizeof(float), cudaMemcpyDeviceToHost, s));
     CUDA_CHECK(cudaStreamSynchronize(s));
     r.synced_s = now_s();
-    if (E->o.profile) zero_stats(E->Z, &r.at_sync);
+    if (E->o.profile) {
+        ZeroStats zs;
+        zero_stats(E->Z, &zs);
+        r.cpu_optimizer_s = zs.cpu_adam_s;
+        r.h2d_bytes = zs.h2d_bytes;
+        r.d2h_bytes = zs.d2h_bytes;
+    }
     const float norm = sqrtf(*E->h_norm2);
     const bool overflow = *E->h_overflow != 0 || !isfinite(norm);
     if (E->o.use_scaler) {
@@ -213,17 +223,10 @@ void engine_eval_end(Engine* E, bool held, cudaStream_t s) {
     if (held) zero_hold_end(E->Z, s);
 }
 
-void engine_stats(Engine* E, bool settle, EngineStats* out) {
-    if (settle) zero_optimizer_wait(E->Z);
-    zero_stats(E->Z, &out->zero);
-    out->numel = E->numel;
-}
-
-int64_t engine_applied_steps(const Engine* E) { return E->sch.applied_steps; }
-
-double engine_logged_lr(Engine* E, double lr, cudaStream_t s) {
+// The learning rate the last update used (EngineStats.lr)
+static double used_lr(Engine* E, cudaStream_t s) {
     const ZeroAdafactor* o = &E->o.zero.adafactor;
-    if (!E->ada || !o->relative_step) return lr;
+    if (!E->ada || !o->relative_step) return E->last_lr;
     // as HF's AdafactorSchedule: tensor 0's _get_lr at the last applied step (with scale_parameter: what its step
     // used, which waits for that step; without: the relative step itself), 0 before any applied step
     if (E->sch.applied_steps == 0) return 0.0;
@@ -233,6 +236,40 @@ double engine_logged_lr(Engine* E, double lr, cudaStream_t s) {
     }
     if (E->part) return (double)zero_adafactor_last_lr(E->Z, 0);
     return step0_adafactor_lr(E->s0, s);
+}
+
+// EngineStats.line (stages 1-3): gathers, trace mismatches, copies, the CPU optimizer's last time, the run-time buffers
+static void stats_line(const ZeroStats* zs, char* line, size_t len) {
+    char staged[96] = "", nvme[96] = "";
+    // pageable host buffers (pin_memory false): the bytes copied through the engine's pinned staging ring
+    if (zs->staged_bytes > 0)
+        snprintf(staged, sizeof staged, " (%.2f GiB through the pinned staging ring)", zs->staged_bytes / (1 << 30));
+    if (zs->nvme_file_bytes)  // offload_optimizer nvme
+        snprintf(nvme, sizeof nvme, "; NVMe %.3f GiB read, %.3f GiB written", zs->nvme_read_bytes / (1 << 30),
+                 zs->nvme_written_bytes / (1 << 30));
+    snprintf(line, len,
+             "ZeRO engine: %lld gathers (%lld prefetched), %lld releases, trace mismatches %lld, gradient "
+             "order mismatches %lld; H2D %.2f GiB, "
+             "D2H %.2f GiB%s; last CPU AdamW %.3f s; unit buffers %.2f GiB gathered + %.2f GiB gradients; "
+             "stream-ordered pool high water %.2f GiB used, %.2f GiB reserved%s",
+             (long long)zs->gathers, (long long)zs->prefetches, (long long)zs->releases,
+             (long long)zs->trace_mismatches, (long long)zs->grad_order_mismatches, zs->h2d_bytes / (1 << 30),
+             zs->d2h_bytes / (1 << 30), staged, zs->cpu_adam_s, (double)zs->unit_buf_gathered / (1 << 30),
+             (double)zs->unit_buf_grads / (1 << 30), (double)zs->pool_used_high / (1 << 30),
+             (double)zs->pool_reserved_high / (1 << 30), nvme);
+}
+
+void engine_stats(Engine* E, bool settle, cudaStream_t s, EngineStats* out) {
+    if (settle) zero_optimizer_wait(E->Z);
+    memset(out, 0, sizeof *out);
+    out->numel = E->numel;
+    out->applied_steps = E->sch.applied_steps;
+    out->lr = used_lr(E, s);
+    if (E->o.zero.stage > 0) {
+        ZeroStats zs;
+        zero_stats(E->Z, &zs);
+        stats_line(&zs, out->line, sizeof out->line);
+    }
 }
 
 void engine_destroy(Engine* E) {

@@ -11,7 +11,8 @@
  *     engine_grad_norm(E)           the gradient's squared norm and overflow flag, on the device (the collectives of
  *                                   the reduction are issued here: the trainer's own, e.g. the loss mean, come after)
  *     engine_step(E, lr)            clip scale, the norm on the host, the loss scaler; the update applied or skipped
- * The model reaches the parameters through engine_params (model/zero.h: fetch, release, grad_ready).
+ * The model reaches the parameters through engine_params (model/zero.h: fetch, release, grad_ready). What the logs
+ * print of the engine (the flat size, the applied updates, the learning rate used, its counters) is engine_stats'.
  *
  * Streams: every call orders its work on the stream passed in; engine_step synchronises it once (the norm).
  */
@@ -38,23 +39,17 @@ typedef struct {
     double clip;               // max_grad_norm (<= 0: off)
     bool use_scaler;           // fp16: DeepSpeed's dynamic (or static) loss scaler
     LossScalerConfig scaler;
+    bool train;                // training: the optimizer's state, plans and step state too (stage 0 allocates them in
+                               // engine_create, stages 1-3 hold them in their partitions); false: evaluation only
     bool profile;              // T5TRAIN_ZERO_PROFILE: engine_step snapshots the engine's counters at the norm
 } EngineOptions;
 
-// The checkpoint blobs the engine writes and reads (the trainer's checkpoint names them; the order of the file)
-typedef enum {
-    ENGINE_BLOB_ADAFACTOR_LAYOUT = 0,  // Adafactor only: what the "adafactor" blob holds
-    ENGINE_BLOB_OPTIMIZER,             // AdamW: m then v, flat fp32, this rank's partition
-    ENGINE_BLOB_ADAFACTOR,             // Adafactor: its state per tensor (docs/zero.md)
-    ENGINE_BLOB_SCALER,                // the loss scaler (LossScaler)
-    ENGINE_BLOB_SCHEDULER,             // the applied updates and Adam's step state (running beta powers)
-    ENGINE_NUM_BLOBS
-} EngineBlob;
-
-// Where engine_state_save writes: a blob opened, written in pieces, closed (each returns 0, or -1 with err set)
+// Where engine_state_save writes: blobs of the checkpoint's state file, each opened under the name the engine gives
+// it ("optimizer", "scaler", ...: src/zero/engine_state.c), written in pieces, closed (each returns 0, or -1 with err
+// set)
 typedef struct {
     void* ctx;
-    int (*begin)(void* ctx, EngineBlob blob, char* err, size_t errlen);
+    int (*begin)(void* ctx, const char* name, char* err, size_t errlen);
     int (*write)(void* ctx, const void* data, size_t n, char* err, size_t errlen);
     int (*end)(void* ctx, char* err, size_t errlen);
 } EngineStateSink;
@@ -66,11 +61,11 @@ typedef struct {
     int old_world, rank;
     const char* dir;
     const char* path;
-    // the size in bytes of a blob of this rank's file (rank), or -1 when it has none
-    int64_t (*size)(void* ctx, EngineBlob blob);
-    // the blob (nbytes, which must be its size) of old rank r's file in pieces: consume(cctx, data, byte offset, n);
-    // returns 0, or -1 with err set
-    int (*read)(void* ctx, int r, EngineBlob blob, size_t nbytes,
+    // the size in bytes of the blob `name` of this rank's file (rank), or -1 when it has none
+    int64_t (*size)(void* ctx, const char* name);
+    // the blob `name` (nbytes, which must be its size) of old rank r's file in pieces: consume(cctx, data, byte
+    // offset, n); returns 0, or -1 with err set
+    int (*read)(void* ctx, int r, const char* name, size_t nbytes,
                 int (*consume)(void* cctx, const void* data, size_t off, size_t n), void* cctx, char* err,
                 size_t errlen);
 } EngineStateSource;
@@ -83,23 +78,31 @@ typedef struct {
     char overflow_line[512];   // DeepSpeed's OVERFLOW line to log ("" when none)
     double loss_scale;         // the loss scaler's scale after this update (0 without a loss scaler)
     double synced_s;           // CLOCK_MONOTONIC seconds when the norm reached the host
-    ZeroStats at_sync;         // with EngineOptions.profile: the engine's counters then (else zero)
+    // with EngineOptions.profile, the engine's counters when the norm reached the host (else 0)
+    double cpu_optimizer_s;    // the CPU optimizer's time of its last update (stages 1-3 offloaded)
+    double h2d_bytes, d2h_bytes;  // the engine's copies so far
 } EngineStepResult;
 
+// What the logs print of the engine
 typedef struct {
-    ZeroStats zero;            // the parameters' engine (model/zero.h)
     size_t numel;              // parameters in the flat layout (units padded to 8)
+    int64_t applied_steps;     // the updates the optimizer applied (its step count; after engine_state_load the
+                               // checkpoint's "scheduler" blob's)
+    double lr;                 // the learning rate of the last update: engine_step's lr, or with Adafactor's
+                               // relative_step what it used (transformers' AdafactorSchedule: tensor 0's, 0 before
+                               // any applied update; with scale_parameter this waits for that update)
+    char line[800];            // stages 1-3: the engine's counters as one log line (gathers, trace mismatches,
+                               // copies, the CPU optimizer's last time, the run-time buffers); "" at stage 0
 } EngineStats;
 
 // The engine of the plan: parameters at o->zero.stage (zeroed; the weights come with engine_load_weights), the loss
-// scaler. Returns 0, or the exit status the error calls for (T5_EXIT_USAGE: a bad option; T5_EXIT_FAILURE: memory,
-// with a message naming the bytes) with err set.
+// scaler, and with o->train the optimizer's state (every buffer up front, at every stage: the model's activations
+// come after). Out of GPU memory for stage 0's optimizer state ends the run with the bytes asked and the config
+// change that helps. Returns 0, or the exit status the error calls for (T5_EXIT_USAGE: a bad option;
+// T5_EXIT_FAILURE: memory, with a message naming the bytes) with err set.
 int engine_create(Engine** out, const EngineOptions* o, char* err, size_t errlen);
 // The parameter interface the model calls (model/zero.h).
 ZeroEngine* engine_params(Engine* E);
-// Training: the optimizer's state and plans (after the model, whose activations take GPU memory first). Out of GPU
-// memory ends the run with the bytes asked and the config change that helps.
-void engine_optimizer_create(Engine* E);
 // Weights from a safetensors file / index / directory, or (path NULL) HF's random init with seed; every copy the
 // model reads follows. Returns 0, or -1 with err set.
 int engine_load_weights(Engine* E, const char* path, uint64_t seed, cudaStream_t s, char* err, size_t errlen);
@@ -122,19 +125,14 @@ EngineStepResult engine_step(Engine* E, double lr, cudaStream_t s);
 // T5TRAIN_EVAL_NO_HOLD=1 (a test hook, the same on every rank): stage 3 does not hold.
 bool engine_eval_begin(Engine* E, cudaStream_t s);
 void engine_eval_end(Engine* E, bool held, cudaStream_t s);
-// The optimizer, loss scaler and step state of this rank as checkpoint blobs (EngineBlob order), streamed through
-// bounded memory. Returns 0, or -1 with err set.
+// The optimizer, loss scaler and step state of this rank as named checkpoint blobs, streamed through bounded memory.
+// Returns 0, or -1 with err set.
 int engine_state_save(Engine* E, const EngineStateSink* sink, char* err, size_t errlen);
 // The same from a checkpoint, re-cut when it was saved by another number of ranks (recut.h). A checkpoint that does
 // not fit this run ends it with the reason.
 void engine_state_load(Engine* E, const EngineStateSource* src);
-// settle: wait for the optimizer's CPU part first (end of training: its last time)
-void engine_stats(Engine* E, bool settle, EngineStats* out);
-// The learning rate to log for the last update: lr itself, or with Adafactor's relative_step what it used
-// (transformers' AdafactorSchedule: tensor 0's, 0 before any applied update).
-double engine_logged_lr(Engine* E, double lr, cudaStream_t s);
-// The updates the optimizer has applied (its step count: a checkpoint's "scheduler" blob after engine_state_load).
-int64_t engine_applied_steps(const Engine* E);
+// What the logs print (EngineStats); settle: wait for the optimizer's CPU part first (end of training: its last time).
+void engine_stats(Engine* E, bool settle, cudaStream_t s, EngineStats* out);
 void engine_destroy(Engine* E);
 
 #ifdef __cplusplus

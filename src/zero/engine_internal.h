@@ -18,13 +18,14 @@ struct Engine {
     EngineOptions o;             // o.zero.tensors / trace / grad_trace: t5_model_zero_describe's, owned
     ZeroEngine* Z;               // the parameters (model/zero.h)
     bool part;                   // stages 1-3: the partitioned engine holds master, m, v and steps them
-    Step0* s0;                   // stage 0's optimizer (training runs; engine_optimizer_create)
+    Step0* s0;                   // stage 0's optimizer (EngineOptions.train)
     bool ada;                    // Adafactor (else AdamW)
     size_t numel;                // flat numel (units padded to 8)
     size_t state_n;              // Adam's m (and v) floats this rank holds: its partition (= numel at one rank)
     size_t ada_floats;           // Adafactor's state floats of this rank (its "adafactor" blob; recut.h's layout)
     size_t ada_whole_floats;     // ... of the whole model (stage 0, one rank)
     int n_micro;                 // micro-batches of the update under way
+    double last_lr;              // the lr of the last engine_step (EngineStats.lr)
     LossScaler scaler;           // zero without a loss scaler (the "scaler" blob all the same)
     EngineSched sch;
     float* d_norm2;              // (1) the squared global norm of the (scaled) gradient

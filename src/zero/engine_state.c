@@ -29,6 +29,13 @@ typedef struct {
 
 #define ENGINE_ERR_LEN 8192
 
+// the blobs' names in the checkpoint's state file (above: what each holds), as the sink and the source take them
+static const char BLOB_ADAFACTOR_LAYOUT[] = "adafactor_layout";
+static const char BLOB_OPTIMIZER[] = "optimizer";
+static const char BLOB_ADAFACTOR[] = "adafactor";
+static const char BLOB_SCALER[] = "scaler";
+static const char BLOB_SCHEDULER[] = "scheduler";
+
 // elements [off, off + n) of Adam's m (which 0) or v (which 1) of this rank, to or from host memory
 static void adam_range(Engine* E, int which, size_t off, size_t n, float* host, bool to_host) {
     if (!E->part) step0_adam_io(E->s0, which, off, n, host, to_host);
@@ -55,7 +62,7 @@ static void blob_range(Engine* E, size_t e, size_t cnt, float* host, bool to_hos
     }
 }
 
-static int add_blob(const EngineStateSink* k, EngineBlob b, const void* data, size_t n, char* err, size_t errlen) {
+static int add_blob(const EngineStateSink* k, const char* b, const void* data, size_t n, char* err, size_t errlen) {
     return k->begin(k->ctx, b, err, errlen) || k->write(k->ctx, data, n, err, errlen) || k->end(k->ctx, err, errlen)
                ? -1
                : 0;
@@ -66,8 +73,8 @@ int engine_state_save(Engine* E, const EngineStateSink* k, char* err, size_t err
                                        .version = 1};
     // the optimizer's blob streamed through one bounded buffer: no full host copy of the state next to the engine's
     // own (t5-3b: 2 x 11.4 GB)
-    bool ok = (!E->ada || add_blob(k, ENGINE_BLOB_ADAFACTOR_LAYOUT, &lay, sizeof lay, err, errlen) == 0) &&
-              k->begin(k->ctx, E->ada ? ENGINE_BLOB_ADAFACTOR : ENGINE_BLOB_OPTIMIZER, err, errlen) == 0;
+    bool ok = (!E->ada || add_blob(k, BLOB_ADAFACTOR_LAYOUT, &lay, sizeof lay, err, errlen) == 0) &&
+              k->begin(k->ctx, E->ada ? BLOB_ADAFACTOR : BLOB_OPTIMIZER, err, errlen) == 0;
     const size_t total = E->ada ? E->ada_floats : 2 * E->state_n;
     const size_t chunk = T5_MIN(total, (size_t)1 << 24);  // 64 MiB of fp32
     float* buf = malloc_check(T5_MAX(chunk, (size_t)1) * sizeof(float));
@@ -78,8 +85,8 @@ int engine_state_save(Engine* E, const EngineStateSink* k, char* err, size_t err
     }
     free(buf);
     if (!ok || k->end(k->ctx, err, errlen) ||
-        add_blob(k, ENGINE_BLOB_SCALER, &E->scaler, sizeof E->scaler, err, errlen) ||
-        add_blob(k, ENGINE_BLOB_SCHEDULER, &E->sch, sizeof E->sch, err, errlen))
+        add_blob(k, BLOB_SCALER, &E->scaler, sizeof E->scaler, err, errlen) ||
+        add_blob(k, BLOB_SCHEDULER, &E->sch, sizeof E->sch, err, errlen))
         return -1;
     return 0;
 }
@@ -102,7 +109,7 @@ static int copy_consume(void* ctx, const void* data, size_t off, size_t n) {
 }
 
 // a small blob of this rank's file into dst (its size must be n)
-static void read_small(const EngineStateSource* src, EngineBlob b, void* dst, size_t n) {
+static void read_small(const EngineStateSource* src, const char* b, void* dst, size_t n) {
     static char err[ENGINE_ERR_LEN];
     if (src->read(src->ctx, src->rank, b, n, copy_consume, dst, err, sizeof err))
         t5_die(T5_EXIT_FAILURE, "resume: %s", err);
@@ -188,7 +195,7 @@ static void load_recut_ada(Engine* E, const EngineStateSource* src, size_t old_f
         // one old rank whole: its file (src->rank's, the one whose layout blob said so)
         const int file = ow == 1 ? src->rank : r;
         if (recut_ada_rank_needed(z->tensors, z->num_tensors, b1, &Lo, r, &Ln) &&
-            src->read(src->ctx, file, ENGINE_BLOB_ADAFACTOR, nbytes, ada_recut_consume, &rc, err, sizeof err))
+            src->read(src->ctx, file, BLOB_ADAFACTOR, nbytes, ada_recut_consume, &rc, err, sizeof err))
             t5_die(T5_EXIT_FAILURE, "resume: %s (Adafactor state of rank %d of %d)", err, file, src->old_world);
         zero_layout_free(&Lo);
     }
@@ -206,7 +213,7 @@ static void load_recut_ada(Engine* E, const EngineStateSource* src, size_t old_f
 static void load_recut(Engine* E, const EngineStateSource* src) {
     static char err[ENGINE_ERR_LEN];
     const int old_world = src->old_world;
-    const int64_t old_bytes = src->size(src->ctx, ENGINE_BLOB_OPTIMIZER);
+    const int64_t old_bytes = src->size(src->ctx, BLOB_OPTIMIZER);
     if (old_bytes < 0) t5_die(T5_EXIT_FAILURE, "resume: %s has no optimizer state", src->path);
     const size_t old_floats = (size_t)old_bytes / sizeof(float);
     const bool old_whole = old_floats == 2 * E->numel;
@@ -230,7 +237,7 @@ static void load_recut(Engine* E, const EngineStateSource* src) {
             t5_die(T5_EXIT_FAILURE, "resume: %s", err);
         rc.Lold = &Lo;
         if (recut_rank_needed(&Lo, r, &Ln) &&
-            src->read(src->ctx, r, ENGINE_BLOB_OPTIMIZER, 2 * Lo.part_total * sizeof(float), recut_consume, &rc, err,
+            src->read(src->ctx, r, BLOB_OPTIMIZER, 2 * Lo.part_total * sizeof(float), recut_consume, &rc, err,
                       sizeof err))
             t5_die(T5_EXIT_FAILURE, "resume: %s (optimizer state of rank %d of %d)", err, r, old_world);
         zero_layout_free(&Lo);
@@ -249,7 +256,7 @@ void engine_state_load(Engine* E, const EngineStateSource* src) {
     const bool has_beta1 = E->o.zero.adafactor.has_beta1;
     if (E->ada) {
         EngineAdafactorLayout lay;
-        read_small(src, ENGINE_BLOB_ADAFACTOR_LAYOUT, &lay, sizeof lay);
+        read_small(src, BLOB_ADAFACTOR_LAYOUT, &lay, sizeof lay);
         if (lay.version != 1 || (bool)lay.has_beta1 != has_beta1)
             t5_die(T5_EXIT_USAGE,
                    "resume: %s holds Adafactor state %s beta1 (%lld floats, layout version %d), this run's Adafactor %s "
@@ -259,22 +266,22 @@ void engine_state_load(Engine* E, const EngineStateSource* src) {
         // another number of ranks, or the same with another cut (stage 0's whole tensors against a partition)
         if (src->old_world != T5_MAX(E->o.zero.world, 1) || lay.floats != (int64_t)E->ada_floats)
             load_recut_ada(E, src, (size_t)lay.floats);
-        else if (src->read(src->ctx, src->rank, ENGINE_BLOB_ADAFACTOR, E->ada_floats * sizeof(float), blob_consume, E,
+        else if (src->read(src->ctx, src->rank, BLOB_ADAFACTOR, E->ada_floats * sizeof(float), blob_consume, E,
                            err, sizeof err))
             t5_die(T5_EXIT_FAILURE, "resume: %s", err);
     } else {
         // AdamW's blob streamed into the engine / the GPU state (no full host copy)
         const size_t blob_floats = 2 * E->state_n;
-        const int64_t opt_bytes = src->size(src->ctx, ENGINE_BLOB_OPTIMIZER);
+        const int64_t opt_bytes = src->size(src->ctx, BLOB_OPTIMIZER);
         if (src->old_world != T5_MAX(E->o.zero.world, 1) ||
             (opt_bytes >= 0 && (size_t)opt_bytes != blob_floats * sizeof(float)))
             load_recut(E, src);
-        else if (src->read(src->ctx, src->rank, ENGINE_BLOB_OPTIMIZER, blob_floats * sizeof(float), blob_consume, E,
+        else if (src->read(src->ctx, src->rank, BLOB_OPTIMIZER, blob_floats * sizeof(float), blob_consume, E,
                            err, sizeof err))
             t5_die(T5_EXIT_FAILURE, "resume: %s", err);
     }
     LossScaler sc;
-    read_small(src, ENGINE_BLOB_SCALER, &sc, sizeof sc);
-    read_small(src, ENGINE_BLOB_SCHEDULER, &E->sch, sizeof E->sch);
+    read_small(src, BLOB_SCALER, &sc, sizeof sc);
+    read_small(src, BLOB_SCHEDULER, &E->sch, sizeof E->sch);
     if (E->o.use_scaler) E->scaler = sc;
 }
