@@ -22,6 +22,12 @@
 #                    reduce-scatters the gradients (3 x (N-1)/N x 2P), P the model's parameters (from
 #                    `t5train estimate`; t5-3b 2.85e9).
 # MODEL=t5-11b BATCH=... CASES=s3 GPUS=8 SKIP_ONE=1: issue 18's t5-11b at stage 3 without offload (too large for one GPU).
+# OPTIMS (default "adamw": the runs above, unchanged): OPTIMS="adamw adafactor" runs each case and count a second time
+# with `--optim adafactor` (HF Trainer's Adafactor: lr from the schedule, no parameter scale), right after AdamW's run
+# of the same case; its folder and log are suffixed _adafactor (s2_4gpu_adafactor). Each line then carries "optim",
+# and each case and count gets one more line comparing the two medians: {"compare": "adafactor/adamw", "ratio":
+# adafactor s/step / adamw s/step, "target": 1.1, "within_target": ratio <= 1.1, both GPU peaks}. Issue 33's speed
+# target: GPUS=4 SKIP_ONE=1 CASES="s2 s3" OPTIMS="adamw adafactor" BENCH_STEPS=8 (t5-3b bf16, stages 2 and 3).
 # The floor assumes no overlap is lost; a step within 1.15x of it is the target.
 set -u
 BIN=${T5TRAIN_BIN:-./t5train}
@@ -32,6 +38,10 @@ STEPS=${BENCH_STEPS:-10}
 CASES=${CASES:-s0 s1 s2 s3 s3off}
 MODEL=${MODEL:-t5-3b}
 BATCH=${BATCH:-8}
+OPTIMS=${OPTIMS:-adamw}
+for o in $OPTIMS; do
+  case "$o" in adamw|adafactor) ;; *) echo "bench_multi_gpu.sh: OPTIMS takes adamw and adafactor, not '$o'"; exit 2 ;; esac
+done
 mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
@@ -61,15 +71,20 @@ ns="1"; for n in $GPUS; do [ "$n" != 1 ] && ns="$ns $n"; done  # 1 GPU first, on
 for c in $CASES; do
   for n in $ns; do
     if [ "$n" = 1 ]; then launch=("$BIN"); else launch=("$BIN" --num_gpus "$n"); fi
-    CUDA_VISIBLE_DEVICES=$(seq -s, 0 $((n - 1))) "${launch[@]}" --deepspeed "$(ds_of "$c")" "${common[@]}" \
-      --output_dir "$OUT/${c}_${n}gpu" > "$OUT/${c}_${n}gpu.log" 2>&1
-    echo "$c on $n GPU(s): exit $?"
+    for o in $OPTIMS; do  # AdamW's runs keep their names; Adafactor's are suffixed
+      if [ "$o" = adamw ]; then sfx=""; opt=(); else sfx="_$o"; opt=(--optim "$o"); fi
+      CUDA_VISIBLE_DEVICES=$(seq -s, 0 $((n - 1))) "${launch[@]}" --deepspeed "$(ds_of "$c")" "${common[@]}" "${opt[@]}" \
+        --output_dir "$OUT/${c}_${n}gpu$sfx" > "$OUT/${c}_${n}gpu$sfx.log" 2>&1
+      echo "$c${sfx:+ ($o)} on $n GPU(s): exit $?"
+    done
   done
 done
-python3 - "$OUT" "$GPUS" "$CASES" "${P:-2.85e9}" "$BATCH" <<'PY'
+python3 - "$OUT" "$GPUS" "$CASES" "${P:-2.85e9}" "$BATCH" "$OPTIMS" "${SKIP_ONE:-0}" <<'PY'
 import json, re, statistics, sys
 out, counts, cases = sys.argv[1], [int(x) for x in sys.argv[2].split()], sys.argv[3].split()
 P, B = float(sys.argv[4]), int(sys.argv[5])
+optims, skip_one = sys.argv[6].split(), sys.argv[7] == "1"
+tagged = optims != ["adamw"]  # the default run prints its lines as before (no "optim" key)
 def busbw(n):
     bw = {}
     try:
@@ -91,11 +106,12 @@ def extras(d):  # MFU (median after the first two steps) and rank 0's GPU peak
     mfu = [v for v in log_values(d, "mfu")[2:] if v is not None]
     peak = [v for v in log_values(d, "gpu_mem_peak_gib") if v is not None]
     return {"mfu": round(statistics.median(mfu), 4) if mfu else None, "gpu_peak_gib": max(peak) if peak else None}
-for c, n in [(c, n) for c in cases for n in counts if n > 1]:
+for c, n, o in [(c, n, o) for c in cases for n in counts if n > 1 for o in optims]:
     f = (n - 1) / n
     bw = busbw(n)
-    t1, tn = step_s(f"{c}_1gpu"), step_s(f"{c}_{n}gpu")
-    res = {"case": c, "gpus": n, **extras(f"{c}_{n}gpu")}
+    sfx = "" if o == "adamw" else "_" + o
+    t1, tn = step_s(f"{c}_1gpu{sfx}"), step_s(f"{c}_{n}gpu{sfx}")
+    res = {"case": c, "gpus": n, **({"optim": o} if tagged else {}), **extras(f"{c}_{n}gpu{sfx}")}
     if t1 and tn:
         if c == "s0": comm = 2 * f * 2 * P / bw.get("all-reduce", 1) * 1.0
         elif c in ("s1", "s2"): comm = f * 2 * P / bw.get("reduce-scatter", 1) + f * 2 * P / bw.get("all-gather", 1)
@@ -110,4 +126,18 @@ for c, n in [(c, n) for c in cases for n in counts if n > 1]:
     else:
         res["error"] = "a run did not finish: see the logs"
     print(json.dumps(res))
+# OPTIMS with both: Adafactor's median step against AdamW's, per case and GPU count (1 GPU too unless SKIP_ONE)
+if "adamw" in optims and "adafactor" in optims:
+    ns = ([] if skip_one else [1]) + [n for n in counts if n > 1]
+    for c, n in [(c, n) for c in cases for n in ns]:
+        ta, tf = step_s(f"{c}_{n}gpu"), step_s(f"{c}_{n}gpu_adafactor")
+        res = {"case": c, "gpus": n, "compare": "adafactor/adamw", "s_per_step_adamw": ta and round(ta, 4),
+               "s_per_step_adafactor": tf and round(tf, 4),
+               "gpu_peak_gib_adamw": extras(f"{c}_{n}gpu")["gpu_peak_gib"],
+               "gpu_peak_gib_adafactor": extras(f"{c}_{n}gpu_adafactor")["gpu_peak_gib"]}
+        if ta and tf:
+            res.update({"ratio": round(tf / ta, 3), "target": 1.1, "within_target": tf / ta <= 1.1})
+        else:
+            res["error"] = "a run did not finish: see the logs"
+        print(json.dumps(res))
 PY
