@@ -19,6 +19,7 @@ struct DataLoader {
     int max_src, max_tgt;
     uint64_t seed;
     int64_t epoch;
+    int64_t* order;   // (N,) eval: the epoch's order before sharding (dataloader_set_order); NULL: 0 .. N - 1
     int64_t* idx;     // (n_idx,) this rank's example indices for the epoch (-1: padding row)
     int64_t n_idx;
     int64_t n_batches;
@@ -95,7 +96,7 @@ static void group_by_length(const Dataset* ds, int64_t* v, int64_t n, int64_t gr
 void dataloader_set_epoch(DataLoader* dl, int64_t epoch) {
     int64_t N = dl->N, W = dl->W;
     int64_t* order = (int64_t*)malloc_check((size_t)(N ? N : 1) * sizeof(int64_t));
-    for (int64_t i = 0; i < N; i++) order[i] = i;
+    for (int64_t i = 0; i < N; i++) order[i] = dl->order ? dl->order[i] : i;
     if (dl->train && dl->shuffle) {
         permute(order, N, dl->seed, epoch);
         if (dl->group_by_length) group_by_length(dl->ds, order, N, (int64_t)dl->B * W);
@@ -159,6 +160,7 @@ DataLoader* dataloader_open(const Dataset* ds, const DataOptions* opt, bool trai
 
 void dataloader_close(DataLoader* dl) {
     if (!dl) return;
+    free(dl->order);
     free(dl->idx);
     free(dl);
 }
@@ -168,6 +170,32 @@ int dataloader_seek(DataLoader* dl, int64_t batch) {
     if (batch < 0 || batch >= dl->n_batches) return -1;
     dl->pos = batch;
     dl->ended = false;
+    return 0;
+}
+int dataloader_set_order(DataLoader* dl, const int64_t* order, char* err, size_t errlen) {
+    if (dl->train) {
+        t5_set_err(err, errlen, "internal: dataloader_set_order on a training loader");
+        return -1;
+    }
+    int64_t* copy = NULL;
+    if (order) {
+        bool* seen = (bool*)calloc_check((size_t)dl->N, sizeof(bool));
+        for (int64_t i = 0; i < dl->N; i++) {
+            if (order[i] < 0 || order[i] >= dl->N || seen[order[i]]) {
+                t5_set_err(err, errlen, "internal: order[%lld] = %lld: not a permutation of the %lld examples",
+                           (long long)i, (long long)order[i], (long long)dl->N);
+                free(seen);
+                return -1;
+            }
+            seen[order[i]] = true;
+        }
+        free(seen);
+        copy = (int64_t*)malloc_check((size_t)dl->N * sizeof(int64_t));
+        memcpy(copy, order, (size_t)dl->N * sizeof(int64_t));
+    }
+    free(dl->order);
+    dl->order = copy;
+    dataloader_set_epoch(dl, dl->epoch);
     return 0;
 }
 int64_t dataloader_epoch(const DataLoader* dl) { return dl->epoch; }

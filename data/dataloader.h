@@ -20,6 +20,7 @@
  */
 #pragma once
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "dataset.h"
@@ -72,6 +73,11 @@ void dataloader_set_epoch(DataLoader* dl, int64_t epoch);
 // The next dataloader_next_batch of this epoch returns batch `batch` (0 <= batch < dataloader_num_batches): sharded
 // evaluation (src/eval/shard.h) takes one GPU's batches out of order. Returns 0, or -1 for a batch out of range.
 int dataloader_seek(DataLoader* dl, int64_t batch);
+// Eval loaders: the epoch's order (before sharding over ranks) becomes order[0 .. N) instead of 0 .. N - 1, so batch i
+// holds the examples order[i * B ..] (each batch padded to its own longest source as ever): generation's length-sorted
+// batches (src/eval/shard.h). order is copied; NULL restores the input order. Restarts the epoch at its first batch.
+// Returns 0, or -1 with err for a train loader or an order that is not a permutation of [0, N).
+int dataloader_set_order(DataLoader* dl, const int64_t* order, char* err, size_t errlen);
 int64_t dataloader_epoch(const DataLoader* dl);
 // Example indices of this rank for the current epoch, in order (length *n; internal array).
 const int64_t* dataloader_rank_indices(const DataLoader* dl, int64_t* n);

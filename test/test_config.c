@@ -156,6 +156,8 @@ static void test_defaults_are_hf(void** state) {
     assert_true(cfg.ignore_pad_token_for_loss);
     assert_false(cfg.fp16);
     assert_int_equal(cfg.lr_scheduler_type, LR_SCHED_LINEAR);
+    // t5train's own: generation in length-sorted batches (HF's batches with false)
+    assert_true(cfg.eval_sort_by_length);
     // DeepSpeed's own defaults
     assert_int_equal(cfg.ds.fp16.initial_scale_power, 16);
     assert_int_equal(cfg.ds.zero_optimization.stage3_max_live_parameters, 1000000000);
@@ -400,9 +402,10 @@ static void test_cli_overrides_file(void** state) {
     char err[CONFIG_ERR_LEN];
     int rc = api_run(&cfg,
                      "--config configs/t5-small-wmt16.json --learning_rate=1e-4 --per_device_train_batch_size 2 "
-                     "--fp16 false --num_train_epochs 2.5 --source_prefix= --model t5-base",
+                     "--fp16 false --num_train_epochs 2.5 --source_prefix= --model t5-base --eval_sort_by_length false",
                      err, sizeof err);
     if (rc) fail_msg("%s", err);
+    assert_false(cfg.eval_sort_by_length);
     assert_true(cfg.learning_rate == 1e-4);
     assert_src(&cfg, "learning_rate", CONFIG_SRC_CLI);
     assert_int_equal(cfg.per_device_train_batch_size, 2);

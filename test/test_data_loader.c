@@ -1,7 +1,8 @@
 /*
  * test_data_loader.c: the token cache (reuse, rebuild on a changed source, a truncated or
  * corrupt cache, read-only for a dry run) and batching (exact padding / labels / -100 / shift-right, sharding covers the
- * data once per epoch, a seek to any batch of the epoch, resume from a saved state, max_samples, drop_last, group_by_length) and the
+ * data once per epoch, a seek to any batch of the epoch, an eval order (length-sorted batches, each padded to its own
+ * longest source), resume from a saved state, max_samples, drop_last, group_by_length) and the
  * activation lengths the trainer and the planner size for (the longest example, capped, rounded to 8).
  */
 #include "t5test.h"
@@ -12,6 +13,7 @@
 #include "../data/dataloader.h"
 #include "../data/dataset.h"
 #include "../src/base/common.h"
+#include "../src/eval/shard.h"
 
 static char* model_path(void) { return t5_path_join(t5test_data_dir(), "t5-spiece/spiece.model"); }
 
@@ -382,22 +384,31 @@ static void test_collate_exact(void** state) {
     free(pre); free(en); free(ro); free(model);
 }
 
+// The first 61 validation pairs as a file subset `name`, no cache, eval batches of 8: the dataset and its eval loader
+// (o, pre and model stay valid for the caller, which frees pre and model)
+static Dataset* open_subset61(const char* name, DataOptions* o, char** pre, char** model, DataLoader** dl) {
+    *pre = make_subset(name, 61);
+    *model = model_path();
+    options(o, *pre, *model, NULL);
+    o->no_cache = true;
+    o->eval_batch_size = 8;
+    char err[512];
+    Dataset* ds = dataset_open(o, DATA_SPLIT_VALIDATION, NULL, err, sizeof err);
+    if (!ds) fail_msg("%s", err);
+    *dl = dataloader_open(ds, o, false, err, sizeof err);
+    if (!*dl) fail_msg("%s", err);
+    return ds;
+}
+
 // dataloader_seek (sharded evaluation takes one GPU's batches out of order): batch i after a seek is the sequential
 // pass's batch i (rows, padding, lengths), in any order and after the end of the epoch; a batch out of range is refused
 static void test_seek_gives_sequential_batches(void** state) {
     (void)state;
     T5_REQUIRE_DATA();
-    char* pre = make_subset("seek_sub", 61);
-    char* model = model_path();
     DataOptions o;
-    options(&o, pre, model, NULL);
-    o.no_cache = true;
-    o.eval_batch_size = 8;
-    char err[512];
-    Dataset* ds = dataset_open(&o, DATA_SPLIT_VALIDATION, NULL, err, sizeof err);
-    if (!ds) fail_msg("%s", err);
-    DataLoader* dl = dataloader_open(ds, &o, false, err, sizeof err);
-    if (!dl) fail_msg("%s", err);
+    char *pre, *model;
+    DataLoader* dl;
+    Dataset* ds = open_subset61("seek_sub", &o, &pre, &model, &dl);
     const int64_t nb = dataloader_num_batches(dl);
     assert_int_equal(nb, 8);  // 61 = 7 x 8 + 5
     Batch seq[8], b;
@@ -425,6 +436,84 @@ static void test_seek_gives_sequential_batches(void** state) {
     for (int64_t i = 0; i < nb; i++) batch_free(&seq[i]);
     batch_free(&b);
     dataloader_close(dl);
+    dataset_close(ds);
+    free(pre);
+    free(model);
+}
+
+// dataloader_set_order (generation's length-sorted batches, src/eval/shard.h): batch i holds order[i * B ..], padded
+// to its own longest source (not the split's longest), the rows as the input-order pass collates them; a seek still
+// works; NULL restores the input order; a non-permutation and a training loader are refused
+static void test_set_order_sorted_batches(void** state) {
+    (void)state;
+    T5_REQUIRE_DATA();
+    DataOptions o;
+    char *pre, *model;
+    DataLoader* dl;
+    Dataset* ds = open_subset61("order_sub", &o, &pre, &model, &dl);
+    const int64_t n = dataset_size(ds);
+    assert_int_equal(n, 61);
+    char err[512];
+    // the input-order pass: each example's collated row (its source tokens, padded within its batch)
+    Batch b;
+    memset(&b, 0, sizeof b);
+    int32_t lens[61];
+    int max_len = 0;
+    for (int64_t e = 0; e < n; e++) lens[e] = dataset_source_length(ds, e), max_len = T5_MAX(max_len, lens[e]);
+    int64_t perm[61];
+    assert_int_equal(eval_shard_order_by_length(lens, n, perm), 0);
+    assert_int_equal(dataloader_set_order(dl, perm, err, sizeof err), 0);
+    assert_int_equal(dataloader_num_batches(dl), 8);
+    int64_t seen = 0, padded = 0;
+    int widths[8];
+    for (int64_t i = 0; i < 8; i++) {
+        assert_true(dataloader_next_batch(dl, &b));
+        assert_int_equal(b.B, i == 7 ? 5 : 8);
+        int longest = 0;
+        for (int r = 0; r < b.B; r++) {
+            const int64_t e = b.example_index[r];
+            assert_int_equal(e, perm[i * 8 + r]);
+            longest = T5_MAX(longest, lens[e]);
+            const int32_t *src, *tgt;
+            int ns, nt;
+            dataset_get(ds, e, &src, &ns, &tgt, &nt);
+            assert_memory_equal(b.input_ids + (size_t)r * b.Ts, src, (size_t)ns * sizeof(int32_t));
+            for (int j = ns; j < b.Ts; j++) assert_int_equal(b.input_ids[(size_t)r * b.Ts + j], 0);
+            for (int j = 0; j < b.Ts; j++) assert_int_equal(b.attention_mask[(size_t)r * b.Ts + j], j < ns);
+            seen++;
+        }
+        assert_int_equal(b.Ts, longest);  // its own longest: the sorted batches shrink
+        widths[i] = b.Ts;
+        padded += (int64_t)b.B * b.Ts;
+        if (i > 0) assert_true(widths[i] <= widths[i - 1]);
+    }
+    assert_false(dataloader_next_batch(dl, &b));
+    assert_int_equal(seen, n);
+    assert_int_equal(widths[0], max_len);
+    assert_int_equal(padded, eval_shard_padded_positions(lens, perm, n, 8, 0, 0));
+    assert_true(padded <= eval_shard_padded_positions(lens, NULL, n, 8, 0, 0));
+    assert_int_equal(dataloader_seek(dl, 3), 0);
+    assert_true(dataloader_next_batch(dl, &b));
+    assert_int_equal(b.example_index[0], perm[24]);
+    // back to the input order
+    assert_int_equal(dataloader_set_order(dl, NULL, err, sizeof err), 0);
+    assert_true(dataloader_next_batch(dl, &b));
+    for (int r = 0; r < b.B; r++) assert_int_equal(b.example_index[r], r);
+    // refused: a repeated index, one out of range; a training loader
+    int64_t bad[61];
+    memcpy(bad, perm, sizeof bad);
+    bad[5] = bad[6];
+    assert_int_equal(dataloader_set_order(dl, bad, err, sizeof err), -1);
+    assert_non_null(strstr(err, "not a permutation"));
+    bad[5] = 61;
+    assert_int_equal(dataloader_set_order(dl, bad, err, sizeof err), -1);
+    dataloader_close(dl);
+    o.train_batch_size = 8;
+    dl = dataloader_open(ds, &o, true, err, sizeof err);
+    if (!dl) fail_msg("%s", err);
+    assert_int_equal(dataloader_set_order(dl, perm, err, sizeof err), -1);
+    dataloader_close(dl);
+    batch_free(&b);
     dataset_close(ds);
     free(pre);
     free(model);
@@ -609,6 +698,7 @@ int main(void) {
         cmocka_unit_test(test_collate_exact),
         cmocka_unit_test(test_sharding_covers_once),
         cmocka_unit_test(test_seek_gives_sequential_batches),
+        cmocka_unit_test(test_set_order_sorted_batches),
         cmocka_unit_test(test_shuffle_deterministic_and_resume),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -6,7 +6,8 @@
  * example is evaluated exactly once, every rank runs the same number of steps, eval_shard_slot finds each batch in
  * the gathered buffer, a piece's batches come out in input order and no padding slot is ever read (they hold NAN /
  * -1, which would show), and eval_shard_loss over the gathered losses is one GPU's mean bit for bit; the length
- * order is longest first, ties in input order.
+ * order is longest first, ties in input order; generation over the length-sorted batches puts every row back at its
+ * input index, with the same batches on any number of ranks; the padded positions those batches save.
  */
 #include "t5test.h"
 
@@ -175,11 +176,121 @@ static void test_order_by_length(void** state) {
     assert_int_equal(eval_shard_order_by_length(len, 0, perm), 0);
 }
 
+// Length-sorted generation as evaluate_generate runs it: the order from the split's lengths, batch i = positions
+// [i * B, ..) of it, the batches dealt to W ranks and all-gathered in pieces; each gathered row is put back at its
+// example's input index. Checked for W = 1, 2, 3, 4, 8 and pieces of 1, 2, 3 and all steps: every example lands once at
+// its input index, each batch holds the same examples whatever W (one GPU's sorted batches, dealt), and its rows are
+// the sorted order's (sources non-increasing across the split); the padded positions never exceed the input order's.
+static void check_sorted(int64_t n, int64_t B) {
+    int32_t* len = malloc((size_t)(n + 1) * sizeof(int32_t));
+    int64_t* perm = malloc((size_t)(n + 1) * sizeof(int64_t));
+    uint64_t x = 0x9E3779B97F4A7C15ull ^ (uint64_t)n;
+    for (int64_t e = 0; e < n; e++) {  // lengths 1..48 with many ties
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        len[e] = 1 + (int32_t)((x >> 33) % 48);
+    }
+    assert_int_equal(eval_shard_order_by_length(len, n, perm), 0);
+    for (int64_t p = 1; p < n; p++)
+        if (len[perm[p]] > len[perm[p - 1]] || (len[perm[p]] == len[perm[p - 1]] && perm[p] < perm[p - 1]))
+            fail_msg("n %lld: position %lld out of order", (long long)n, (long long)p);
+    EvalShard one;
+    eval_shard_plan(&one, n, B, 1);
+    // batch -> its first example as one GPU forms the sorted batches
+    int64_t* first_of = malloc((size_t)(one.n_batches + 1) * sizeof(int64_t));
+    for (int64_t i = 0; i < one.n_batches; i++) {
+        int64_t f, c;
+        eval_shard_examples(&one, i, &f, &c);
+        first_of[i] = perm[f];
+    }
+    const int ws[] = {1, 2, 3, 4, 8};
+    int64_t* placed = malloc((size_t)(n + 1) * sizeof(int64_t));
+    for (size_t w = 0; w < T5_ARRAY_LEN(ws); w++) {
+        EvalShard s;
+        eval_shard_plan(&s, n, B, ws[w]);
+        const int64_t W = s.world;
+        const int64_t pieces[] = {1, 2, 3, T5_MAX(s.steps, (int64_t)1)};
+        for (size_t pc = 0; pc < T5_ARRAY_LEN(pieces); pc++) {
+            const int64_t piece = pieces[pc];
+            for (int64_t e = 0; e < n; e++) placed[e] = -1;
+            int64_t* all = malloc((size_t)(W * piece * B + 1) * sizeof(int64_t));
+            for (int64_t k0 = 0; k0 < s.steps; k0 += piece) {
+                const int64_t nk = T5_MIN(piece, s.steps - k0);
+                for (int64_t r = 0; r < W; r++)  // rank r generates its batches: rows = the sorted order's examples
+                    for (int64_t kk = 0; kk < nk; kk++) {
+                        int64_t* slot = all + (r * nk + kk) * B;
+                        const int64_t i = eval_shard_batch(&s, (int)r, k0 + kk);
+                        int64_t f = 0, c = 0;
+                        if (i >= 0) eval_shard_examples(&s, i, &f, &c);
+                        for (int64_t j = 0; j < B; j++) slot[j] = j < c ? perm[f + j] : -1;
+                    }
+                const int64_t end = T5_MIN((k0 + nk) * W, s.n_batches);
+                for (int64_t i = k0 * W; i < end; i++) {  // score: each row at its example's input index
+                    const int64_t* rows = all + eval_shard_slot(&s, i, k0, nk) * B;
+                    int64_t f, c;
+                    eval_shard_examples(&s, i, &f, &c);
+                    if (rows[0] != first_of[i])
+                        fail_msg("n %lld B %lld W %lld: batch %lld starts with example %lld, one GPU's with %lld",
+                                 (long long)n, (long long)B, (long long)W, (long long)i, (long long)rows[0],
+                                 (long long)first_of[i]);
+                    for (int64_t j = 0; j < c; j++) {
+                        const int64_t e = perm[f + j];
+                        if (rows[j] != e || placed[e] != -1)
+                            fail_msg("n %lld B %lld W %lld piece %lld: batch %lld row %lld holds %lld (want %lld, placed "
+                                     "%lld)", (long long)n, (long long)B, (long long)W, (long long)piece, (long long)i,
+                                     (long long)j, (long long)rows[j], (long long)e, (long long)placed[e]);
+                        placed[e] = rows[j];
+                    }
+                }
+            }
+            for (int64_t e = 0; e < n; e++)  // input order restored: every example at its own index
+                if (placed[e] != e) fail_msg("n %lld B %lld W %lld: input index %lld holds %lld", (long long)n,
+                                             (long long)B, (long long)W, (long long)e, (long long)placed[e]);
+            free(all);
+        }
+    }
+    const int64_t sorted = eval_shard_padded_positions(len, perm, n, B, 0, 0);
+    const int64_t input = eval_shard_padded_positions(len, NULL, n, B, 0, 0);
+    if (sorted > input) fail_msg("n %lld B %lld: sorted batches pad to %lld positions, input order %lld", (long long)n,
+                                 (long long)B, (long long)sorted, (long long)input);
+    free(placed);
+    free(first_of);
+    free(perm);
+    free(len);
+}
+
+static void test_sorted_order_restored(void** state) {
+    (void)state;
+    const int64_t ns[] = {0, 1, 7, 9, 64, 65, 1999};
+    const int64_t bs[] = {1, 4, 8, 64};
+    for (size_t a = 0; a < T5_ARRAY_LEN(ns); a++)
+        for (size_t b = 0; b < T5_ARRAY_LEN(bs); b++) check_sorted(ns[a], bs[b]);
+}
+
+// the padded positions, by hand: lengths {5, 9, 5, 1, 9, 7, 5} in batches of 3
+static void test_padded_positions(void** state) {
+    (void)state;
+    const int32_t len[] = {5, 9, 5, 1, 9, 7, 5};
+    int64_t perm[7];
+    assert_int_equal(eval_shard_order_by_length(len, 7, perm), 0);  // 1 4 5 | 0 2 6 | 3
+    // input order: {5 9 5} 3 x 9 + {1 9 7} 3 x 9 + {5} 1 x 5 = 59; sorted: 3 x 9 + 3 x 5 + 1 x 1 = 43
+    assert_int_equal(eval_shard_padded_positions(len, NULL, 7, 3, 0, 0), 59);
+    assert_int_equal(eval_shard_padded_positions(len, perm, 7, 3, 0, 0), 43);
+    // rounded to multiples of 8 (fp16's pad_to_multiple_of): 3 x 16 + 3 x 16 + 8 = 104; sorted 48 + 24 + 8 = 80
+    assert_int_equal(eval_shard_padded_positions(len, NULL, 7, 3, 0, 8), 104);
+    assert_int_equal(eval_shard_padded_positions(len, perm, 7, 3, 0, 8), 80);
+    // pad_to_max_length (every batch at max_source_length 12): sorting saves nothing
+    assert_int_equal(eval_shard_padded_positions(len, NULL, 7, 3, 12, 0), 84);
+    assert_int_equal(eval_shard_padded_positions(len, perm, 7, 3, 12, 0), 84);
+    assert_int_equal(eval_shard_padded_positions(len, perm, 0, 3, 0, 0), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_size),
         cmocka_unit_test(test_newsdev_numbers),
         cmocka_unit_test(test_order_by_length),
+        cmocka_unit_test(test_sorted_order_restored),
+        cmocka_unit_test(test_padded_positions),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -443,7 +443,8 @@ static void test_generate_lockstep_extra_steps(void** state) {
 }
 
 // evaluate_generate end to end on 20 WMT16 validation examples (real tokenizer and data loader, tiny model):
-// the counts, gen_len recomputed from t5_generate on the same batches, the predictions file, the empty-split error
+// the counts, gen_len recomputed from t5_generate on the same batches, the same result from length-sorted batches,
+// the predictions file, the empty-split error
 static void test_evaluate_generate(void** state) {
     (void)state;
     T5_REQUIRE_GPU();
@@ -495,6 +496,26 @@ static void test_evaluate_generate(void** state) {
     }
     assert_int_equal(n, 20);
     assert_true(fabs(r.gen_len - evaluate_round4((double)nonpad / 20.0)) < 1e-12);
+    // the same split in length-sorted batches (EvalGenConfig.sort_by_length): other batches and widths, the same
+    // predictions in input order, the same BLEU, and gen_len still HF's input-order count (2 beams: the </s> fill
+    // follows the input-order batches' widths); fp32, so each row's tokens are expected to be the unsorted run's
+    EvalGenConfig cs = c;
+    cs.sort_by_length = true;
+    EvalGenResult rs;
+    if (evaluate_generate(m.Z, &m.t, tok, ds, &d, &cs, m.s, &rs, err, sizeof err)) fail_msg("%s", err);
+    print_message("sorted: bleu %.4f, gen_len %.4f, padded source positions %lld (input order %lld), %.3f s\n",
+                  rs.bleu, rs.gen_len, (long long)rs.src_positions, (long long)rs.src_positions_input, rs.runtime);
+    assert_true(rs.sorted && !r.sorted);
+    assert_true(rs.src_positions <= rs.src_positions_input);
+    assert_int_equal(r.src_positions, r.src_positions_input);
+    assert_int_equal(rs.num_samples, 20);
+    for (int64_t i = 0; i < 20; i++)
+        if (strcmp(rs.predictions[i], r.predictions[i]) != 0)
+            fail_msg("example %lld: sorted \"%s\", input order \"%s\"", (long long)i, rs.predictions[i],
+                     r.predictions[i]);
+    assert_true(rs.bleu == r.bleu);
+    assert_true(rs.gen_len == r.gen_len);
+    evaluate_result_free(&rs);
     batch_free(&b);
     dataloader_close(dl);
     t5_generator_destroy(G);

@@ -856,7 +856,7 @@ static void make_cases(void) {
         "overwrite_cache", "pad_to_max_length", "ignore_pad_token_for_loss", "do_eval", "do_predict",
         "logging_first_step", "save_on_each_node", "fp16", "bf16", "fp16_full_eval", "bf16_full_eval",
         "gradient_checkpointing", "dataloader_drop_last", "group_by_length", "predict_with_generate",
-        "early_stopping"};
+        "early_stopping", "eval_sort_by_length"};
     for (size_t i = 0; i < sizeof BOOLS / sizeof BOOLS[0]; i++) {
         char name[96];
         snprintf(name, sizeof name, "flag bool: --%s=maybe", BOOLS[i]);

@@ -380,6 +380,7 @@ typedef struct {
     int64_t generation_num_beams;       // -1 = null
     double length_penalty;
     bool early_stopping;
+    bool eval_sort_by_length;           // t5train's own: generation's batches of the length-sorted order (issue 29)
     char report_to[64];
     char resume_from_checkpoint[CONFIG_STR_LEN];
     // the Hub (HF's push_to_hub / hub_*; src/upload/push_to_hub.h)

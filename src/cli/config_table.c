@@ -164,6 +164,9 @@ const ConfigKey CONFIG_KEYS[] = {
     K_INT("generation_num_beams", generation_num_beams, "null", 1, 64, NUL, "beams when num_beams is null"),
     K_FLT("length_penalty", length_penalty, "1.0", -1e3, 1e3, 0, "beam search length penalty"),
     K_BOOL("early_stopping", early_stopping, "false", 0, "beam search stops when num_beams hypotheses are done"),
+    K_BOOL("eval_sort_by_length", eval_sort_by_length, "true", 0,
+           "t5train's own: generate in batches of similar source length (sorted; outputs and metrics in input order); "
+           "false: HF's batches (docs/generate.md)"),
     K_STR("report_to", report_to, "\"none\"", 0, "none, csv, tensorboard, all, or csv,tensorboard (src/report/report_to.h)"),
     K_STR("resume_from_checkpoint", resume_from_checkpoint, "null", NUL, "checkpoint folder to resume from"),
     K_BOOL("push_to_hub", push_to_hub, "false", 0,

@@ -260,6 +260,7 @@ static void args_generation(const RunConfig* c, TrainerArgs* a) {
     a->gen.num_beams = (int)(c->num_beams > 0 ? c->num_beams : c->generation_num_beams > 0 ? c->generation_num_beams : 1);
     a->gen.length_penalty = (float)c->length_penalty;
     a->gen.early_stopping = c->early_stopping ? GEN_EARLY_STOP_TRUE : GEN_EARLY_STOP_FALSE;
+    a->eval_sort_by_length = c->eval_sort_by_length;
     static char gerr[256];
     if (generate_options_check(&a->gen, gerr, sizeof gerr)) t5_die(T5_EXIT_USAGE, "%s", gerr);
 }

@@ -17,6 +17,32 @@ int64_t evaluate_count_nonpad(const int32_t* row, int width, int pad) {
     return n;
 }
 
+int evaluate_row_length(const int32_t* row, int width, int eos) {
+    for (int j = 1; j < width; j++)
+        if (row[j] == eos) return j + 1;
+    return width;
+}
+
+int64_t evaluate_hf_nonpad(const int32_t* own_len, const int32_t* own_nonpad, int64_t n, int64_t batch,
+                           bool fill_counts) {
+    int64_t total = 0;
+    for (int64_t first = 0; first < n; first += batch) {
+        const int64_t end = T5_MIN(first + batch, n);
+        int32_t w = 0;
+        for (int64_t e = first; e < end; e++) w = T5_MAX(w, own_len[e]);
+        for (int64_t e = first; e < end; e++) total += own_nonpad[e] + (fill_counts ? w - own_len[e] : 0);
+    }
+    return total;
+}
+
+void evaluate_sort_line(const EvalGenResult* r, char* buf, size_t cap) {
+    if (cap == 0) return;
+    buf[0] = 0;
+    if (!r->sorted) return;
+    snprintf(buf, cap, "%s generation: batches sorted by source length: %lld padded source positions (input order: "
+             "%lld)", r->prefix, (long long)r->src_positions, (long long)r->src_positions_input);
+}
+
 double evaluate_round4(double x) {
     if (!isfinite(x)) return x;
     char buf[64];

@@ -52,6 +52,11 @@ typedef struct {
                               // gathering on demand): every rank generates at every step (a padding step generates the
                               // split's last batch and drops it) and the ranks agree at each finished-check to stop
                               // together (t5_generator_set_lockstep), so that they issue the same fetches
+    bool sort_by_length;      // generate the batches of the length-sorted order (src/eval/shard.h: longest sources
+                              // first, the same on every rank), each padded to its own longest source; the rows are
+                              // put back in input order and gen_len counted over the input-order batches (below), so
+                              // the metrics and predictions are the unsorted run's as long as each row's tokens are.
+                              // false: the input order's batches (HF's predict). The trainer's default: true
 } EvalGenConfig;
 
 // How the ranks shared a generation (EvalGenResult.mode)
@@ -84,10 +89,14 @@ typedef struct {
     EvalGenMode mode;
     int world;                // ranks (1: one rank)
     EvalGenRankCounts* ranks; // (world) every rank's counts, on every rank
+    bool sorted;              // the batches were those of the length-sorted order (EvalGenConfig.sort_by_length)
+    int64_t src_positions;    // padded source positions of the batches generated (eval_shard_padded_positions)
+    int64_t src_positions_input; // the same for the input order's batches (equal when not sorted)
 } EvalGenResult;
 
-// Generates over `ds` with one GPU's eval batching (dataloader_open(ds, dopt, false) on one rank: sequential,
-// dopt->eval_batch_size, the same padding as HF's collator) using the parameters in Z (already loaded), and
+// Generates over `ds` with one GPU's eval batching (dataloader_open(ds, dopt, false) on one rank: sequential, or with
+// cfg->sort_by_length in the length-sorted order (dataloader_set_order), dopt->eval_batch_size, the same padding as
+// HF's collator; the results in input order either way) using the parameters in Z (already loaded), and
 // computes the metrics. With cfg->shard or cfg->lockstep on several ranks each rank generates its share of those
 // batches (lockstep: the ranks stepping together) and every rank scores the gathered rows in input order: the same result on every rank, one GPU's in fp32 (num_steps: the
 // steps of one rank, as HF counts them on N GPUs). tok decodes. stream: the compute stream. Returns 0, or -1 with
@@ -105,12 +114,27 @@ int evaluate_write_predictions(const char* output_dir, const EvalGenResult* r, c
 
 // ---- CPU pieces (unit-tested in test/test_evaluate.c)
 
+// One line saying how the batches were formed when sorted, e.g. "predict generation: batches sorted by source
+// length: 5120 padded source positions (input order: 9216)" ("" when not sorted).
+void evaluate_sort_line(const EvalGenResult* r, char* buf, size_t cap);
 // One line saying how the ranks shared r's generation, e.g. "predict generation on 2 ranks, sharded in lockstep (steps
 // agreed): batches per rank 5 5 | padding 0 0 | decoder steps 96 96 | agreements 24 24 | unit gathers 960 960"
 // (written to buf, truncated to cap; "" for one rank).
 void evaluate_shard_line(const EvalGenResult* r, char* buf, size_t cap);
 // np.count_nonzero(row != pad) over row[0..width)
 int64_t evaluate_count_nonpad(const int32_t* row, int width, int pad);
+// A generated row's own length (row[0] the decoder start): 1 + its tokens up to and including its first eos, or width
+// when it has none (it ran to max_length: greedy rows run until every row of the batch ended, beam hypotheses end with
+// eos or at max_length). The positions from there to width hold the batch's fill (t5_generate: greedy pad, beam HF's
+// `pad or eos`), which depends on the batch's width, not on the row.
+int evaluate_row_length(const int32_t* row, int width, int eos);
+// HF's sum of np.count_nonzero(row != pad) over the rows as one GPU returns them in input-order batches of `batch`
+// (examples [i * batch, (i + 1) * batch) padded together to W_i = the longest own_len among them), from each
+// example's own_len (evaluate_row_length) and own_nonpad (count_nonpad over its own length): own_nonpad[e], plus
+// W_i - own_len[e] fill positions when the fill is not pad (fill_counts: beam search with pad 0, whose fill is eos).
+// Equals the count over the rows of any other batching with the same rows: that is how sorted batches keep gen_len.
+int64_t evaluate_hf_nonpad(const int32_t* own_len, const int32_t* own_nonpad, int64_t n, int64_t batch,
+                           bool fill_counts);
 // Python round(x, 4) for a finite double (correctly rounded, ties to even on the exact binary value)
 double evaluate_round4(double x);
 // decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=clean_up).strip(), malloc'd

@@ -7,6 +7,14 @@
  * (t5_generate's *out_len; ids past it hold pad), -1 in a padding step's rows. A step's slot holds B rows, of which
  * the batch's example count are real.
  *
+ * Length-sorted batches (EvalGenConfig.sort_by_length): the loader deals the batches of the sorted order
+ * (dataloader_set_order with eval_shard_order_by_length's permutation, the same on every rank), so batch i holds the
+ * examples order[i * B ..]; a row is scored as its example (order[position]) and its prediction lands at that input
+ * index. BLEU's statistics and the gen_len count are integer sums, so the order in which rows are scored changes
+ * nothing; what a sorted batch does change is the width its rows are filled to (beam search's fill is `</s>`, which HF's
+ * gen_len counts). So each row's own length and own non-pad count are kept, and gen_len is counted at the end over the
+ * input-order batches as one GPU returns them (evaluate_hf_nonpad), sorted or not: the same number either way.
+ *
  * Lockstep (EvalGenConfig.lockstep: ZeRO-3 gathering on demand, every fetch a collective): every rank runs the
  * encoder and decoder steps at every step, a padding step on the split's last batch (its rows dropped, its vote
  * "finished"), and at each finished-check the ranks all-reduce (max) their votes (gen_agree) so that they stop
@@ -43,9 +51,16 @@ typedef struct {
     cudaStream_t stream;
     int64_t real_batches, pad_batches;
     BleuStats st;
-    int64_t nonpad, n_done;
+    int64_t n_done;
     char** preds;        // (n) in input order, with keep_predictions
+    int64_t* order;      // (n) sorted: the example at each position of the generation order; NULL: input order
+    int32_t* own_len;    // (n) per example (input index): evaluate_row_length of its row
+    int32_t* own_nonpad; // (n) per example: its non-pad tokens within own_len
+    int eos, fill;       // eos; what t5_generate writes past a row's own length (greedy pad, beam HF's fill value)
 } GenRun;
+
+// the example at position p of the generation order
+static int64_t gen_example(const GenRun* g, int64_t p) { return g->order ? g->order[p] : p; }
 
 // a count for the all-gather of the ranks' counts (int32; a larger one is shown as INT32_MAX)
 static int32_t count_i32(int64_t v) { return v > INT32_MAX ? INT32_MAX : (int32_t)v; }
@@ -91,8 +106,8 @@ static int gen_steps(GenRun* g, int64_t k0, int64_t nk, cudaStream_t s, char* er
         int64_t first, count;
         eval_shard_examples(&g->sh, i, &first, &count);
         if (dataloader_seek(g->dl, i) || !dataloader_next_batch(g->dl, &g->batch) || g->batch.B != count ||
-            g->batch.example_index[0] != first) {
-            snprintf(err, errlen, "internal: the data loader did not give batch %lld (examples %lld + %lld)",
+            g->batch.example_index[0] != gen_example(g, first)) {
+            snprintf(err, errlen, "internal: the data loader did not give batch %lld (positions %lld + %lld)",
                      (long long)i, (long long)first, (long long)count);
             return -1;
         }
@@ -117,7 +132,8 @@ static int gen_steps(GenRun* g, int64_t k0, int64_t nk, cudaStream_t s, char* er
     return 0;
 }
 
-// Scores the batches of the gathered steps [k0, k0 + nk) in input order. 0, or -1 with err.
+// Scores the batches of the gathered steps [k0, k0 + nk) in batch order, each row as its example (input index). 0,
+// or -1 with err.
 static int gen_score(GenRun* g, int64_t k0, int64_t nk, char* err, size_t errlen) {
     const int64_t W = g->sh.world, end = T5_MIN((k0 + nk) * W, g->sh.n_batches);
     for (int64_t i = k0 * W; i < end; i++) {
@@ -126,14 +142,23 @@ static int gen_score(GenRun* g, int64_t k0, int64_t nk, char* err, size_t errlen
         const int32_t* rows = g->all + (size_t)eval_shard_slot(&g->sh, i, k0, nk) * g->B * g->RS;
         for (int64_t j = 0; j < count; j++) {
             const int32_t* row = rows + (size_t)j * g->RS;
-            const int64_t e = first + j;
+            const int64_t e = gen_example(g, first + j);
             const int width = row[0];
             if (width < 0 || width > g->ML) {
                 snprintf(err, errlen, "internal: example %lld (batch %lld) is not in the gathered results",
                          (long long)e, (long long)i);
                 return -1;
             }
-            g->nonpad += evaluate_count_nonpad(row + 1, width, g->pad);
+            // gen_len's count, independent of this batch's width: the row's own part, the fill past it checked
+            const int len = evaluate_row_length(row + 1, width, g->eos);
+            for (int x = len; x < width; x++)
+                if (row[1 + x] != g->fill) {
+                    snprintf(err, errlen, "internal: example %lld: position %d of %d holds %d after the row's end at "
+                             "%d, not the fill %d", (long long)e, x, width, row[1 + x], len, g->fill);
+                    return -1;
+                }
+            g->own_len[e] = len;
+            g->own_nonpad[e] = (int32_t)evaluate_count_nonpad(row + 1, len, g->pad);
             const int32_t *src, *tgt;
             int n_src, n_tgt;
             dataset_get(g->ds, e, &src, &n_src, &tgt, &n_tgt);
@@ -178,6 +203,9 @@ static void gen_free(GenRun* g) {
         for (int64_t i = 0; i < g->sh.n; i++) free(g->preds[i]);
         free(g->preds);
     }
+    free(g->order);
+    free(g->own_len);
+    free(g->own_nonpad);
     bleu_stats_free(&g->st);
     batch_free(&g->batch);
     if (g->all != g->mine) free(g->all);
@@ -194,7 +222,9 @@ int evaluate_generate(ZeroEngine* Z, const ParamTable* t, const Tokenizer* tok, 
     snprintf(out->prefix, sizeof out->prefix, "%s", cfg->prefix ? cfg->prefix : "eval");
     if (gen_check(ds, dopt, cfg, out->prefix, err, errlen)) return -1;
     GenRun g = {.cfg = cfg, .tok = tok, .ds = ds, .B = dopt->eval_batch_size, .ML = cfg->gen.max_length,
-                .pad = t->cfg.pad_token_id};
+                .pad = t->cfg.pad_token_id, .eos = t->cfg.eos_token_id};
+    // t5_generate's fill past a row's end (model/generate.h): greedy pad; beam HF's `pad_token_id or eos_token_id`
+    g.fill = cfg->gen.num_beams > 1 && g.pad == 0 ? g.eos : g.pad;
     g.RS = g.ML + 1;
     const int world = cfg->comm ? comm_world_size(cfg->comm) : 1;
     const bool shard = (cfg->shard || cfg->lockstep) && world > 1;
@@ -220,6 +250,32 @@ int evaluate_generate(ZeroEngine* Z, const ParamTable* t, const Tokenizer* tok, 
         t5_generator_destroy(g.G);
         return -1;
     }
+    // the batches' order: sorted by source length (the same permutation on every rank: it depends on the split only),
+    // or the input order; the padded source positions of both, for the line the trainer prints
+    {
+        const int64_t n = g.sh.n;
+        int32_t* lens = malloc_check((size_t)n * sizeof(int32_t));
+        for (int64_t e = 0; e < n; e++) lens[e] = dataset_source_length(ds, e);
+        const int min_w = dopt->pad_to_max_length ? dopt->max_source_length : 0;
+        out->src_positions_input = eval_shard_padded_positions(lens, NULL, n, g.B, min_w, dopt->pad_to_multiple_of);
+        out->src_positions = out->src_positions_input;
+        if (cfg->sort_by_length) {
+            g.order = malloc_check((size_t)n * sizeof(int64_t));
+            int bad = eval_shard_order_by_length(lens, n, g.order);
+            if (bad) snprintf(err, errlen, "sorting %lld examples by length: out of memory", (long long)n);
+            else bad = dataloader_set_order(g.dl, g.order, err, errlen);
+            if (bad) {
+                free(lens);
+                free(g.order);
+                dataloader_close(g.dl);
+                t5_generator_destroy(g.G);
+                return -1;
+            }
+            out->sorted = true;
+            out->src_positions = eval_shard_padded_positions(lens, g.order, n, g.B, min_w, dopt->pad_to_multiple_of);
+        }
+        free(lens);
+    }
     const double t0 = wall_s();
     const size_t step_rows = (size_t)g.B * g.RS;
     g.piece = T5_MAX((int64_t)(GATHER_BYTES / (step_rows * sizeof(int32_t) * g.sh.world)), (int64_t)1);
@@ -228,6 +284,8 @@ int evaluate_generate(ZeroEngine* Z, const ParamTable* t, const Tokenizer* tok, 
     g.mine = malloc_check((size_t)g.piece * step_rows * sizeof(int32_t));
     g.all = shard ? malloc_check((size_t)g.sh.world * g.piece * step_rows * sizeof(int32_t)) : g.mine;
     g.preds = cfg->keep_predictions ? calloc_check((size_t)g.sh.n, sizeof(char*)) : NULL;
+    g.own_len = calloc_check((size_t)g.sh.n, sizeof(int32_t));  // 0: not scored (a scored row's is >= 1)
+    g.own_nonpad = calloc_check((size_t)g.sh.n, sizeof(int32_t));
     bleu_stats_init(&g.st, false);
     int rc = 0;
     for (int64_t k0 = 0; k0 < g.sh.steps && rc == 0; k0 += g.piece) {
@@ -259,10 +317,17 @@ int evaluate_generate(ZeroEngine* Z, const ParamTable* t, const Tokenizer* tok, 
         snprintf(err, errlen, "internal: %lld of %lld examples scored", (long long)g.n_done, (long long)g.sh.n);
         rc = -1;
     }
+    for (int64_t e = 0; rc == 0 && e < g.sh.n; e++)
+        if (g.own_len[e] < 1) {
+            snprintf(err, errlen, "internal: example %lld was not scored", (long long)e);
+            rc = -1;
+        }
     if (rc == 0) {
         bleu_stats_compute(&g.st, &out->bleu_detail);
         out->bleu = evaluate_round4(out->bleu_detail.score);
-        out->gen_len = evaluate_round4(g.n_done ? (double)g.nonpad / (double)g.n_done : 0.0);
+        // HF's count over the input-order batches (every example scored once: own_len / own_nonpad all set)
+        const int64_t nonpad = evaluate_hf_nonpad(g.own_len, g.own_nonpad, g.sh.n, g.B, g.fill != g.pad);
+        out->gen_len = evaluate_round4(g.n_done ? (double)nonpad / (double)g.n_done : 0.0);
         out->num_samples = g.n_done;
         out->num_steps = g.sh.steps;
         out->runtime = wall_s() - t0;

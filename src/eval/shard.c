@@ -73,3 +73,19 @@ int eval_shard_order_by_length(const int32_t* lengths, int64_t n, int64_t* perm)
     free(v);
     return 0;
 }
+
+int64_t eval_shard_padded_positions(const int32_t* lengths, const int64_t* order, int64_t n, int64_t batch,
+                                    int min_width, int multiple) {
+    int64_t total = 0;
+    for (int64_t first = 0; first < n; first += batch) {
+        const int64_t rows = n - first < batch ? n - first : batch;
+        int64_t w = min_width;
+        for (int64_t p = first; p < first + rows; p++) {
+            const int64_t len = lengths[order ? order[p] : p];
+            if (len > w) w = len;
+        }
+        if (multiple > 1) w = (w + multiple - 1) / multiple * multiple;
+        total += rows * w;
+    }
+    return total;
+}

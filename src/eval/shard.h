@@ -16,8 +16,14 @@
  * contiguous run of the input order, so a split gathered in pieces of steps is scored piece by piece in input order.
  * The padding slots are never read.
  *
- * Generation may take its batches in another order (eval_shard_order_by_length: longest sources first, ties in input
- * order), the same permutation on every world size; the predictions are put back in input order by it (not used yet).
+ * Generation takes its batches from the length-sorted order by default (EvalGenConfig.sort_by_length, the
+ * eval_sort_by_length key): the split's examples ordered by eval_shard_order_by_length (longest source first, ties in
+ * input order), computed from the split alone, so the same permutation on every rank and every world size; batch i is
+ * then positions [i * B, min((i + 1) * B, n)) of that order, and everything above holds with "example" read as
+ * "position": the batches are still one GPU's batches (of the sorted order) dealt to the ranks. Each gathered row is
+ * put back at its example's input index (order[position]) before anything is written, so the predictions come out in
+ * input order. The data loader pads each batch to its own longest source (data/dataloader.h), so sorted batches carry
+ * less padding: eval_shard_padded_positions counts it.
  */
 #pragma once
 
@@ -54,6 +60,12 @@ double eval_shard_loss(const EvalShard* s, const float* gathered);
 // perm[j] = the example at position j when sorted by length, longest first, ties in input order (stable).
 // Returns 0, or -1 when perm cannot be allocated scratch (n too large).
 int eval_shard_order_by_length(const int32_t* lengths, int64_t n, int64_t* perm);
+// The padded source positions of the batches of `batch` consecutive positions of `order` (NULL: input order): the
+// sum over batches of rows x width, width = the batch's longest lengths[order[p]], at least min_width (the
+// collator's pad_to_max_length: max_source_length; else 0), rounded up to a multiple of `multiple` (<= 1: none), as
+// data/dataloader.c pads input_ids. What the encoder and every decoder step's cross-attention read.
+int64_t eval_shard_padded_positions(const int32_t* lengths, const int64_t* order, int64_t n, int64_t batch,
+                                    int min_width, int multiple);
 
 #ifdef __cplusplus
 }

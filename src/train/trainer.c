@@ -47,6 +47,7 @@ void trainer_args_default(TrainerArgs* a) {
     memset(a, 0, sizeof *a);
     data_options_default(&a->data);
     generate_options_default(&a->gen);
+    a->eval_sort_by_length = true;  // the eval_sort_by_length key's default
     a->dtype = DT_F32;
     loss_scaler_config_default(&a->scaler);
     zero_options_default(&a->zero);  // the engine's plan: DeepSpeed's defaults (AdamW betas 0.9, 0.999, eps 1e-8: HF's)
@@ -482,11 +483,18 @@ static json_t* run_eval_split(Trainer* t, Dataset* ds, DataLoader* dl, const cha
         // refreshed by the loss pass; stage 3 when every unit fits), otherwise (ZeRO-3 gathering on demand) in
         // lockstep: every rank steps until no rank has a row left, so that the ranks' gathers stay in step
         EvalGenConfig gc = {.gen = a->gen, .prefix = prefix, .keep_predictions = keep, .progress = false,
-                            .no_cuda_graphs = !held, .comm = t->comm, .shard = held, .lockstep = !held};
+                            .no_cuda_graphs = !held, .comm = t->comm, .shard = held, .lockstep = !held,
+                            .sort_by_length = a->eval_sort_by_length};
         EvalGenResult r;
         if (evaluate_generate(engine_params(t->E), &t->T, t->tok, ds, &a->data, &gc, t->s, &r, err, sizeof err))
             t5_die(T5_EXIT_FAILURE, "%s generation: %s", prefix, err);
         evaluate_add_metrics(m, &r);
+        if (t->main && r.sorted) {  // how much padding the sorted batches saved (test_gpu_multi_eval reads this line)
+            char line[256];
+            evaluate_sort_line(&r, line, sizeof line);
+            printf("%s\n", line);
+            fflush(stdout);
+        }
         if (t->main && t->world > 1) {  // how the ranks shared it (test_gpu_multi_eval reads this line)
             char line[1024];
             evaluate_shard_line(&r, line, sizeof line);

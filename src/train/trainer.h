@@ -64,6 +64,7 @@ typedef struct {
     // generation + BLEU in evaluation / prediction (run_translation's --predict_with_generate)
     bool predict_with_generate;
     GenerateOptions gen;         // max_length, num_beams, length_penalty, early_stopping
+    bool eval_sort_by_length;    // generation's batches of the length-sorted order (EvalGenConfig.sort_by_length)
     // precision
     DType dtype;                 // fp32, fp16 (DeepSpeed loss scaler), bf16
     DType grad_dtype;            // parameter gradients: dtype (DeepSpeed's default) or fp32
