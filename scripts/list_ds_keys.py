@@ -7,7 +7,7 @@ src/cli/config_foreign.c, or lie under a section listed there as a whole).
 
 Two sources, since DeepSpeed reads its config two ways:
   - the pydantic models (zero_optimization with its offload_param / offload_optimizer / zenflow sub-models, fp16,
-    bf16): every field and alias, with its default;
+    bf16, comms_logger): every field and alias, with its default;
   - DeepSpeedConfig's own reads of the JSON dict: the config is given as a dict that records every key asked of it
     (get, [], in, keys()), first empty, then with each section present as an empty recording dict, so that the keys
     read inside each section are recorded too (default: what DeepSpeed fell back to is not known here: null).
@@ -89,11 +89,14 @@ def dict_keys(out):
 def main():
     import deepspeed
     from deepspeed.runtime.precision_config import DeepSpeedBF16Config, DeepSpeedFP16Config
+    from deepspeed.comm.config import CommsLoggerConfig
     from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
     out = {}
     model_keys(DeepSpeedZeroConfig, "zero_optimization.", out)
     model_keys(DeepSpeedFP16Config, "fp16.", out)
     model_keys(DeepSpeedBF16Config, "bf16.", out)
+    # DeepSpeedCommsConfig builds it with CommsLoggerConfig(**ds_config['comms_logger']): not read key by key
+    model_keys(CommsLoggerConfig, "comms_logger.", out)
     dict_keys(out)
     print(f"# deepspeed {deepspeed.__version__}: pydantic models and DeepSpeedConfig's reads (scripts/list_ds_keys.py)")
     for k in sorted(out):

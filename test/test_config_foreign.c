@@ -15,6 +15,7 @@
 
 #include "../src/base/common.h"
 #include "../src/cli/config.h"
+#include "../src/launch/comms_log.h"
 
 static RunConfig cfg;  // large: static
 static char err[1024];
@@ -230,6 +231,91 @@ static void test_deepspeed_monitors(void** state) {
     assert_null(strstr(cfg.logging_dir, "tb_logs"));
 }
 
+static bool has_note(const char* part) {
+    for (int i = 0; i < cfg.num_notes; i++)
+        if (strstr(cfg.notes[i], part)) return true;
+    return false;
+}
+
+// DeepSpeed's comms_logger section: its keys and defaults (CommsLoggerConfig), prof_ops a list checked against the
+// collectives t5train issues (one line naming them), written back as a list
+static void test_deepspeed_comms_logger(void** state) {
+    (void)state;
+    char ds[1024], line[2048];
+    snprintf(ds, sizeof ds, "%s/ds_comms.json", t5test_tmpdir());
+    const char* base = "--model_name_or_path t5-small --do_train --dataset_name wmt16 --dataset_config_name ro-en "
+                       "--source_lang en --target_lang ro";
+    // DeepSpeed's defaults
+    config_init(&cfg);
+    assert_false(cfg.ds.comms_logger.enabled);
+    assert_false(cfg.ds.comms_logger.verbose);
+    assert_true(cfg.ds.comms_logger.prof_all);
+    assert_false(cfg.ds.comms_logger.debug);
+    assert_string_equal(cfg.ds.comms_logger.prof_ops, "");
+    unsigned ops = 0;
+    assert_int_equal(config_comms_ops(&cfg.ds.comms_logger, &ops, err, sizeof err), 0);
+    assert_int_equal(ops, (1u << COMMS_NUM_OPS) - 1);  // prof_all: every op
+    // enabled (it was refused as "not implemented yet" before), prof_ops a list with DeepSpeed's list-form alias
+    t5test_write_file(ds, "{\"comms_logger\": {\"enabled\": true, \"verbose\": true, \"prof_all\": false, "
+                          "\"debug\": true, \"prof_ops\": [\"all_reduce\", \"all_gather\"]}, "
+                          "\"zero_optimization\": {\"stage\": 0}}");
+    snprintf(line, sizeof line, "%s --output_dir %s/c1 --deepspeed %s", base, t5test_tmpdir(), ds);
+    if (parse_line(line)) fail_msg("comms_logger refused: %s", err);
+    cfg.world_size = 2;
+    if (config_resolve(&cfg, err, sizeof err)) fail_msg("resolve: %s", err);
+    assert_true(cfg.ds.comms_logger.enabled && cfg.ds.comms_logger.verbose && cfg.ds.comms_logger.debug);
+    assert_false(cfg.ds.comms_logger.prof_all);
+    assert_string_equal(cfg.ds.comms_logger.prof_ops, "all_reduce,all_gather");
+    assert_int_equal(config_comms_ops(&cfg.ds.comms_logger, &ops, err, sizeof err), 0);
+    assert_int_equal(ops, (1u << COMMS_ALL_REDUCE) | (1u << COMMS_ALL_GATHER));
+    assert_false(has_note("comms_logger"));
+    // the resolved config writes the list back as a list
+    int ki = config_key_index("deepspeed.comms_logger.prof_ops");
+    assert_true(ki >= 0);
+    char v[256];
+    config_format_value(&cfg, ki, v, sizeof v);
+    assert_string_equal(v, "[\"all_reduce\", \"all_gather\"]");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/comms_resolved.json", t5test_tmpdir());
+    if (config_write_json(&cfg, path, err, sizeof err)) fail_msg("config_write_json: %s", err);
+    json_t* j = json_load_file(path, 0, NULL);
+    assert_non_null(j);
+    json_t* po = json_object_get(json_object_get(json_object_get(j, "deepspeed"), "comms_logger"), "prof_ops");
+    assert_true(json_is_array(po) && json_array_size(po) == 2);
+    assert_string_equal(json_string_value(json_array_get(po, 1)), "all_gather");
+    json_decref(j);
+    // an op t5train does not issue: one line naming t5train's ops (exit 2)
+    t5test_write_file(ds, "{\"comms_logger\": {\"enabled\": true, \"prof_ops\": [\"all_reduce\", \"all_to_all_single\"]}}");
+    snprintf(line, sizeof line, "%s --output_dir %s/c2 --deepspeed %s", base, t5test_tmpdir(), ds);
+    assert_int_equal(parse_line(line), 0);
+    assert_int_equal(config_resolve(&cfg, err, sizeof err), 2);
+    assert_non_null(strstr(err, "deepspeed.comms_logger.prof_ops: \"all_to_all_single\" is not a collective t5train issues"));
+    assert_non_null(strstr(err, "all_reduce, reduce_scatter_tensor, all_gather_into_tensor, broadcast, barrier"));
+    assert_null(strchr(err, '\n'));
+    // not a list of names
+    const char* bad[] = {"{\"deepspeed\": {\"comms_logger\": {\"prof_ops\": 3}}}",
+                         "{\"deepspeed\": {\"comms_logger\": {\"prof_ops\": [1]}}}",
+                         "{\"deepspeed\": {\"comms_logger\": {\"prof_ops\": [\"a,b\"]}}}",
+                         "{\"deepspeed\": {\"comms_logger\": {\"verbose\": \"yes\"}}}",
+                         "{\"deepspeed\": {\"comms_logger\": {\"prof_op\": []}}}"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        config_init(&cfg);
+        if (config_load_string(&cfg, bad[i], "job.json", err, sizeof err) != 2) fail_msg("%s accepted", bad[i]);
+    }
+    assert_non_null(strstr(err, "unknown key"));
+    // notes: nothing timed; one rank
+    t5test_write_file(ds, "{\"comms_logger\": {\"enabled\": true, \"prof_all\": false}}");
+    snprintf(line, sizeof line, "%s --output_dir %s/c3 --deepspeed %s", base, t5test_tmpdir(), ds);
+    assert_int_equal(parse_line(line), 0);
+    if (config_resolve(&cfg, err, sizeof err)) fail_msg("resolve: %s", err);
+    assert_true(has_note("no collective is timed"));
+    t5test_write_file(ds, "{\"comms_logger\": {\"enabled\": true}}");
+    snprintf(line, sizeof line, "%s --output_dir %s/c4 --deepspeed %s", base, t5test_tmpdir(), ds);
+    assert_int_equal(parse_line(line), 0);
+    if (config_resolve(&cfg, err, sizeof err)) fail_msg("resolve: %s", err);
+    assert_true(has_note("one rank issues no collectives"));
+}
+
 static void test_table_is_consistent(void** state) {
     (void)state;
     assert_true(CONFIG_NUM_FOREIGN <= CONFIG_FOREIGN_MAX);
@@ -378,6 +464,7 @@ int main(void) {
         cmocka_unit_test(test_deepspeed_defaults),
         cmocka_unit_test(test_deepspeed_file),
         cmocka_unit_test(test_deepspeed_monitors),
+        cmocka_unit_test(test_deepspeed_comms_logger),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

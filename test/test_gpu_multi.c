@@ -10,10 +10,11 @@
  * trajectory within 1e-6 relative at every step; bf16 / fp16 within 1e-3 and the same skipped steps.
  * Also: the same run started by Slurm-style variables (SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID + MASTER_ADDR
  * / MASTER_PORT) on two GPUs, and a checkpoint of the two-GPU run resumed on two GPUs gives the uninterrupted
- * run's lines. Skipped unless two GPUs are visible.
+ * run's lines; deepspeed.comms_logger's summary of the two-GPU run's collectives. Skipped unless two GPUs are visible.
  */
 #include "t5test.h"
 
+#include <jansson.h>
 #include <math.h>
 
 #include "../src/base/common.h"
@@ -248,6 +249,77 @@ static void test_all_gpus_vs_accumulation(void** state) {
     if (!(worst <= 1e-6)) fail_msg("trajectories differ by %.3g", worst);
 }
 
+// deepspeed.comms_logger on two GPUs at stage 3 (issue 32): rank 0 prints DeepSpeed's log_summary table at the end of
+// training with the parameter all-gathers, the gradient reduce-scatters and the all-reduces (the loss, the norm, the
+// stop vote), each issued at least once per update (30), every one timed (latency > 0); verbose prints one "comm op"
+// line per collective of rank 0 (the other rank's output may split a few lines on the shared pipe); the table's counts
+// are in trainer_log.jsonl's comms_summary line.
+static void test_comms_logger(void** state) {
+    (void)state;
+    REQUIRE_TWO_GPUS();
+    static char text[1 << 22];  // a verbose line per collective
+    char out[512], args[4096], path[600];
+    snprintf(out, sizeof out, "%s/multi_comms_2gpu", t5test_tmpdir());
+    run_args(args, sizeof args, "", 2, out, 2,
+             "--deepspeed '" S3 "}, \"comms_logger\": {\"enabled\": true, \"verbose\": true}}'");
+    int rc = t5test_run(text, sizeof text, "%s", args);
+    if (rc) fail_msg("two GPUs with comms_logger: exit %d:\n%s", rc, text);
+    assert_contains(text, "Comm. Op            Message Size        Count               Total Latency(ms)   "
+                          "Avg Latency(ms)     tput_avg (Gbps)     busbw_avg (Gbps)");
+    const char* ops[] = {"all_gather_into_tensor", "reduce_scatter_tensor", "all_reduce"};
+    for (int i = 0; i < 3; i++) {
+        char row[64];
+        snprintf(row, sizeof row, "\n%s\n                    ", ops[i]);  // the op's line, then its first size row
+        if (!strstr(text, row)) fail_msg("no %s rows in the summary table:\n%s", ops[i], text);
+    }
+    int verbose = 0;
+    for (const char* p = text; (p = strstr(p, "[Rank 0] comm op: ")); p++) verbose++;
+    // the comms_summary line of trainer_log.jsonl
+    snprintf(path, sizeof path, "%s/trainer_log.jsonl", out);
+    FILE* f = fopen(path, "r");
+    if (!f) fail_msg("no %s", path);
+    static char line[1 << 20];
+    json_t* sum = NULL;
+    while (!sum && fgets(line, sizeof line, f)) {
+        json_t* e = json_loads(line, 0, NULL);
+        if (e && json_is_string(json_object_get(e, "event")) &&
+            strcmp(json_string_value(json_object_get(e, "event")), "comms_summary") == 0) {
+            assert_int_equal(json_integer_value(json_object_get(e, "step")), 30);
+            assert_int_equal(json_integer_value(json_object_get(e, "world_size")), 2);
+            sum = json_incref(json_object_get(e, "summary"));
+        }
+        json_decref(e);
+    }
+    fclose(f);
+    if (!sum) fail_msg("no comms_summary line in %s", path);
+    long long total = 0;
+    for (int i = 0; i < 3; i++) {
+        json_t* op = json_object_get(sum, ops[i]);
+        if (!op) fail_msg("no %s in the comms_summary line", ops[i]);
+        long long count = 0;
+        double ms = 0;
+        const char* size;
+        json_t* row;
+        json_object_foreach(op, size, row) {
+            count += json_integer_value(json_object_get(row, "count"));
+            ms += json_real_value(json_object_get(row, "total_latency_ms"));
+        }
+        print_message("%s: %lld collectives, %.3f ms\n", ops[i], count, ms);
+        if (count < 30) fail_msg("%s: %lld collectives in 30 updates", ops[i], count);
+        if (!(ms > 0)) fail_msg("%s: total latency %g ms", ops[i], ms);
+    }
+    const char* name;
+    json_t* op;
+    json_object_foreach(sum, name, op) {
+        const char* size;
+        json_t* row;
+        json_object_foreach(op, size, row) total += json_integer_value(json_object_get(row, "count"));
+    }
+    json_decref(sum);
+    print_message("%lld collectives timed on rank 0, %d verbose lines\n", total, verbose);
+    if (verbose > total || verbose < total - 5) fail_msg("%d verbose lines for %lld collectives", verbose, total);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stage0_fp32),         cmocka_unit_test(test_stage1_fp32),
@@ -256,7 +328,7 @@ int main(void) {
         cmocka_unit_test(test_stage2_bf16),
         cmocka_unit_test(test_stage3_offload_fp16), cmocka_unit_test(test_slurm_style_env),
         cmocka_unit_test(test_resume_and_eval),       cmocka_unit_test(test_resume_other_world),
-        cmocka_unit_test(test_all_gpus_vs_accumulation),
+        cmocka_unit_test(test_all_gpus_vs_accumulation), cmocka_unit_test(test_comms_logger),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -183,6 +183,25 @@ static void enum_list(const ConfigKey* k, char* buf, size_t n) {
 // ----------------------------------------------------------------------------
 // setting one value
 
+// A CONFIG_F_LIST key from a JSON list of strings (or one string, "a,b" from a command line): joined by ',' into
+// p (len bytes).
+static int set_list(void* p, size_t len, const json_t* v, const char* where, const char* got, char* err, size_t n) {
+    char buf[CONFIG_STR_LEN * 2] = "";
+    size_t k = 0;
+    if (json_is_string(v)) k = (size_t)snprintf(buf, sizeof buf, "%s", json_string_value(v));
+    else if (!json_is_array(v))
+        return t5_errf(err, n, T5_EXIT_USAGE, "%s: expected a list of strings, got %s", where, got);
+    for (size_t i = 0; json_is_array(v) && i < json_array_size(v) && k < sizeof buf; i++) {
+        const json_t* e = json_array_get(v, i);
+        if (!json_is_string(e) || !json_string_value(e)[0] || strchr(json_string_value(e), ','))
+            return t5_errf(err, n, T5_EXIT_USAGE, "%s: expected a list of names, got %s", where, got);
+        k += (size_t)snprintf(buf + k, sizeof buf - k, "%s%s", i ? "," : "", json_string_value(e));
+    }
+    if (k >= len) return t5_errf(err, n, T5_EXIT_USAGE, "%s: the list is too long (at most %zu characters)", where, len - 1);
+    memcpy(p, buf, k + 1);
+    return 0;
+}
+
 // Sets key ki from JSON value v. `where` names the key for messages ("file.json: a.b" or
 // "command line: --flag"). Returns 0 or T5_EXIT_USAGE.
 int config_set_json(RunConfig* c, int ki, const json_t* v, ConfigSource src, const char* where, char* err,
@@ -264,6 +283,11 @@ int config_set_json(RunConfig* c, int ki, const json_t* v, ConfigSource src, con
         }
         case CONFIG_STR:
         case CONFIG_DEEPSPEED: {
+            if (k->flags & CONFIG_F_LIST) {
+                int rc = set_list(p, k->len, v, where, got, err, n);
+                if (rc) return rc;
+                break;
+            }
             if (!json_is_string(v)) return t5_errf(err, n, T5_EXIT_USAGE, "%s: expected a string, got %s", where, got);
             const char* s = json_string_value(v);
             if (strlen(s) >= k->len)
@@ -358,6 +382,27 @@ void config_init(RunConfig* c) {
 // ----------------------------------------------------------------------------
 // printing and writing
 
+// a CONFIG_F_LIST value "a,b" as the list ["a", "b"]
+static void format_list(const char* s, char* buf, size_t len) {
+    size_t k = (size_t)snprintf(buf, len, "[");
+    for (const char* p = s; *p && k < len;) {
+        const size_t l = strcspn(p, ",");
+        k += (size_t)snprintf(buf + k, len - k, "%s\"%.*s\"", p == s ? "" : ", ", (int)l, p);
+        p += l + (p[l] == ',');
+    }
+    if (k < len) snprintf(buf + k, len - k, "]");
+}
+
+static json_t* list_to_json(const char* s) {
+    json_t* a = json_array();
+    for (const char* p = s; *p;) {
+        const size_t l = strcspn(p, ",");
+        json_array_append_new(a, json_stringn(p, l));
+        p += l + (p[l] == ',');
+    }
+    return a;
+}
+
 void config_format_value(const RunConfig* c, int ki, char* buf, size_t len) {
     const ConfigKey* k = &CONFIG_KEYS[ki];
     const void* p = field_cptr(c, k);
@@ -385,6 +430,7 @@ void config_format_value(const RunConfig* c, int ki, char* buf, size_t len) {
             bool is_null = !s[0] && (k->flags & CONFIG_F_NULL);
             if (k->offset == offsetof(RunConfig, source_prefix)) is_null = !c->source_prefix_set;
             if (is_null) snprintf(buf, len, "null");
+            else if (k->flags & CONFIG_F_LIST) format_list(s, buf, len);
             else if (k->flags & CONFIG_F_SECRET) snprintf(buf, len, "\"%s\"", CONFIG_SECRET_MASK);
             else snprintf(buf, len, "\"%s\"", s);
             break;
@@ -561,6 +607,7 @@ static json_t* value_to_json(const RunConfig* c, int ki) {
             bool is_null = !s[0] && (k->flags & CONFIG_F_NULL);
             if (k->offset == offsetof(RunConfig, source_prefix)) is_null = !c->source_prefix_set;
             if (!is_null && (k->flags & CONFIG_F_SECRET)) return json_string(CONFIG_SECRET_MASK);
+            if (k->flags & CONFIG_F_LIST) return list_to_json(s);
             return is_null ? json_null() : json_string(s);
         }
         case CONFIG_ENUM: {

@@ -245,6 +245,17 @@ typedef struct {
     char output_file[CONFIG_STR_LEN];    // null: stdout
 } DsFlopsProfiler;
 
+// DeepSpeed's comms_logger section (comm/config.py CommsLoggerConfig): t5train's collectives timed by CUDA events
+// (src/launch/comms_log.h), DeepSpeed's verbose lines and log_summary table (src/report/comms_summary.h)
+typedef struct {
+    bool present;
+    bool enabled;                   // false
+    bool verbose;                   // false: one line per collective
+    bool prof_all;                  // true: every op; false: only those in prof_ops
+    bool debug;                     // false: one record per (op, the collective's name)
+    char prof_ops[CONFIG_STR_LEN];  // [] : a list of op names, kept comma-separated (CONFIG_F_LIST)
+} DsCommsLogger;
+
 // DeepSpeed's autotuning section (autotuning/config.py): mapped onto the memory planner's automatic plan
 // (config_resolve.c, src/cli/autotune.c; docs/config.md "autotuning"); the keys of its trial experiments are
 // config_foreign.c no-ops
@@ -288,6 +299,7 @@ typedef struct {
     DsAio aio;
     DsFlopsProfiler flops_profiler;
     DsAutotuning autotuning;
+    DsCommsLogger comms_logger;
 } DsConfig;
 
 // ---- the whole run
@@ -456,6 +468,7 @@ enum {
     CONFIG_F_NOCLI = 1 << 5,     // not a command-line flag (file only)
     CONFIG_F_SECRET = 1 << 6,    // STR: printed and written as "<KEY_NAME>" (HF's TrainingArguments.to_dict: hub_token)
     CONFIG_F_BOOLENUM = 1 << 7,  // ENUM: true / false also accepted, as the 2nd / 1st choice (HF's str | bool fields)
+    CONFIG_F_LIST = 1 << 8,      // STR: a JSON list of strings (no ','), kept joined by ','; printed and written as a list
 };
 
 typedef struct {
@@ -486,6 +499,9 @@ extern const int CONFIG_NUM_ALIASES;
 void config_init(RunConfig* c);
 // Index of a key (or alias) in CONFIG_KEYS, -1 if unknown.
 int config_key_index(const char* key);
+// deepspeed.comms_logger's ops as a mask of 1u << CommsOp (src/launch/comms_log.h): every op with prof_all, plus
+// prof_ops. T5_EXIT_USAGE and one line listing t5train's op names when prof_ops names another.
+int config_comms_ops(const DsCommsLogger* cl, unsigned* ops, char* err, size_t n);
 // The run's dtype: --fp16 / --bf16, or the DeepSpeed section's fp16 / bf16 "enabled"; else fp32.
 DType config_run_dtype(const RunConfig* c);
 // Source of a key's value (CONFIG_SRC_*), by key name; -1 if the key is unknown.

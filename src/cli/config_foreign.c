@@ -121,8 +121,6 @@ const ForeignKey CONFIG_FOREIGN_KEYS[] = {
 #define SECTION(name, why) {DS name, S, REFUSE, "", "not implemented yet: DeepSpeed's " name " (" why ")"}
     SECTION("comet", "the monitors t5train writes: --report_to tensorboard, csv"),
     SECTION("wandb", "no network on these machines; --report_to tensorboard, csv"),
-    SECTION("comms_logger", "per-collective timings; wall_clock_breakdown's bwd_allreduce times the gradient "
-                            "reductions as the compute stream waits for them"),
     SECTION("compression_training", "no quantization-aware training or pruning"),
     SECTION("curriculum_learning", "the data order is HF's random sampler"),
     SECTION("data_efficiency", "the data order is HF's random sampler"),

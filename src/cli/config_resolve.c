@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "../base/common.h"
+#include "../launch/comms_log.h"
 #include "../report/report_to.h"
 
 // ----------------------------------------------------------------------------
@@ -312,6 +313,39 @@ static int ds_check_zero(RunConfig* c, char* err, size_t n) {
     return 0;
 }
 
+int config_comms_ops(const DsCommsLogger* cl, unsigned* ops, char* err, size_t n) {
+    *ops = cl->prof_all ? (1u << COMMS_NUM_OPS) - 1 : 0;
+    for (const char* p = cl->prof_ops; *p;) {
+        const size_t l = strcspn(p, ",");
+        char name[CONFIG_STR_LEN];
+        snprintf(name, sizeof name, "%.*s", (int)l, p);
+        const int op = comms_op_from_name(name);
+        if (op < 0) {
+            char list[256];
+            comms_op_list(list, sizeof list);
+            return t5_errf(err, n, T5_EXIT_USAGE,
+                           "deepspeed.comms_logger.prof_ops: \"%s\" is not a collective t5train issues; its ops are %s",
+                           name, list);
+        }
+        *ops |= 1u << op;
+        p += l + (p[l] == ',');
+    }
+    return 0;
+}
+
+// DeepSpeed's comms_logger: prof_ops checked whatever `enabled` (a typo is a typo); notes for what times nothing
+static int check_comms_logger(RunConfig* c, char* err, size_t n) {
+    const DsCommsLogger* cl = &c->ds.comms_logger;
+    unsigned ops;
+    int rc = config_comms_ops(cl, &ops, err, n);
+    if (rc || !cl->enabled) return rc;
+    if (!ops)
+        add_note(c, "deepspeed.comms_logger: prof_all is false and prof_ops is empty: no collective is timed");
+    else if (c->world_size == 1)
+        add_note(c, "deepspeed.comms_logger: one rank issues no collectives: the summary table will be empty");
+    return 0;
+}
+
 static int resolve_deepspeed(RunConfig* c, char* err, size_t n) {
     Mismatches m = {.c = c};
     DsConfig* ds = &c->ds;
@@ -330,6 +364,7 @@ static int resolve_deepspeed(RunConfig* c, char* err, size_t n) {
                     "DeepSpeed values to \"auto\")",
                     m.text);
     int rc = ds_check_batch(c, err, n);
+    if (!rc) rc = check_comms_logger(c, err, n);
     if (!rc) rc = ds_check_precision(c, err, n);
     if (!rc) rc = ds_check_zero(c, err, n);
     return rc;

@@ -383,6 +383,18 @@ const ConfigKey CONFIG_KEYS[] = {
     K_BOOL("deepspeed.flops_profiler.detailed", ds.flops_profiler.detailed, "true", 0, "print the per-module tree"),
     K_STR("deepspeed.flops_profiler.output_file", ds.flops_profiler.output_file, "null", NUL,
           "write the profile to this file instead of stdout"),
+    // ---- deepspeed.comms_logger (comm/config.py): the collectives' timings (src/launch/comms_log.h)
+    K_SEC("deepspeed.comms_logger", ds.comms_logger.present, "DeepSpeed's comms logger (t5train's NCCL collectives timed)"),
+    K_BOOL("deepspeed.comms_logger.enabled", ds.comms_logger.enabled, "false", 0,
+           "time every collective (CUDA events) and print DeepSpeed's log_summary table at the end of training"),
+    K_BOOL("deepspeed.comms_logger.verbose", ds.comms_logger.verbose, "false", 0,
+           "also print one line per collective (op, time, size, algbw, busbw)"),
+    K_BOOL("deepspeed.comms_logger.prof_all", ds.comms_logger.prof_all, "true", 0,
+           "time every op; false: only those in prof_ops"),
+    K_BOOL("deepspeed.comms_logger.debug", ds.comms_logger.debug, "false", 0,
+           "one record per op and collective (\"all_reduce | [Caller Func: the gradient norm all-reduce]\")"),
+    K_STR("deepspeed.comms_logger.prof_ops", ds.comms_logger.prof_ops, "[]", CONFIG_F_LIST,
+          "ops timed with prof_all false: all_reduce, reduce_scatter_tensor, all_gather_into_tensor, broadcast, barrier"),
     // ---- deepspeed.autotuning (autotuning/config.py): the memory planner's automatic plan instead of trial runs
     K_SEC("deepspeed.autotuning", ds.autotuning.present, "DeepSpeed's autotuner (t5train: the planner's automatic plan)"),
     K_BOOL("deepspeed.autotuning.enabled", ds.autotuning.enabled, "false", 0,

@@ -21,6 +21,7 @@
 #include "../launch/comm.h"
 #include "../launch/launch_env.h"
 #include "../launch/local_launch.h"
+#include "../report/comms_summary.h"
 
 bool launch_num_gpus_given(int argc, char** argv) {
     for (int i = 1; i < argc; i++)
@@ -85,7 +86,7 @@ static void bandwidth(LaunchComm* c, cudaStream_t s, size_t bytes) {
         float ms = 0;
         cudaEventElapsedTime(&ms, e0, e1);
         const double t = ms / 1e3 / iters, algbw = (double)count * 4 / t / 1e9;
-        const double busbw = algbw * (k == 0 ? 2.0 * (n - 1) / n : (double)(n - 1) / n);
+        const double busbw = algbw * comms_bus_factor(k == 0 ? COMMS_ALL_REDUCE : k == 1 ? COMMS_ALL_GATHER : COMMS_REDUCE_SCATTER, n);
         if (rank == 0)
             printf("rank 0: %s of %.0f MiB over %d ranks: %.3f ms, algbw %.1f GB/s, busbw %.1f GB/s\n", names[k],
                    (double)count * 4 / (1 << 20), n, t * 1e3, algbw, busbw);

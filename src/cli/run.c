@@ -370,6 +370,14 @@ static void args_zero(const RunConfig* c, TrainerArgs* a) {
                                                 .detailed = fp->detailed, .recompute_fwd_factor = fp->recompute_fwd_factor};
         copy_str(a->flops_profiler.output_file, sizeof a->flops_profiler.output_file, fp->output_file);
     }
+    if (c->has_deepspeed && c->ds.comms_logger.enabled) {  // DeepSpeed's comms_logger (src/launch/comms_log.h)
+        char err[512];
+        unsigned ops = 0;
+        if (config_comms_ops(&c->ds.comms_logger, &ops, err, sizeof err)) t5_die(T5_EXIT_USAGE, "%s", err);  // resolve checked it
+        a->comms_logger.ops = ops;
+        a->comms_logger.verbose = c->ds.comms_logger.verbose;
+        a->comms_logger.debug = c->ds.comms_logger.debug;
+    }
     a->tf32 = c->tf32;
     a->zero.comm_dtype = a->dtype;
     if (c->has_deepspeed) {

@@ -14,6 +14,7 @@
 #include "../base/check.h"
 #include "../base/common.h"
 #include "bootstrap.h"
+#include "comms_log.h"
 
 #define RING 256
 
@@ -238,7 +239,9 @@ void comm_barrier(LaunchComm* c) {
     if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess || cudaMalloc((void**)&d, sizeof *d) != cudaSuccess ||
         cudaMemset(d, 0, sizeof *d) != cudaSuccess)
         comm_fail(c, "cannot allocate the barrier's buffer on the GPU");
+    const int ev = comms_log_begin(COMMS_BARRIER, 0, "a barrier", s);  // DeepSpeed's barrier: no tensor, size 0
     comm_check(c, ncclAllReduce(d, d, 1, ncclInt32, ncclSum, c->nccl, s), "a barrier");
+    comms_log_end(ev, s);
     comm_collective_enqueued(c, "a barrier", s);
     if (cudaStreamSynchronize(s) != cudaSuccess) comm_fail(c, "a barrier failed on the GPU");
     cudaFree(d);
@@ -273,7 +276,9 @@ void comm_collective_enqueued(LaunchComm* c, const char* name, cudaStream_t s) {
 void comm_all_reduce_sum_f32(LaunchComm* c, float* d, size_t n, cudaStream_t s) {
     if (!c || c->world == 1) return;
     static const char* name = "an all-reduce of the step's statistics";
+    const int ev = comms_log_begin(COMMS_ALL_REDUCE, n * sizeof *d, name, s);
     comm_check(c, ncclAllReduce(d, d, n, ncclFloat32, ncclSum, c->nccl, s), name);
+    comms_log_end(ev, s);
     comm_collective_enqueued(c, name, s);
 }
 
@@ -283,7 +288,9 @@ int comm_host_i32(LaunchComm* c, int v, ncclRedOp_t op, cudaStream_t s) {
     int* d = NULL;
     CUDA_CHECK(cudaMallocAsync((void**)&d, sizeof(int), s));
     CUDA_CHECK(cudaMemcpyAsync(d, &v, sizeof v, cudaMemcpyHostToDevice, s));
+    const int ev = comms_log_begin(COMMS_ALL_REDUCE, sizeof *d, name, s);
     comm_check(c, ncclAllReduce(d, d, 1, ncclInt32, op, c->nccl, s), name);
+    comms_log_end(ev, s);
     comm_collective_enqueued(c, name, s);
     int out = 0;
     CUDA_CHECK(cudaMemcpyAsync(&out, d, sizeof out, cudaMemcpyDeviceToHost, s));
@@ -305,7 +312,9 @@ static void all_gather_host(LaunchComm* c, const void* mine, size_t n, void* all
     CUDA_CHECK(cudaMallocAsync((void**)&d, total ? total * elem : elem, s));
     CUDA_CHECK(cudaMemcpyAsync(d + (size_t)c->rank * n * elem, mine, n * elem, cudaMemcpyHostToDevice, s));
     // in place: this rank's piece already sits in its slot of the receive buffer
+    const int ev = comms_log_begin(COMMS_ALL_GATHER, n * elem, name, s);
     comm_check(c, ncclAllGather(d + (size_t)c->rank * n * elem, d, n, t, c->nccl, s), name);
+    comms_log_end(ev, s);
     comm_collective_enqueued(c, name, s);
     CUDA_CHECK(cudaMemcpyAsync(all, d, total * elem, cudaMemcpyDeviceToHost, s));
     CUDA_CHECK(cudaFreeAsync(d, s));

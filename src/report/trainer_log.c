@@ -527,6 +527,10 @@ void trainer_log_overflow(TrainerLog* t, int64_t step, const char* ds_line, doub
     append_or_warn(t, "main.log", ml);
 }
 
+void trainer_log_event(TrainerLog* t, const char* json_line) {
+    if (t->rank == 0) append_or_warn(t, "trainer_log.jsonl", json_line);
+}
+
 // ---------------------------------------------------------------------------------------------
 // host memory
 

@@ -172,6 +172,9 @@ void trainer_log_eval(TrainerLog* t, int64_t step, const char* const* keys, cons
 // {"step":N,"event":"overflow","message":"..."} / "s:N overflow:<scale after>" to the files.
 void trainer_log_overflow(TrainerLog* t, int64_t step, const char* ds_line, double new_scale);
 
+// An event's JSON object (one line, no newline) appended to trainer_log.jsonl. Rank 0 only.
+void trainer_log_event(TrainerLog* t, const char* json_line);
+
 // Appends one line (a '\n' is added) to output_dir/name, opening and closing the file (llm.c logger).
 // Returns 0, or -1 with errno set (the caller warns once; a full disk must not stop training).
 int trainer_log_append(const char* output_dir, const char* name, const char* line);

@@ -195,6 +195,7 @@ typedef struct {
                                  // backward end, gradients handed on; then the norm's end and the step's end
     FlopsProfiler* fprof;        // DeepSpeed's flops_profiler (rank 0, when enabled); fprof_now: this update is profiled
     bool fprof_now;
+    CommsLogger* comms;          // DeepSpeed's comms_logger (when enabled): the collectives' timings
     bool zero_profile;           // T5TRAIN_ZERO_PROFILE=1 at stages 1-3: one JSON line per step with the engine's breakdown
     double first_step_s;         // seconds from process start to the end of the first step (0: not yet)
     LRSchedule sched;
@@ -996,6 +997,7 @@ static void run_setup(Trainer* t, const TrainerArgs* a) {
     t->writer = a->save_on_each_node && t->comm ? comm_local_rank(t->comm) == 0 : t->main;
     trainer_log_init(&t->log, stdout, a->output_dir, t->rank);
     trainer_state_init(&t->hf);
+    t->comms = comms_logger_start(&a->comms_logger, t->world, &t->log);  // before the engine's first collectives
     const double t_data0 = process_age_s();
     data_setup(t);
     t->t_data = process_age_s();
@@ -1188,6 +1190,7 @@ static bool train_loop(Trainer* t, int64_t gas) {
         double norm;
         bool skipped;
         double loss = train_step(t, n_micro, &norm, &skipped);
+        comms_logger_poll(t->comms);  // the timings already complete, no wait
         if (t->first_step_s == 0) {
             CUDA_CHECK(cudaStreamSynchronize(t->s));
             t->first_step_s = process_age_s();
@@ -1273,6 +1276,8 @@ static json_t* train_finish(Trainer* t, int64_t gas) {
 // The run's logs and reporters, at its end (process exit releases the GPU and the engine's host memory: the handles
 // are not reused)
 static void run_close(Trainer* t) {
+    comms_logger_end(t->comms, t->st.global_step);  // a run without training: its collectives at its end
+    t->comms = NULL;
     trainer_log_free(&t->log);
     flops_profiler_destroy(t->fprof);
     reporter_close(&t->rep);
@@ -1291,6 +1296,8 @@ int trainer_run(const TrainerArgs* a) {
         train_setup(t, gas);
         const bool stopped = train_loop(t, gas);
         if (a->zero.stage > 0) log_engine_end(t);
+        comms_logger_end(t->comms, t->st.global_step);  // DeepSpeed's log_summary at the end of training
+        t->comms = NULL;
         int stop_sig = signals_stop_signal();
         signals_uninstall();
         write_dump(t);

@@ -33,6 +33,7 @@
 #include <stdint.h>
 
 #include "../base/dtype.h"
+#include "comms_logger.h"
 #include "flops_profiler.h"
 #include "../../data/dataset.h"
 #include "../../model/generate.h"
@@ -123,6 +124,8 @@ typedef struct {
     bool wall_clock_breakdown;
     // DeepSpeed's flops_profiler: the profile of one update (src/train/flops_profiler.h); tf32: --tf32 (its MFU line)
     FlopsProfilerArgs flops_profiler;
+    // DeepSpeed's comms_logger: the collectives timed (src/train/comms_logger.h)
+    CommsLoggerArgs comms_logger;
     bool tf32;
     // test hooks
     char dump_batches[4096];     // write the token ids of the first dump_batches_steps updates to this JSON file

@@ -1,6 +1,7 @@
 /*
  * coll.h: the ZeRO engine's collectives over NCCL (several ranks), each registered with the launch watchdog
- * (src/launch/comm.h) so that a failing or hanging collective ends every rank with its name.
+ * (src/launch/comm.h) so that a failing or hanging collective ends every rank with its name, and timed for
+ * deepspeed.comms_logger when it is on (src/launch/comms_log.h: CUDA events around the NCCL call, read lazily).
  *
  * Two communicators over the same ranks, one per stream, so that no two streams race on one communicator (the
  * ranks must issue each communicator's collectives in one order, and its kernels must run in that order):
