@@ -10,7 +10,8 @@
 #            ZeRO-3 config fp16; 4 updates each; prints the batch chosen, the measured GPU peak against the
 #            estimate, and the next batch up (2048 x 0.9^k) through --dry_run, which the plan check must refuse.
 # Needs (carried): .devdata/hw (spiece.model, wmt16-ro-en/train.*), .devlibs, .devrun-after/t5train and, for
-# engine, .devrun-before/t5train. PARTS (default "engine pageable profile afbs") picks parts; STEPS (default 10).
+# engine, .devrun-before/t5train. PARTS (default "engine pageable profile afbs") picks parts; STEPS (default 10);
+# PAGEABLE (default "false:fp16 true:bf16 false:bf16") the pageable part's PIN:DTYPE runs, TAG a suffix of their names.
 set -u
 OUT=${1:?usage: single_gpu_figures.sh OUT}
 cd "$(dirname "$0")/../.."
@@ -78,9 +79,9 @@ PY
   echo "$OUT/ds_$1_$2.json"
 }
 if want pageable; then
-  for v in "false fp16" "true bf16" "false bf16"; do
-    set -- $v
-    name=pin_$1_$2
+  for v in ${PAGEABLE:-false:fp16 true:bf16 false:bf16}; do  # PIN:DTYPE pairs
+    set -- ${v/:/ }
+    name=pin_$1_$2${TAG:-}
     t=$SECONDS
     timeout 150 "$BIN" --deepspeed "$(ds_variant "$1" "$2")" "${common[@]}" --"$2" --per_device_train_batch_size 8 \
         --max_steps "$STEPS" --output_dir "$OUT/$name" > "$OUT/$name.log" 2>&1
