@@ -228,6 +228,37 @@ static void test_slot_order(void** state) {
     sim_reset(S, 0);
 }
 
+// transfers of several MiB through 3 MiB slots: each chunk is copied by the staging threads (pieces of whole
+// pages, the last one short), both ways, with an odd length and unaligned ends
+static void test_large_chunks_threaded(void** state) {
+    (void)state;
+    Sim* S = &g_sim;
+    sim_reset(S, 11);
+    void* mem;
+    const size_t slot = (size_t)3 << 20, n = ((size_t)10 << 20) + 12345;
+    ZeroRing* R = ring_new(S, 2, slot, &mem);
+    uint8_t* host = malloc(n + 7);
+    uint8_t* dev = malloc(n + 7);
+    uint8_t* back = malloc(n + 7);
+    for (size_t i = 0; i < n + 7; i++) host[i] = (uint8_t)(i * 2654435761u >> 13);
+    memset(dev, 0, n + 7);
+    memset(back, 0, n + 7);
+    zero_ring_h2d(R, dev + 3, host + 5, n, stream_ptr(0));
+    zero_ring_drain(R);
+    sim_drain_all(S);
+    assert_memory_equal(dev + 3, host + 5, n);
+    zero_ring_d2h(R, back + 1, dev + 3, n, stream_ptr(1));
+    zero_ring_drain(R);
+    assert_memory_equal(back + 1, host + 5, n);
+    assert_int_equal(back[0], 0);
+    assert_int_equal(back[n + 1], 0);
+    free(host);
+    free(dev);
+    free(back);
+    ring_del(R, mem);
+    sim_reset(S, 0);
+}
+
 // the reduce path (gradient buckets down, accumulated over micro-batches through the host buffer) and the gather
 // path (host partitions up on another stream), randomized
 static void test_engine_paths_random(void** state) {
@@ -373,7 +404,7 @@ static void test_shared_weights_protocol(void** state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chunks),
-        cmocka_unit_test(test_slot_order),
+        cmocka_unit_test(test_slot_order), cmocka_unit_test(test_large_chunks_threaded),
         cmocka_unit_test(test_engine_paths_random),
         cmocka_unit_test(test_shared_weights_protocol),
     };
