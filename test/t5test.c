@@ -140,3 +140,11 @@ int t5test_jsonl_doubles(const char* out, const char* key, double* v, int cap) {
     free(text);
     return n;
 }
+
+const char* t5test_tail(const char* text, size_t n) {
+    const size_t len = strlen(text);
+    if (len <= n) return text;
+    const char* p = text + len - n;
+    const char* nl = strchr(p, '\n');
+    return nl && nl[1] ? nl + 1 : p;
+}

@@ -27,6 +27,9 @@ const char* t5test_bin(void);
 const char* t5test_repo_dir(void);
 // A fresh empty temporary directory (removed at exit).
 const char* t5test_tmpdir(void);
+// The last `n` bytes of `text` (from the line start after the cut): a failed run's own error line stays in a
+// failure message (cmocka cuts long messages; a rank 0 prints its config table first)
+const char* t5test_tail(const char* text, size_t n);
 // Runs a shell command; captures stdout+stderr (truncated to cap) into out. Returns the exit code
 // (or 128+signal).
 int t5test_run(char* out, size_t cap, const char* fmt, ...) __attribute__((format(printf, 3, 4)));

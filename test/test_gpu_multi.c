@@ -51,10 +51,10 @@ static double run_pair(const char* tag, const char* extra, double tol) {
     snprintf(out2, sizeof out2, "%s/multi_%s_2gpu", t5test_tmpdir(), tag);
     run_args(args, sizeof args, "", 1, out1, 4, extra);
     int rc = t5test_run(g_text, sizeof g_text, "%s", args);
-    if (rc) fail_msg("%s one GPU: exit %d:\n%s", tag, rc, g_text);
+    if (rc) fail_msg("%s one GPU: exit %d:\n%s", tag, rc, t5test_tail(g_text, 4000));
     run_args(args, sizeof args, "", 2, out2, 2, extra);
     rc = t5test_run(g_text, sizeof g_text, "%s", args);
-    if (rc) fail_msg("%s two GPUs: exit %d:\n%s", tag, rc, g_text);
+    if (rc) fail_msg("%s two GPUs: exit %d:\n%s", tag, rc, t5test_tail(g_text, 4000));
     double a[64], b[64], sa[64], sb[64];
     int na = t5test_jsonl_doubles(out1, "loss", a, 64), nb = t5test_jsonl_doubles(out2, "loss", b, 64);
     int ka = t5test_jsonl_doubles(out1, "skipped", sa, 64), kb = t5test_jsonl_doubles(out2, "skipped", sb, 64);
@@ -110,7 +110,7 @@ static void test_slurm_style_env(void** state) {
              "SLURM_JOB_ID=1 SLURM_STEP_ID=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port %s & done; wait %%1; a=$?; "
              "wait %%2; b=$?; exit $((a + b))", args);
     int rc = t5test_run(g_text, sizeof g_text, "%s", cmd);
-    if (rc) fail_msg("slurm-style launch: exit %d:\n%s", rc, g_text);
+    if (rc) fail_msg("slurm-style launch: exit %d:\n%s", rc, t5test_tail(g_text, 4000));
     char ref[512];
     snprintf(ref, sizeof ref, "%s/multi_s3_fp32_2gpu", t5test_tmpdir());
     double a[64], b[64];
@@ -141,10 +141,10 @@ static void test_resume_and_eval(void** state) {
     snprintf(outb, sizeof outb, "%s/multi_resume_b", t5test_tmpdir());
     run_args(args, sizeof args, "", 2, outa, 2, ex);
     int rc = t5test_run(g_text, sizeof g_text, "%s", args);
-    if (rc) fail_msg("uninterrupted: exit %d:\n%s", rc, g_text);
+    if (rc) fail_msg("uninterrupted: exit %d:\n%s", rc, t5test_tail(g_text, 4000));
     run_args(args, sizeof args, "T5TRAIN_STOP_AFTER_STEPS=10", 2, outb, 2, ex);
     rc = t5test_run(g_text, sizeof g_text, "%s", args);
-    if (rc) fail_msg("stopped run: exit %d:\n%s", rc, g_text);
+    if (rc) fail_msg("stopped run: exit %d:\n%s", rc, t5test_tail(g_text, 4000));
     char* ck = t5_path_join(outb, "checkpoint-10");
     const char* files[] = {"model.safetensors", "t5train_state_r00000.bin", "t5train_state_r00001.bin", "t5train_done"};
     for (size_t i = 0; i < T5_ARRAY_LEN(files); i++) {
@@ -156,7 +156,7 @@ static void test_resume_and_eval(void** state) {
     snprintf(ex, sizeof ex, extra, t5test_data_dir(), " --resume_from_checkpoint last");
     run_args(args, sizeof args, "", 2, outb, 2, ex);
     rc = t5test_run(g_text, sizeof g_text, "%s", args);
-    if (rc) fail_msg("resumed run: exit %d:\n%s", rc, g_text);
+    if (rc) fail_msg("resumed run: exit %d:\n%s", rc, t5test_tail(g_text, 4000));
     double a[64], b[64];
     int na = t5test_jsonl_doubles(outa, "loss", a, 64), nb = t5test_jsonl_doubles(outb, "loss", b, 64);
     assert_int_equal(na, 20);
@@ -189,14 +189,14 @@ static void resume_across(const char* tag, const char* ds, int first, int second
     snprintf(extra, sizeof extra, "--deepspeed '%s' --max_steps 20 --save_strategy steps --save_steps 10", ds);
     run_args(cmd, sizeof cmd, "", first, a, 4 / first, extra);
     int rc = t5test_run(g_text, sizeof g_text, "%s", cmd);
-    if (rc) fail_msg("%s uninterrupted: exit %d:\n%s", tag, rc, g_text);
+    if (rc) fail_msg("%s uninterrupted: exit %d:\n%s", tag, rc, t5test_tail(g_text, 4000));
     run_args(cmd, sizeof cmd, "T5TRAIN_STOP_AFTER_STEPS=10", first, b, 4 / first, extra);
     rc = t5test_run(g_text, sizeof g_text, "%s", cmd);
-    if (rc) fail_msg("%s stopped: exit %d:\n%s", tag, rc, g_text);
+    if (rc) fail_msg("%s stopped: exit %d:\n%s", tag, rc, t5test_tail(g_text, 4000));
     strcat(extra, " --resume_from_checkpoint last");
     run_args(cmd, sizeof cmd, "", second, b, 4 / second, extra);
     rc = t5test_run(g_text, sizeof g_text, "%s", cmd);
-    if (rc) fail_msg("%s resumed on %d GPUs: exit %d:\n%s", tag, second, rc, g_text);
+    if (rc) fail_msg("%s resumed on %d GPUs: exit %d:\n%s", tag, second, rc, t5test_tail(g_text, 4000));
     assert_contains(g_text, "optimizer state re-cut");
     double x[64], y[64];
     int nx = t5test_jsonl_doubles(a, "loss", x, 64), ny = t5test_jsonl_doubles(b, "loss", y, 64);
@@ -234,11 +234,11 @@ static void test_all_gpus_vs_accumulation(void** state) {
     snprintf(extra, sizeof extra, "--deepspeed '" S3 "}}' --gradient_accumulation_steps %d", n);
     run_args(args, sizeof args, "", 1, a, 2, extra);
     int rc = t5test_run(g_text, sizeof g_text, "%s", args);
-    if (rc) fail_msg("one GPU: exit %d:\n%s", rc, g_text);
+    if (rc) fail_msg("one GPU: exit %d:\n%s", rc, t5test_tail(g_text, 4000));
     snprintf(extra, sizeof extra, "--deepspeed '" S3 "}}'");
     run_args(args, sizeof args, "", n, b, 2, extra);
     rc = t5test_run(g_text, sizeof g_text, "%s", args);
-    if (rc) fail_msg("%d GPUs: exit %d:\n%s", n, rc, g_text);
+    if (rc) fail_msg("%d GPUs: exit %d:\n%s", n, rc, t5test_tail(g_text, 4000));
     double x[64], y[64];
     assert_int_equal(t5test_jsonl_doubles(a, "loss", x, 64), 30);
     assert_int_equal(t5test_jsonl_doubles(b, "loss", y, 64), 30);

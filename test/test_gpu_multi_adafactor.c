@@ -65,7 +65,7 @@ static void run_args(char* buf, size_t cap, const char* env, int gpus, const cha
 
 static void run_ok(const char* what, const char* cmd) {
     const int rc = t5test_run(g_text, sizeof g_text, "%s", cmd);
-    if (rc) fail_msg("%s: exit %d:\n%s", what, rc, g_text);
+    if (rc) fail_msg("%s: exit %d:\n%s", what, rc, t5test_tail(g_text, 4000));
 }
 
 // relative L2 of b against a over every tensor of the two final models; the worst tensor printed

@@ -48,7 +48,7 @@ static void run(const char* tag, const char* env, int gpus, const char* out, con
                      env, launch, t5test_bin(), ngpus, d, out, extra);
     if (k < 0 || (size_t)k >= sizeof cmd) fail_msg("command line too long");
     const int rc = t5test_run(g_text, sizeof g_text, "%s", cmd);
-    if (rc) fail_msg("%s on %d GPU(s): exit %d:\n%s", tag, gpus, rc, g_text);
+    if (rc) fail_msg("%s on %d GPU(s): exit %d:\n%s", tag, gpus, rc, t5test_tail(g_text, 4000));
 }
 
 // The tiny model trained on one GPU (once per test program): 60 updates on 64 pairs with targets cut to 8 tokens

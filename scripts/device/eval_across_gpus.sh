@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # eval_across_gpus.sh OUT: issue 29's evaluation figures on one host with 4 GPUs, one run at a time:
-#   same   a t5-small of random weights (saved once after one update, fp32) evaluated and predicted on newsdev2016
+#   same   a t5-small from random weights trained TRAIN_STEPS (500) updates on newsdev2016 itself (bf16, lr 1e-3, batch
+#          32: one update left every prediction empty; the saved weights are fp32), evaluated and predicted on newsdev2016
 #          (wmt16-ro-en/validation, 1,999 pairs; --do_eval --do_predict --predict_with_generate, greedy) on 1, 2 and 4
 #          GPUs, in fp32 and bf16: generated_predictions.txt compared line by line with one GPU's, eval_loss /
 #          predict_loss relative differences, bleu and gen_len;
@@ -56,7 +57,8 @@ PY
 }
 if want same || want sorted; then
   timeout 120 env CUDA_VISIBLE_DEVICES=0 "$BIN" --model_name_or_path t5-small --init random --seed 11 "${data[@]}" \
-      --train_file "$D/wmt16-ro-en/validation.en" --max_train_samples 64 --do_train --max_steps 1 --save_strategy no \
+      --train_file "$D/wmt16-ro-en/validation.en" --do_train --bf16 --max_steps ${TRAIN_STEPS:-500} --learning_rate 1e-3 \
+      --per_device_train_batch_size 32 --max_target_length 64 --save_strategy no --logging_steps 100 \
       --output_dir "$OUT/model" > "$OUT/model.log" 2>&1
   echo "model: exit $?"
 fi
