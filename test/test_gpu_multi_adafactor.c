@@ -112,12 +112,13 @@ static double weights_rel_l2(const char* a_dir, const char* b_dir, const char* t
     return rel;
 }
 
-// n GPUs x micro-batch 2 against one GPU x micro-batch 2 x accumulation n: 30 steps, losses and final weights
-static void vs_accumulation(const char* tag, int n, const char* extra) {
+// n GPUs x micro-batch 2 (flags `extra`) against one GPU x micro-batch 2 x accumulation n (flags `extra1`): 30 steps,
+// losses and final weights
+static void vs_accumulation_with(const char* tag, int n, const char* extra1, const char* extra) {
     char a[512], b[512], cmd[8192];
     snprintf(a, sizeof a, "%s/mada_%s_1gpu", t5test_tmpdir(), tag);
     snprintf(b, sizeof b, "%s/mada_%s_%dgpu", t5test_tmpdir(), tag, n);
-    run_args(cmd, sizeof cmd, "", 1, a, 2, n, 30, extra);
+    run_args(cmd, sizeof cmd, "", 1, a, 2, n, 30, extra1);
     run_ok("one GPU with accumulation", cmd);
     run_args(cmd, sizeof cmd, "", n, b, 2, 1, 30, extra);
     run_ok(tag, cmd);
@@ -140,6 +141,8 @@ static void vs_accumulation(const char* tag, int n, const char* extra) {
     if (!(rel <= 1e-6)) fail_msg("%s: final weights differ by %.3g relative L2", tag, rel);
 }
 
+static void vs_accumulation(const char* tag, int n, const char* extra) { vs_accumulation_with(tag, n, extra, extra); }
+
 #define S3 "{\"zero_optimization\": {\"stage\": 3, \"stage3_param_persistence_threshold\": 0}}"
 // HF Trainer's Adafactor (scale_parameter and relative_step off: the schedule's lr)
 #define ST1 "--save_strategy no --deepspeed '{\"zero_optimization\": {\"stage\": 1}}'"
@@ -152,6 +155,17 @@ static void vs_accumulation(const char* tag, int n, const char* extra) {
 static void test_stage1_two_gpus(void** state) { (void)state; REQUIRE_GPUS(2); vs_accumulation("s1", 2, ST1); }
 static void test_stage2_two_gpus(void** state) { (void)state; REQUIRE_GPUS(2); vs_accumulation("s2", 2, ST2); }
 static void test_stage3_two_gpus(void** state) { (void)state; REQUIRE_GPUS(2); vs_accumulation("s3", 2, ST3); }
+// HF Trainer's Adafactor (no beta1, no parameter scale, no weight decay) at stage 2 with DeepSpeed's default buckets
+// on 2 GPUs against stage 0 on one GPU: scripts/device/ds_adafactor_zero2.sh (lr 1e-3, no warm-up) measured t5train's
+// 2-GPU ZeRO-2 run 1.26e-5 off one GPU's loss after two updates and 1.7e-3 at step 29 (4 x H200, 2026-11-27), where
+// the cases above (stage 2 with 1000-element buckets, beta1 and the scale) pass at 1e-6. Written after that call:
+// not run on a GPU yet.
+static void test_stage2_hf_defaults_vs_stage0(void** state) {
+    (void)state;
+    REQUIRE_GPUS(2);
+    vs_accumulation_with("s2hf", 2, "--save_strategy no",
+                         "--save_strategy no --deepspeed '{\"zero_optimization\": {\"stage\": 2}}'");
+}
 
 // every visible GPU (4 or more, at most 8)
 static void test_all_gpus(void** state) {
@@ -214,7 +228,7 @@ static void test_offload_two_gpus(void** state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stage1_two_gpus), cmocka_unit_test(test_stage2_two_gpus),
-        cmocka_unit_test(test_stage3_two_gpus), cmocka_unit_test(test_resume_other_world),
+        cmocka_unit_test(test_stage3_two_gpus), cmocka_unit_test(test_stage2_hf_defaults_vs_stage0), cmocka_unit_test(test_resume_other_world),
         cmocka_unit_test(test_offload_two_gpus), cmocka_unit_test(test_all_gpus),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
