@@ -491,6 +491,14 @@ static void test_local_launch_holds_port(void** state) {
         assert_int_equal(t5test_run(got, sizeof got, "cat %s", out), 0);
         assert_string_equal(got, "held\n");
     }
+    // one rank has no rendezvous: no socket handed down (it would stay open in it, unused)
+    remove(out);
+    snprintf(cmd, sizeof cmd, "echo \"rank=$RANK fd=${T5TRAIN_RDV_FD:-none}\" >> %s", out);
+    o.nprocs = 1;
+    assert_int_equal(local_launch(&o, argv, err, sizeof err), 0);
+    assert_int_equal(t5test_run(got, sizeof got, "cat %s", out), 0);
+    assert_string_equal(got, "rank=0 fd=none\n");
+    o.nprocs = 3;
     // a port of the user's: nothing inherited
     remove(out);
     snprintf(cmd, sizeof cmd, "echo \"rank=$RANK fd=${T5TRAIN_RDV_FD:-none}\" >> %s", out);

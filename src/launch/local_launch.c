@@ -158,7 +158,9 @@ int local_launch(const LocalLaunchOptions* o, char* const argv[], char* err, siz
             setenv("T5TRAIN_RUN_ID", run_id, 1);
             unsetenv("TORCHELASTIC_RUN_ID");
             unsetenv("T5TRAIN_RDV_FD");
-            if (r == 0 && lfd >= 0 && fcntl(lfd, F_SETFD, 0) == 0) {  // kept across exec for rank 0 only
+            // kept across exec for rank 0 only, and only when it has a rendezvous to hold (one rank has none:
+            // its socket would stay open, unused, in it and every program it starts)
+            if (r == 0 && n > 1 && lfd >= 0 && fcntl(lfd, F_SETFD, 0) == 0) {
                 snprintf(v, sizeof v, "%d", lfd);
                 setenv("T5TRAIN_RDV_FD", v, 1);
             }
