@@ -282,13 +282,14 @@ void comm_all_reduce_sum_f32(LaunchComm* c, float* d, size_t n, cudaStream_t s) 
     comm_collective_enqueued(c, name, s);
 }
 
-int comm_host_i32(LaunchComm* c, int v, ncclRedOp_t op, cudaStream_t s) {
+// one int all-reduced through the GPU; comms_logger records it as `lop` of `bytes` under `name`
+static int host_i32(LaunchComm* c, int v, ncclRedOp_t op, CommsOp lop, uint64_t bytes, const char* name,
+                    cudaStream_t s) {
     if (!c || c->world == 1) return v;
-    static const char* name = "an all-reduce of a host decision";
     int* d = NULL;
     CUDA_CHECK(cudaMallocAsync((void**)&d, sizeof(int), s));
     CUDA_CHECK(cudaMemcpyAsync(d, &v, sizeof v, cudaMemcpyHostToDevice, s));
-    const int ev = comms_log_begin(COMMS_ALL_REDUCE, sizeof *d, name, s);
+    const int ev = comms_log_begin(lop, bytes, name, s);
     comm_check(c, ncclAllReduce(d, d, 1, ncclInt32, op, c->nccl, s), name);
     comms_log_end(ev, s);
     comm_collective_enqueued(c, name, s);
@@ -297,6 +298,10 @@ int comm_host_i32(LaunchComm* c, int v, ncclRedOp_t op, cudaStream_t s) {
     CUDA_CHECK(cudaFreeAsync(d, s));
     CUDA_CHECK(cudaStreamSynchronize(s));
     return out;
+}
+
+int comm_host_i32(LaunchComm* c, int v, ncclRedOp_t op, cudaStream_t s) {
+    return host_i32(c, v, op, COMMS_ALL_REDUCE, sizeof(int), "an all-reduce of a host decision", s);
 }
 
 // elem bytes per element of type t (4 for both callers)
@@ -335,7 +340,8 @@ int comm_from_rank0(LaunchComm* c, int v, cudaStream_t s) {
 
 bool comm_agree(LaunchComm* c, bool mine, cudaStream_t s) { return comm_host_i32(c, mine ? 1 : 0, ncclMin, s) != 0; }
 
-void comm_barrier_on(LaunchComm* c, cudaStream_t s) { (void)comm_agree(c, true, s); }
+// DeepSpeed's dist.barrier() at the same places (a checkpoint's commit): comms_logger's "barrier", size 0
+void comm_barrier_on(LaunchComm* c, cudaStream_t s) { (void)host_i32(c, 1, ncclMin, COMMS_BARRIER, 0, "a barrier", s); }
 
 void comm_finish(LaunchComm* c) {
     if (!c) return;
