@@ -265,7 +265,9 @@ void engine_stats(Engine* E, bool settle, cudaStream_t s, EngineStats* out) {
     out->numel = E->numel;
     out->applied_steps = E->sch.applied_steps;
     out->lr = used_lr(E, s);
-    if (E->o.zero.stage > 0) {
+    // the counters only once the CPU optimizer is idle: its thread writes them (cpu_adam_s under the engine's lock,
+    // the NVMe and staging bytes) while an update is under way, and every logged step calls this without settle
+    if (settle && E->o.zero.stage > 0) {
         ZeroStats zs;
         zero_stats(E->Z, &zs);
         stats_line(&zs, out->line, sizeof out->line);

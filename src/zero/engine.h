@@ -91,8 +91,9 @@ typedef struct {
     double lr;                 // the learning rate of the last update: engine_step's lr, or with Adafactor's
                                // relative_step what it used (transformers' AdafactorSchedule: tensor 0's, 0 before
                                // any applied update; with scale_parameter this waits for that update)
-    char line[800];            // stages 1-3: the engine's counters as one log line (gathers, trace mismatches,
-                               // copies, the CPU optimizer's last time, the run-time buffers); "" at stage 0
+    char line[800];            // stages 1-3 with settle: the engine's counters as one log line (gathers, trace
+                               // mismatches, copies, the CPU optimizer's last time, the run-time buffers); "" at
+                               // stage 0 or without settle
 } EngineStats;
 
 // The engine of the plan: parameters at o->zero.stage (zeroed; the weights come with engine_load_weights), the loss
