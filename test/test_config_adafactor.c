@@ -9,7 +9,9 @@
  *     src/zero/step_adafactor.c);
  *   - a DeepSpeed optimizer block naming Adafactor is refused with the reason (DeepSpeed would build
  *     torch.optim.Adafactor, not transformers'); --adafactor beside a DeepSpeed optimizer keeps HF's message;
- *   - other HF optimizers (sgd) still stop with "not implemented yet".
+ *   - other HF optimizers (sgd) still stop with "not implemented yet";
+ *   - the clip norm (config_clip_norm): test_gpu_multi_adafactor's ZeRO-2 JSON against stage 0 clips alike (a DeepSpeed
+ *     JSON without gradient_clipping does not clip).
  * And through the binary (--dry_run): `--optim adafactor` at stage 0 and at stage 3 pass the checks.
  */
 #include "t5test.h"
@@ -18,6 +20,7 @@
 
 #include "../src/base/common.h"
 #include "../src/cli/config.h"
+#include "multi_adafactor_flags.h"
 
 static RunConfig cfg;  // large: static
 
@@ -156,6 +159,37 @@ static void test_adafactor_several_ranks(void** state) {
     }
 }
 
+// test_gpu_multi_adafactor's test_stage2_hf_defaults_vs_stage0: its 2-rank ZeRO-2 side (S2HF_DS_JSON) must clip as its
+// stage 0 side (no DeepSpeed section: max_grad_norm, 1) does. A DeepSpeed JSON without gradient_clipping does not
+// clip (DeepSpeed's default 0; HF fills it only from "auto"): that was scripts/device/ds_adafactor_zero2.sh's run c,
+// whose drift from one GPU after the second update was taken for an engine defect (issue 33).
+static void test_stage2_vs_stage0_clip_alike(void** state) {
+    (void)state;
+    char err[4096] = "";
+    const char* hf = BASE "--optim adafactor --save_strategy no --learning_rate 1e-3 --per_device_train_batch_size 2 ";
+    char line[1024];
+    snprintf(line, sizeof line, "%s--gradient_accumulation_steps 2", hf);
+    expect_ok(line);
+    assert_false(cfg.has_deepspeed);
+    const double one = config_clip_norm(&cfg);
+    snprintf(line, sizeof line, "%s--gradient_accumulation_steps 1 --deepspeed %s", hf, S2HF_DS_JSON);
+    if (api_run_world(&cfg, line, 2, err, sizeof err)) fail_msg("%s on 2 ranks: %s", line, err);
+    assert_true(cfg.has_deepspeed);
+    assert_int_equal(cfg.ds.zero_optimization.stage, 2);
+    const double two = config_clip_norm(&cfg);
+    print_message("clip norm: one GPU (no DeepSpeed) %g, 2 ranks with %s %g\n", one, S2HF_DS_JSON, two);
+    assert_true(one == 1.0);
+    assert_true(two == one);
+    // the JSON of the 4 x H200 call: no gradient_clipping, no clipping
+    snprintf(line, sizeof line, "%s--gradient_accumulation_steps 1 --deepspeed {\"zero_optimization\":{\"stage\":2}}", hf);
+    if (api_run_world(&cfg, line, 2, err, sizeof err)) fail_msg("%s on 2 ranks: %s", line, err);
+    assert_true(config_clip_norm(&cfg) == 0.0);
+    // an explicit value is kept, and must match max_grad_norm (HF's fill_match)
+    snprintf(line, sizeof line, "%s--deepspeed {\"gradient_clipping\":1.0,\"zero_optimization\":{\"stage\":2}}", hf);
+    expect_ok(line);
+    assert_true(config_clip_norm(&cfg) == 1.0);
+}
+
 static void test_deepspeed_adafactor_block_refused(void** state) {
     (void)state;
     expect_err(BASE "--deepspeed {\"optimizer\":{\"type\":\"Adafactor\"}}",
@@ -202,6 +236,7 @@ int main(void) {
         cmocka_unit_test(test_adafactor_options),
         cmocka_unit_test(test_adafactor_options_refused),
         cmocka_unit_test(test_adafactor_zero_stages), cmocka_unit_test(test_adafactor_several_ranks),
+        cmocka_unit_test(test_stage2_vs_stage0_clip_alike),
         cmocka_unit_test(test_deepspeed_adafactor_block_refused),
         cmocka_unit_test(test_other_optimizers_still_missing),
         cmocka_unit_test(test_binary_dry_run),

@@ -11,7 +11,8 @@
  *    fp32 (tolerances at ULP_* below, with what was measured);
  *  - the working copy equals the fp16/bf16 conversion of the new master;
  *  - test_thread_independence: the large cases with 1, 2 and 3 OpenMP threads, bit-identical;
- *  - test_opts: HF's constructor checks, _get_lr branches, state sizes, empty shapes.
+ *  - test_opts: HF's constructor checks, _get_lr branches, state sizes, empty shapes;
+ *  - test_clip_shows_from_update_2: a clipped and an unclipped run agree after the first update, not the second.
  */
 #include "t5test.h"
 
@@ -415,12 +416,77 @@ static void test_state_layout(void** state) {
         }
 }
 
+// Why a run that clips the gradient norm and one that does not agree after Adafactor's first update and part after
+// the second (issue 33: t5train's 2-GPU ZeRO-2 run against one GPU, scripts/device/ds_adafactor_zero2.sh, whose
+// DeepSpeed JSON had no gradient_clipping, i.e. clipping off, while the one-GPU runs clipped at max_grad_norm 1):
+// with HF Trainer's options (external lr, no parameter scale, no beta1) the first update, which has no history
+// (beta2t = 1 - 1^-0.8 = 0), is u = g / sqrt(g^2) for a vector and (rf * cf) * g for a matrix: a common factor of
+// the gradient (the clip factor, a loss scale) cancels, as it does in the rms clip of u. From the second update on,
+// the second moment mixes this step's g^2 with the last one's, so the ratio of the two steps' clip factors enters the
+// update. A matrix and a vector, gradients whose global norm is above 1 at both steps (clipped to 1 with DeepSpeed's
+// factor) against the same gradients unclipped: update 1 equal to fp32 rounding (the clip factor is no power of 2),
+// update 2 not.
+static void test_clip_shows_from_update_2(void** state) {
+    (void)state;
+    CpuAdafactorOpts o;
+    cpu_adafactor_default_opts(&o);
+    o.has_lr = true;  // HF Trainer's Adafactor: lr from the schedule, scale_parameter / relative_step off
+    o.scale_parameter = o.relative_step = false;
+    const size_t rows = 12, cols = 7, nv = 20, nm = rows * cols;
+    float pm[2][84], pv[2][20], row[2][12], col[2][7], sq[2][20], gm[84], gv[20];
+    for (int r = 0; r < 2; r++) {
+        for (size_t i = 0; i < nm; i++) pm[r][i] = uni(11, i);
+        for (size_t i = 0; i < nv; i++) pv[r][i] = uni(12, i);
+        memset(row[r], 0, sizeof row[r]);
+        memset(col[r], 0, sizeof col[r]);
+        memset(sq[r], 0, sizeof sq[r]);
+    }
+    double diff[3] = {0};
+    for (int t = 1; t <= 2; t++) {
+        const double lr = 1e-3 * (30 - (t - 1)) / 30.0;  // the linear schedule without warm-up, 30 updates
+        o.lr = lr;
+        // this step's gradients; the second step's smaller (its norm is still above the clip)
+        const float mag = t == 1 ? 1.0f : 0.6f;
+        double n2 = 0;
+        for (size_t i = 0; i < nm; i++) {
+            gm[i] = mag * uni(100 + t, i);
+            n2 += (double)gm[i] * gm[i];
+        }
+        for (size_t i = 0; i < nv; i++) {
+            gv[i] = mag * uni(200 + t, i);
+            n2 += (double)gv[i] * gv[i];
+        }
+        const double norm = sqrt(n2);
+        assert_true(norm > 1.0);
+        // DeepSpeed's combined factor with scale 1 and clip 1: grad / max(1, (norm + 1e-6) / clip)
+        const float clipped = (float)(1.0 / fmax(1.0, (norm + 1e-6) / 1.0));
+        for (int r = 0; r < 2; r++) {
+            const float gs = r == 0 ? clipped : 1.0f;  // run 0 clips (one GPU), run 1 does not (the JSON without the key)
+            CpuAdafactorState S = {.rows = rows, .cols = cols, .factored = true, .exp_avg_sq_row = row[r],
+                                   .exp_avg_sq_col = col[r]};
+            CpuAdafactorState V = {.rows = 1, .cols = nv, .factored = false, .exp_avg_sq = sq[r]};
+            assert_int_equal(cpu_adafactor_step(&o, t, &S, pm[r], gm, DT_F32, gs, NULL, DT_F32, NULL, NULL), 0);
+            assert_int_equal(cpu_adafactor_step(&o, t, &V, pv[r], gv, DT_F32, gs, NULL, DT_F32, NULL, NULL), 0);
+        }
+        // the runs' weights apart, in units of this update's size (lr per element: |u| is about 1 after the rms clip)
+        double d = 0;
+        for (size_t i = 0; i < nm; i++) d = fmax(d, fabs((double)pm[0][i] - pm[1][i]));
+        for (size_t i = 0; i < nv; i++) d = fmax(d, fabs((double)pv[0][i] - pv[1][i]));
+        diff[t] = d / lr;
+        print_message("update %d: gradient norm %.4f, clip factor %.6f; clipped vs unclipped weights %.3g x lr apart\n",
+                      t, norm, (double)clipped, diff[t]);
+    }
+    assert_true(diff[1] <= 1e-4);  // at most the fp32 rounding of g * factor (measured: 0)
+    assert_true(diff[2] >= 1e-2);  // the two steps' clip factors differ: the second update differs (measured 0.47)
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_vs_hf),
         cmocka_unit_test(test_thread_independence),
         cmocka_unit_test(test_opts),
         cmocka_unit_test(test_state_layout),
+        cmocka_unit_test(test_clip_shows_from_update_2),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -27,6 +27,7 @@
 
 #include "../src/base/common.h"
 #include "../src/base/safetensors.h"
+#include "multi_adafactor_flags.h"
 
 static char g_text[1 << 18];
 
@@ -158,13 +159,14 @@ static void test_stage3_two_gpus(void** state) { (void)state; REQUIRE_GPUS(2); v
 // HF Trainer's Adafactor (no beta1, no parameter scale, no weight decay) at stage 2 with DeepSpeed's default buckets
 // on 2 GPUs against stage 0 on one GPU: scripts/device/ds_adafactor_zero2.sh (lr 1e-3, no warm-up) measured t5train's
 // 2-GPU ZeRO-2 run 1.26e-5 off one GPU's loss after two updates and 1.7e-3 at step 29 (4 x H200, 2026-11-27), where
-// the cases above (stage 2 with 1000-element buckets, beta1 and the scale) pass at 1e-6. Written after that call:
-// not run on a GPU yet.
+// the cases above (stage 2 with 1000-element buckets, beta1 and the scale) pass at 1e-6. That run's DeepSpeed JSON
+// had no gradient_clipping (= 0, off) while the one-GPU runs clipped at max_grad_norm 1; every case above passes the
+// same JSON on both sides (none of them clips). S2HF_DS_JSON says "auto" (max_grad_norm, 1), so both sides clip;
+// test_config_adafactor checks that on the CPU. Not run on a GPU yet.
 static void test_stage2_hf_defaults_vs_stage0(void** state) {
     (void)state;
     REQUIRE_GPUS(2);
-    vs_accumulation_with("s2hf", 2, "--save_strategy no",
-                         "--save_strategy no --deepspeed '{\"zero_optimization\": {\"stage\": 2}}'");
+    vs_accumulation_with("s2hf", 2, "--save_strategy no", "--save_strategy no --deepspeed '" S2HF_DS_JSON "'");
 }
 
 // every visible GPU (4 or more, at most 8)

@@ -3,7 +3,8 @@
 # about 4.5 with every timeout hit): what DeepSpeed + HF Trainer does with `--adafactor` at ZeRO-2 on 2 GPUs, beside
 # transformers' single-GPU Adafactor and t5train, from the same weights on the same rows:
 #   d. t5train, 1 GPU x micro-batch 2 x accumulation 2, --dump_batches (the rows of every update, replayed by a and b);
-#   c. t5train --num_gpus 2 x 2, --deepspeed '{"zero_optimization": {"stage": 2}}';
+#   c. t5train --num_gpus 2 x 2, --deepspeed '{"zero_optimization": {"stage": 2}, "gradient_clipping": "auto"}' (the
+#      key: absent, DeepSpeed does not clip, as with HF's Trainer; the 4 x H200 call of 2026-11-27 ran c without it);
 #   b. HF Seq2SeqTrainer, optim="adafactor", 1 GPU x 2 x accumulation 2, no DeepSpeed (the reference);
 #   a. the same Trainer under DeepSpeed 0.19.8 ZeRO-2 (WORK/ds_zero2.json: no "optimizer" section, so the Trainer's
 #      Adafactor is DeepSpeed's client optimizer; fp32; no offload), 2 GPUs x 2, launched with torch.distributed.run
@@ -73,7 +74,7 @@ fi
 
 ( t=$SECONDS
   CUDA_VISIBLE_DEVICES=0,1 LD_LIBRARY_PATH=$T5LIBS timeout -k 5 90 "$BIN" --num_gpus 2 "${T5[@]}" \
-    --gradient_accumulation_steps 1 --deepspeed '{"zero_optimization": {"stage": 2}}' \
+    --gradient_accumulation_steps 1 --deepspeed '{"zero_optimization": {"stage": 2}, "gradient_clipping": "auto"}' \
     --output_dir "$WORK/t5train_zero2_2gpu" > "$WORK/t5train_zero2_2gpu.log" 2>&1
   done_part c $? $((SECONDS - t)) "t5train --num_gpus 2 ZeRO-2" ) &
 c_pid=$!

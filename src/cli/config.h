@@ -517,6 +517,10 @@ int config_load_string(RunConfig* c, const char* text, const char* name, char* e
 int config_parse_args(RunConfig* c, int argc, char** argv, char* err, size_t errlen);
 // Fills "auto" and the null fallbacks, checks cross-key rules. Needs world_size set (default 1).
 int config_resolve(RunConfig* c, char* err, size_t errlen);
+// The gradient clip norm a resolved config trains with (0: off): with a DeepSpeed section its gradient_clipping,
+// which is absent = 0 = off unless the JSON says "auto" (then max_grad_norm), as DeepSpeed and HF's Trainer (its
+// integration fills only "auto"; the Trainer leaves clipping to DeepSpeed); without one, max_grad_norm.
+double config_clip_norm(const RunConfig* c);
 // HF's output_dir rule: refuse a non-empty output_dir when training without overwrite_output_dir.
 int config_check_output_dir(const RunConfig* c, char* err, size_t errlen);
 // The one place that compares what the config asks for with what this build implements.

@@ -603,6 +603,8 @@ static const struct {
     .resume = true,        // checkpoint-<step> dirs written by src/train/trainer.c
 };
 
+double config_clip_norm(const RunConfig* c) { return c->has_deepspeed ? c->ds.gradient_clipping : c->max_grad_norm; }
+
 int config_check_implemented(const RunConfig* c, char* err, size_t n) {
     char list[1024] = "";
     int count = 0;

@@ -423,7 +423,7 @@ static void args_zero(const RunConfig* c, TrainerArgs* a) {
 static void args_schedule(const RunConfig* c, TrainerArgs* a) {
     const DsConfig* ds = &c->ds;
     // DeepSpeed clips with its own key (absent = 0 = off, as DeepSpeed); HF alone clips with max_grad_norm
-    a->clip = c->has_deepspeed ? ds->gradient_clipping : c->max_grad_norm;
+    a->clip = config_clip_norm(c);
     a->warmup_steps = (double)c->warmup_steps;
     a->warmup_ratio = c->warmup_ratio;
     if (c->has_deepspeed && ds->scheduler.present) {
