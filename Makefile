@@ -224,7 +224,7 @@ $(BUILD)/test/t5test.o: test/t5test.c
 $(BUILD)/test/%: test/%.c $(BUILD)/test/t5test.o $(LIB)
 	$(say) "Compiling $< > $@"
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(CFLAGS) $(CMOCKA_CFLAGS) -Itest -MMD -MP -c $< -o $@.o
+	$(Q)$(CC) $(CFLAGS) $(CMOCKA_CFLAGS) -Itest -MMD -MP -MT $@ -c $< -o $@.o
 	$(Q)$(CXX) -o $@ $@.o $(BUILD)/test/t5test.o $(LIB) $(LDFLAGS) $(CMOCKA_LIBS) $(LDLIBS)
 
 $(BUILD)/bench/%: test/bench/%.c $(LIB)
