@@ -259,6 +259,19 @@ static void test_large_chunks_threaded(void** state) {
     sim_reset(S, 0);
 }
 
+static void test_threads_setting(void** state) {
+    (void)state;
+    assert_int_equal(zero_staging_threads(NULL, 16), 8);
+    assert_int_equal(zero_staging_threads("", 16), 8);
+    assert_int_equal(zero_staging_threads(NULL, 6), 3);
+    assert_int_equal(zero_staging_threads(NULL, 1), 1);
+    assert_int_equal(zero_staging_threads(NULL, 64), 8);
+    assert_int_equal(zero_staging_threads("1", 16), 1);
+    assert_int_equal(zero_staging_threads("64", 16), 64);
+    const char* bad[] = {"0", "65", "-2", "4x", "x", "2.5", " "};
+    for (size_t i = 0; i < T5_ARRAY_LEN(bad); i++) assert_int_equal(zero_staging_threads(bad[i], 16), -1);
+}
+
 // the reduce path (gradient buckets down, accumulated over micro-batches through the host buffer) and the gather
 // path (host partitions up on another stream), randomized
 static void test_engine_paths_random(void** state) {
@@ -404,7 +417,7 @@ static void test_shared_weights_protocol(void** state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chunks),
-        cmocka_unit_test(test_slot_order), cmocka_unit_test(test_large_chunks_threaded),
+        cmocka_unit_test(test_slot_order), cmocka_unit_test(test_large_chunks_threaded), cmocka_unit_test(test_threads_setting),
         cmocka_unit_test(test_engine_paths_random),
         cmocka_unit_test(test_shared_weights_protocol),
     };

@@ -13,13 +13,21 @@
 // memcpy. Measured on an H200 host (16 cores), t5-3b fp16 homework ZeRO-3 with pin_memory false, batch 8: 2988 ms
 // per step with 1 thread, 1610 with 4, 1353 with 8, 1397-1472 with 12 or 16 (pinned: 907 ms); slots of 16 or
 // 64 MiB instead of 4 were no faster (docs/zero.md, "pin_memory: false").
+int zero_staging_threads(const char* v, int procs) {
+    if (!v || !*v) return T5_MIN(8, T5_MAX(1, procs / 2));
+    char* end;
+    const long k = strtol(v, &end, 10);
+    return *end || k < 1 || k > 64 ? -1 : (int)k;
+}
+
+// read once (both engine threads compute the same value; a race between them writes the same int)
 static int copy_threads(void) {
     static int n = 0;
     if (n == 0) {
         const char* v = getenv("T5TRAIN_STAGING_THREADS");
-        const int half = omp_get_num_procs() / 2;
-        int k = v && *v ? atoi(v) : T5_MIN(8, T5_MAX(1, half));
-        n = k < 1 ? 1 : k > 64 ? 64 : k;
+        const int k = zero_staging_threads(v, omp_get_num_procs());
+        if (k < 0) t5_die(T5_EXIT_USAGE, "T5TRAIN_STAGING_THREADS=%s: give a whole number of threads, 1 .. 64", v);
+        n = k;
     }
     return n;
 }

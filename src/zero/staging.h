@@ -74,6 +74,10 @@ typedef struct {
 } ZeroRing;
 
 void zero_ring_init(ZeroRing* R, int count, size_t slot_bytes, void* mem, ZeroRingOps ops);
+
+// Threads of each host copy between a pageable buffer and a slot: the value of T5TRAIN_STAGING_THREADS `v` (a whole
+// number 1 .. 64), or min(8, procs / 2) when unset or empty; -1 for anything else (the engine then stops, exit 2).
+int zero_staging_threads(const char* v, int procs);
 // Retires everything pending (zero_ring_drain), then frees the bookkeeping (not mem).
 void zero_ring_free(ZeroRing* R);
 // dev_dst <- host_src (n bytes) on stream s, through the ring (see above: host_src is read now).
