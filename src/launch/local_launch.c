@@ -5,19 +5,18 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "../base/common.h"
 #include "launch_env.h"
+#include "rendezvous.h"
 
 #define MAX_PROCS 1024
 
@@ -32,39 +31,18 @@ static void forward(int sig) {
         if (g_kids[i] > 0) kill(-g_kids[i], sig);
 }
 
-// a free port for the rendezvous, already bound and listening (*fd): rank 0 inherits the socket (T5TRAIN_RDV_FD,
+// a free port for the rendezvous, already listening (*fd): rank 0 inherits the socket (T5TRAIN_RDV_FD,
 // rendezvous.c) instead of binding the port again later, so no other program can take it in between (a port
 // picked, closed and bound again by rank 0 can be lost to any socket opened meanwhile on the host)
-static int pick_listener(int* fd_out) {
-    *fd_out = -1;
-    int one = 1, zero = 0, port = -1;
-    int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);  // dual stack, as rendezvous.c listens
-    if (fd >= 0) {
-        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
-        struct sockaddr_in6 a = {.sin6_family = AF_INET6, .sin6_port = 0, .sin6_addr = in6addr_any};
-        socklen_t l = sizeof a;
-        if (bind(fd, (struct sockaddr*)&a, sizeof a) == 0 && listen(fd, 1024) == 0 &&
-            getsockname(fd, (struct sockaddr*)&a, &l) == 0)
-            port = ntohs(a.sin6_port);
+static int pick_listener(int* fd_out, char* err, size_t errlen) {
+    *fd_out = rdv_listen(0, err, errlen);
+    if (*fd_out < 0) return -1;
+    const int port = rdv_socket_port(*fd_out);
+    if (port <= 0) {
+        t5_set_err(err, errlen, "the listening socket has no port: %s", strerror(errno));
+        close(*fd_out);
+        *fd_out = -1;
     }
-    if (port < 0) {  // no IPv6: IPv4 only
-        if (fd >= 0) close(fd);
-        fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0) return -1;
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0, .sin_addr.s_addr = htonl(INADDR_ANY)};
-        socklen_t l = sizeof a;
-        if (bind(fd, (struct sockaddr*)&a, sizeof a) == 0 && listen(fd, 1024) == 0 &&
-            getsockname(fd, (struct sockaddr*)&a, &l) == 0)
-            port = ntohs(a.sin_port);
-    }
-    if (port < 0) {
-        int e = errno;
-        close(fd);
-        errno = e;
-        return -1;
-    }
-    *fd_out = fd;
     return port;
 }
 
@@ -88,9 +66,9 @@ int local_launch(const LocalLaunchOptions* o, char* const argv[], char* err, siz
     if (n < 1 || n > MAX_PROCS) return t5_set_err(err, errlen, "--num_gpus %d: give 1 .. %d", n, MAX_PROCS);
     if (!argv || !argv[0]) return t5_set_err(err, errlen, "--num_gpus: no command to run");
     int lfd = -1;  // the rendezvous socket when the port is ours to pick: rank 0 inherits it
-    int port = o->master_port > 0 ? o->master_port : pick_listener(&lfd);
-    if (port <= 0) return t5_set_err(err, errlen, "--num_gpus: cannot find a free TCP port for the rendezvous: %s",
-                                     strerror(errno));
+    char why[256] = "";
+    int port = o->master_port > 0 ? o->master_port : pick_listener(&lfd, why, sizeof why);
+    if (port <= 0) return t5_set_err(err, errlen, "--num_gpus: cannot find a free TCP port for the rendezvous: %s", why);
     char run_id[64];
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);

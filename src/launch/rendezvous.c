@@ -162,7 +162,7 @@ static Rdv* rdv_new(int rank, int world, int npeers) {
 // ---------------------------------------------------------------------------------------------
 // rank 0
 
-static int listen_on(int port, char* err, size_t errlen) {
+int rdv_listen(int port, char* err, size_t errlen) {
     int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
     int one = 1, zero = 0;
     if (fd >= 0) {
@@ -203,6 +203,15 @@ static int listen_on(int port, char* err, size_t errlen) {
 
 // the listening socket `t5train --num_gpus` opened for rank 0 (local_launch.c: T5TRAIN_RDV_FD), when it listens on
 // `port`; -1 otherwise (then rank 0 binds the port itself). Taken once: the variable is cleared.
+int rdv_socket_port(int fd) {
+    struct sockaddr_storage a;
+    socklen_t l = sizeof a;
+    if (getsockname(fd, (struct sockaddr*)&a, &l) != 0) return -1;
+    return a.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6*)&a)->sin6_port)
+         : a.ss_family == AF_INET  ? ntohs(((struct sockaddr_in*)&a)->sin_port)
+                                   : -1;
+}
+
 static int inherited_listener(int port) {
     const char* v = getenv("T5TRAIN_RDV_FD");
     if (!v || !*v) return -1;
@@ -210,16 +219,10 @@ static int inherited_listener(int port) {
     long fd = strtol(v, &end, 10);
     unsetenv("T5TRAIN_RDV_FD");
     if (*end || fd < 0 || fd > 1 << 20) return -1;
-    struct sockaddr_storage a;
-    socklen_t l = sizeof a;
     int listening = 0;
     socklen_t ll = sizeof listening;
-    if (getsockname((int)fd, (struct sockaddr*)&a, &l) != 0 ||
-        getsockopt((int)fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &ll) != 0 || !listening)
-        return -1;
-    int p = a.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6*)&a)->sin6_port)
-          : a.ss_family == AF_INET  ? ntohs(((struct sockaddr_in*)&a)->sin_port)
-                                    : -1;
+    if (getsockopt((int)fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &ll) != 0 || !listening) return -1;
+    const int p = rdv_socket_port((int)fd);
     if (p != port) return -1;  // MASTER_PORT was changed after the launcher: not ours to use
     fcntl((int)fd, F_SETFD, FD_CLOEXEC);
     return (int)fd;
@@ -231,7 +234,7 @@ static Rdv* rank0(const RdvOptions* o, const uint8_t id[RDV_ID_BYTES], int* loca
     double timeout = o->timeout_s > 0 ? o->timeout_s : 300;
     double deadline = now_s() + timeout;
     int lfd = inherited_listener(o->port);
-    if (lfd < 0) lfd = listen_on(o->port, err, errlen);
+    if (lfd < 0) lfd = rdv_listen(o->port, err, errlen);
     if (lfd < 0) return NULL;
     Rdv* r = rdv_new(0, W, W);
     bool* in = (bool*)calloc_check((size_t)W, sizeof(bool));

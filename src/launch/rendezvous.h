@@ -65,6 +65,14 @@ void rdv_finish(Rdv* r);
 // Closes without the finish message (the peers see this rank as gone), frees r.
 void rdv_close(Rdv* r);
 
+// Rank 0's listening socket on `port` (0: a free one, found with getsockname), IPv6 dual stack or else IPv4,
+// SO_REUSEADDR, close-on-exec; -1 with err on failure. `t5train --num_gpus` opens it before the ranks start and rank 0
+// inherits it (T5TRAIN_RDV_FD), so no other program can take the port in between.
+int rdv_listen(int port, char* err, size_t errlen);
+
+// The local port a socket is bound to; -1 if none (not a socket, not bound, not IPv4 / IPv6).
+int rdv_socket_port(int fd);
+
 #ifdef __cplusplus
 }
 #endif
