@@ -30,7 +30,7 @@ const char* t5test_tmpdir(void);
 // The last `n` bytes of `text` (from the line start after the cut): a failed run's own error line stays in a
 // failure message (cmocka cuts long messages; a rank 0 prints its config table first)
 const char* t5test_tail(const char* text, size_t n);
-// Runs a shell command; captures stdout+stderr (truncated to cap) into out. Returns the exit code
+// Runs a shell command; captures stdout+stderr into out (longer than cap: its head, a marker, its tail). Returns the exit code
 // (or 128+signal).
 int t5test_run(char* out, size_t cap, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
 // Splits a space-separated command line (no quoting) into argv[0] = "t5train", then its words, NULL-terminated;
