@@ -170,8 +170,32 @@ def run_commands():
     assert cmd[cmd.index("--adafactor_relative_step") + 1] == "true" and "--hf_adafactor_t5" not in cmd
     cmd = run.command("hf", S.setting("task_codes_t5recipe"), 1, A, "/w/t/hf_s1")[0]
     assert cmd[cmd.index("--hf_adafactor_t5") + 1] == "true" and "--adafactor_relative_step" not in cmd
+    # relative updates under the linear schedule: scale_parameter on both sides, the rate and warm-up passed
+    s = S.setting("task_codes_t5lin_0.01_d0")
+    cmd = run.command("t5train", s, 1, A, "/w/t/t5train_s1")[0]
+    assert cmd[cmd.index("--adafactor_scale_parameter") + 1] == "true" and "--adafactor_relative_step" not in cmd
+    assert cmd[cmd.index("--learning_rate") + 1] == "0.01" and cmd[cmd.index("--dropout_rate") + 1] == "0.0"
+    cmd = run.command("hf", s, 1, A, "/w/t/hf_s1")[0]
+    assert cmd[cmd.index("--hf_adafactor_scale") + 1] == "true" and cmd[cmd.index("--warmup_steps") + 1] == "100"
+    assert S.setting("task_codes_t5lin_0.01_4k")["max_steps"] == 4000
     # fp16 beside DeepSpeed runs at a ZeRO stage whose engine scales the loss (DeepSpeed PR #8393)
     assert S.DS_CONFIGS[S.setting("fp16")["ds"]]["zero_optimization"]["stage"] >= 1
+
+
+@test
+def gpu_pool():
+    """run.py --gpus: each run takes the least-loaded GPUs (lowest index on ties), counted in a file both run.py
+    processes share; giving them back reports the other runs that were on them."""
+    with tempfile.TemporaryDirectory() as d:
+        class A:
+            gpus, gpu_load = 4, f"{d}/load.json"
+        got = [run.take_gpus(A, 1) for _ in range(5)]
+        assert [g for g, _ in got] == [[0], [1], [2], [3], [0]] and [b for _, b in got] == [0, 0, 0, 0, 1], got
+        assert run.take_gpus(A, 2) == ([1, 2], 1)  # a 2-GPU run: the two least loaded
+        assert run.give_gpus(A, [0]) == 1 and run.give_gpus(A, [1, 2]) == 1
+        with open(A.gpu_load) as f:
+            assert json.load(f) == [1, 1, 1, 1]
+        assert run.give_gpus(A, [3]) == 0
 
 
 @test

@@ -14,6 +14,8 @@
 # SIDES (default "t5train hf"), T5_FIRST=1 (t5train's runs alone first, then HF's), T5_AFTER (t5train settings run
 # beside HF's, after T5_FIRST's), WORK (default /tmp/long_run). Writes $OUT/runs.tar.gz (every run's
 # trainer_log.jsonl, run_summary.json, log.txt tail and results files); compare.py reads it back here.
+# On a machine with several GPUs (NGPU, default: nvidia-smi's count) each run takes the least-loaded GPU(s)
+# (run.py --gpus): t5train's and HF's runs then share a GPU only when there are more runs than GPUs.
 set -u
 OUT=${1:?usage: device.sh OUT}
 cd "$(dirname "$0")/../../.."
@@ -50,7 +52,9 @@ CPUAdamBuilder().load(); FusedAdamBuilder().load()" > "$WORK/ds_ops.log" 2>&1
   ops_pid=$!
 fi
 python3 $HERE/make_init.py --out "$WORK/init" --seeds $SEEDS | tail -2
-RUN="python3 $HERE/run.py --bin ./t5train --data .devdata/long_run --init $WORK/init --work $WORK/runs --seeds $SEEDS"
+NGPU=${NGPU:-$(nvidia-smi -L | grep -c '^GPU')}
+rm -f "$WORK/runs/gpu_load.json"
+RUN="python3 $HERE/run.py --bin ./t5train --data .devdata/long_run --init $WORK/init --work $WORK/runs --seeds $SEEDS --gpus $NGPU"
 left() { echo $((LIMIT - (SECONDS - T0))); }
 pids=()
 if [[ " $SIDES " == *" t5train "* ]]; then

@@ -56,6 +56,10 @@ class DataArgs:
     # relative_step=True, warmup_init=False, lr=None) with AdafactorSchedule, handed to the Trainer as its optimizers
     # (--optim adafactor makes the Trainer's Adafactor with scale_parameter and relative_step False)
     hf_adafactor_t5: bool = False
+    # Adafactor with scale_parameter=True, relative_step=False, lr=--learning_rate: updates relative to each
+    # parameter's RMS under the Trainer's own schedule (linear with warm-up); t5train's --optim adafactor
+    # --adafactor_scale_parameter true
+    hf_adafactor_scale: bool = False
 
 
 def read_jsonl(path, src, tgt, limit):
@@ -138,6 +142,11 @@ def main():
         opt = Adafactor(model.parameters(), scale_parameter=True, relative_step=True, warmup_init=False, lr=None,
                         weight_decay=args.weight_decay)
         optimizers = (opt, AdafactorSchedule(opt))
+    elif d.hf_adafactor_scale:
+        from transformers.optimization import Adafactor
+        opt = Adafactor(model.parameters(), scale_parameter=True, relative_step=False, warmup_init=False,
+                        lr=args.learning_rate, weight_decay=args.weight_decay)
+        optimizers = (opt, None)  # the Trainer builds its lr_scheduler_type schedule around it
     trainer = Seq2SeqTrainer(model=model, args=args, train_dataset=train, eval_dataset=val, data_collator=collator,
                              processing_class=tokenizer,
                              compute_metrics=compute_metrics if args.predict_with_generate else None,

@@ -73,7 +73,8 @@ def main():
             max_steps = sm.get("max_steps", 3000)
             sm.update(device_call=a.call, last_logged_step=last, completed=last >= max_steps,
                       concurrent_on_gpu=f"call {a.call}: {a.shared}", alone_on_gpu=setting in a.alone
-                      or f"{setting}/{run.split('_s')[0]}" in a.alone)
+                      or f"{setting}/{run.split('_s')[0]}" in a.alone
+                      or (sm.get("other_runs_on_its_gpus_at_start") == 0 and sm.get("other_runs_on_its_gpus_at_end") == 0))
             if (sm.get("rc") or 0) > 0:
                 sm["error"] = error_line(src)
             with open(os.path.join(dst, "run_summary.json"), "w") as f:

@@ -10,10 +10,16 @@ wall-clock measured here around the whole process, evaluation included; the side
 train_loss; fp16 skipped steps: t5train's overflow events, DeepSpeed's engine.skipped_steps; the number of
 jobs that shared the GPU while it ran). t5train runs go through one pool of --t5_jobs and HF runs through
 another of --hf_jobs at the same time, so runs share the GPU unless both pools are 1 and --serial is given.
+With --gpus N (N > 1: a machine with several GPUs) each run takes the setting's number of GPUs with the fewest runs
+on them, counted in the file --gpu_load (shared by the two run.py processes device.sh starts, under a lock), and
+sees only those (CUDA_VISIBLE_DEVICES); run_summary.json names them and the most other runs on one of them at the
+run's start and at its end.
 Settings and DeepSpeed configs: settings.py. Prints one line per finished run and exits 1 if any failed.
 """
 import argparse
 import concurrent.futures as cf
+import contextlib
+import fcntl
 import json
 import os
 import subprocess
@@ -99,20 +105,61 @@ def t5train_summary(out):
     return sm
 
 
+@contextlib.contextmanager
+def _gpu_table(path, n):
+    """The runs on each GPU, read and written under an exclusive lock of PATH (a JSON list of N counts)."""
+    with open(path, "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        f.seek(0)
+        text = f.read()
+        load = json.loads(text) if text.strip() else [0] * n
+        yield load
+        f.seek(0)
+        f.truncate()
+        f.write(json.dumps(load))
+        f.flush()
+        fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def take_gpus(a, k):
+    """The K least-loaded GPUs (lowest index first on ties) and the most runs already on one of them."""
+    with _gpu_table(a.gpu_load, a.gpus) as load:
+        ids = sorted(range(a.gpus), key=lambda g: (load[g], g))[:k]
+        busy = max(load[g] for g in ids)
+        for g in ids:
+            load[g] += 1
+    return ids, busy
+
+
+def give_gpus(a, ids):
+    """Gives the GPUs back; returns the most other runs on one of them just before."""
+    with _gpu_table(a.gpu_load, a.gpus) as load:
+        others = max(load[g] for g in ids) - 1
+        for g in ids:
+            load[g] -= 1
+    return others
+
+
 def run_one(side, s, seed, a):
     out = os.path.join(a.work, s["name"], f"{side}_s{seed}")
     os.makedirs(out, exist_ok=True)
     cmd, env = command(side, s, seed, a, out)
+    gpu_ids, gpu_busy, gpu_busy_end = [], 0, 0
+    if a.gpus > 1:
+        gpu_ids, gpu_busy = take_gpus(a, min(s["gpus"], a.gpus))
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpu_ids))
     with _lock:
         _running["n"] += 1
         _running["max"] = max(_running["max"], _running["n"])
         shared = _running["n"]
     t0 = time.time()
     with open(os.path.join(out, "log.txt"), "w") as log:
-        log.write(" ".join(cmd) + "\n")
+        log.write(("CUDA_VISIBLE_DEVICES=" + env["CUDA_VISIBLE_DEVICES"] + " " if gpu_ids else "") + " ".join(cmd) + "\n")
         log.flush()
         rc = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
     wall = time.time() - t0
+    if gpu_ids:
+        gpu_busy_end = give_gpus(a, gpu_ids)
     with _lock:
         shared = max(shared, _running["n"])
         _running["n"] -= 1
@@ -124,6 +171,8 @@ def run_one(side, s, seed, a):
     elif side == "t5train":
         sm = t5train_summary(out)
     sm.update(rc=rc, wall_s_driver=wall, jobs_sharing_gpu_at_most=shared, setting=s["name"], side=side, seed=seed)
+    if gpu_ids:  # on a machine with several GPUs: which, and how many runs were on them when this one started
+        sm.update(gpus_used=gpu_ids, other_runs_on_its_gpus_at_start=gpu_busy, other_runs_on_its_gpus_at_end=gpu_busy_end)
     steps = s["max_steps"] * s["batch"] * s["ga"] * s["gpus"]
     sm["samples_per_s_end_to_end_driver"] = steps / wall
     with open(p, "w") as f:
@@ -145,7 +194,11 @@ def main():
     ap.add_argument("--t5_jobs", type=int, default=1)
     ap.add_argument("--hf_jobs", type=int, default=6)
     ap.add_argument("--max_steps", type=int, default=None, help="override (smoke runs only)")
+    ap.add_argument("--gpus", type=int, default=1, help="GPUs of the machine (>1: each run takes the least loaded)")
+    ap.add_argument("--gpu_load", default=None, help="the runs-per-GPU file shared by run.py processes")
     a = ap.parse_args()
+    if a.gpus > 1 and not a.gpu_load:
+        a.gpu_load = os.path.join(a.work, "gpu_load.json")
     a.bin = os.path.abspath(a.bin)
     os.makedirs(a.work, exist_ok=True)
     for name, cfg in S.DS_CONFIGS.items():

@@ -85,6 +85,18 @@ for _task in ("codes", "reverse_codes", "short_reverse_codes"):
 # the same run continued to 5,000 steps (the recipe's rate does not depend on max_steps, so its first 3,000 steps
 # are task_codes_t5recipe's): at 3,000 steps t5train's BLEU was 86-88 and still rising (training_results.md)
 SETTINGS["task_codes_t5recipe_5k"] = dict(SETTINGS["task_codes_t5recipe"], max_steps=5000)
+# The recipe's step size is min(1e-2, 1/sqrt(step)): 1e-2 for the first 10,000 steps, never decayed, and BLEU
+# plateaued at 89-90 from step 3,500. The same relative updates (scale_parameter) under the linear schedule, decayed
+# to 0 at max_steps (t5train --adafactor_scale_parameter true, HF: transformers' Adafactor with scale_parameter and
+# lr, the Trainer's linear schedule); names task_codes_t5lin_<lr>[_<steps>][_d0 (dropout 0)]
+_T5_LIN = {"optim": "adafactor", "warmup": 100, "t5_args": ("--adafactor_scale_parameter", "true"),
+           "hf_args": ("--hf_adafactor_scale", "true", "--attn_implementation", "eager")}
+for _lr, _steps, _drop in [(1e-2, 3000, None), (2e-2, 3000, None), (1e-2, 4000, None), (1e-2, 3000, 0.0),
+                           (2e-2, 4000, None)]:
+    SETTINGS[f"task_codes_t5lin_{_lr:g}" + (f"_{_steps // 1000}k" if _steps != MAX_STEPS else "")
+             + ("_d0" if _drop == 0.0 else "")] = dict(_TASK, task="codes", sides=("t5train", "hf"), lr=_lr,
+                                                       max_steps=_steps, dropout=_drop, **_T5_LIN)
+SETTINGS["task_codes_t5recipe_d0"] = dict(SETTINGS["task_codes_t5recipe"], dropout=0.0)
 
 _FP16 = {"enabled": "auto", "loss_scale": 0, "loss_scale_window": 1000, "initial_scale_power": 16,
          "hysteresis": 2, "min_loss_scale": 1}
