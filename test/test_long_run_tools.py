@@ -104,6 +104,8 @@ def compare_folders():
         write_run(f"{d}/exact_stage0/t5train_s1", {50: 6.0, 100: 5.0}, {50: 5.5, 100: 4.5}, {})
         write_run(f"{d}/exact_zero3_offload/t5train_s1", {50: 6.0, 100: 5.0}, {50: 5.5, 100: 4.5}, {})
         write_run(f"{d}/exact_2gpu_stage2/t5train_s1", {50: 6.0, 100: 5.0 * (1 + 2e-6)}, {50: 5.5, 100: 4.5}, {})
+        # 2 GPUs x 16 is judged against one GPU's 16 x accumulation 2 (exact_stage0_ga2), not the batch of 32
+        write_run(f"{d}/exact_stage0_ga2/t5train_s1", {50: 6.0, 100: 5.0}, {50: 5.5, 100: 4.5}, {})
         res = {}
         for name in ("fp32", "ga4_bf16", "bf16"):
             res[name] = compare.compare_sides(name, compare.load_setting(f"{d}/{name}"))
@@ -112,9 +114,11 @@ def compare_folders():
         assert res["ga4_bf16"]["ok"] and abs(res["ga4_bf16"]["final_train_loss_window"]["hf_mean"] - 5.5) < 1e-9
         assert not res["bf16"]["ok"]
         ex = {e["setting"]: e for e in compare.compare_exact(
-            {n: compare.load_setting(f"{d}/{n}") for n in ("exact_stage0", "exact_zero3_offload", "exact_2gpu_stage2")})}
+            {n: compare.load_setting(f"{d}/{n}") for n in ("exact_stage0", "exact_zero3_offload", "exact_2gpu_stage2",
+                                                            "exact_stage0_ga2")})}
         assert ex["exact_zero3_offload"]["bit_identical"] and ex["exact_zero3_offload"]["ok"]
         assert not ex["exact_2gpu_stage2"]["bit_identical"] and not ex["exact_2gpu_stage2"]["ok"]  # 2e-6 > 1e-6
+        assert ex["exact_2gpu_stage2"]["against"] == "exact_stage0_ga2" and "exact_stage0_ga2" not in ex
         # a failed run (rc 1) is left out of the comparison and listed with its error line
         write_run(f"{d}/fp16/hf_s1", {50: 6.0}, {50: 5.5}, {"rc": 1, "last_logged_step": 50, "error": "Exception: min scale"})
         write_run(f"{d}/fp16/t5train_s1", {50: 6.0}, {50: 5.5}, {})

@@ -10,7 +10,8 @@ with pooled SE = sqrt(sd_t^2 / n_t + sd_h^2 / n_h) (sd over seeds, ddof 1); the 
 last logging window's mean loss, and the run's mean train_loss); fp16: the mean skipped steps within 2; with
 eval_bleu (the learnable task): t5train's mean BLEU at the last step >= 90 and within 1.0 of HF's.
 For the exact_* settings (t5train against itself): the largest relative difference of every logged train loss
-and eval loss to exact_stage0's, and whether every value is bit-identical.
+and eval loss to its "against" setting's (exact_stage0, or exact_stage0_ga2 for 2 GPUs x 16), and whether every value
+is bit-identical.
 Wall-clock: each side's mean whole-run seconds (run.py's, evaluation included) and samples/s end to end, with the
 number of jobs that shared the GPU. One PNG per setting (scripts/plot_loss.py). Exit 1 if a verdict fails.
 """
@@ -134,11 +135,12 @@ def compare_sides(name, runs):
 
 
 def compare_exact(runs_by_setting):
-    base = runs_by_setting.get("exact_stage0", {}).get("t5train", {})
     res = []
     for name, runs in sorted(runs_by_setting.items()):
-        if not name.startswith("exact_") or name == "exact_stage0":
+        against = S.setting(name)["against"] if name in S.SETTINGS else "exact_stage0"
+        if not name.startswith("exact_") or name == "exact_stage0" or not against:
             continue
+        base = runs_by_setting.get(against, {}).get("t5train", {})
         for seed, x in sorted(runs["t5train"].items()):
             if seed not in base:
                 continue
@@ -150,7 +152,7 @@ def compare_exact(runs_by_setting):
                         n += 1
                         ident &= v == b[key][st]
                         worst = max(worst, abs(v - b[key][st]) / max(abs(b[key][st]), 1e-30))
-            res.append({"setting": name, "against": "exact_stage0", "seed": seed, "values": n,
+            res.append({"setting": name, "against": against, "seed": seed, "values": n,
                         "max_rel_diff": worst, "bit_identical": ident, "ok": ident or worst <= 1e-6})
     return res
 
