@@ -238,8 +238,15 @@ def main():
     if a.img and recipe:  # T5's Adafactor recipe, where the tasks are learned
         plot_loss.plot(recipe, os.path.join(a.img, "tasks_t5recipe_t5train.png"),
                        title="the learnable tasks with T5's Adafactor recipe, t5train alone: BLEU on 500 sources")
-    if a.img and len(recipe) < len(alone):
-        plot_loss.plot([g for g in alone if g not in recipe], os.path.join(a.img, "tasks_t5train.png"),
+    # the recipe's relative updates under other schedules (decayed to 0, dropout 0), beside its 5,000-step runs
+    schedule = [g for g in alone if "_t5lin_" in g[0] or g[0].endswith("_t5recipe_d0")]
+    if a.img and schedule:
+        plot_loss.plot(schedule + [g for g in recipe if g[0].endswith("_5k")],
+                       os.path.join(a.img, "tasks_t5schedule_t5train.png"),
+                       title="the codes task, Adafactor's relative updates by schedule, t5train alone: BLEU on 500 sources")
+    search = [g for g in alone if g not in recipe and g not in schedule]
+    if a.img and search:
+        plot_loss.plot(search, os.path.join(a.img, "tasks_t5train.png"),
                        title="the task search, t5train alone: eval loss and BLEU (500 sources) by setting")
     exact = compare_exact(by_setting)
     failed = [{k: v for k, v in x.items() if k != "log"} for runs in by_setting.values() for x in runs["failed"]]

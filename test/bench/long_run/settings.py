@@ -42,6 +42,9 @@ SETTINGS = {
                          "hf_args": ("--hf_model_accepts_loss_kwargs", "false")},
     "zero3_offload_fp16": {"precision": "fp16", "ds": "zero3_offload"},
     "zero2_2gpu_fp16": {"precision": "fp16", "ds": "zero2_offload", "gpus": 2, "batch": 16},
+    # HF + DeepSpeed fp16 stops at steps 150-200 (finding 7): the 2-GPU comparison in bf16, HF eager (finding 2)
+    "zero2_2gpu_bf16": {"precision": "bf16", "ds": "zero2_offload", "gpus": 2, "batch": 16,
+                        "hf_args": ("--attn_implementation", "eager")},
     # HF with the eager attention: with its default SDPA, HF bf16 goes NaN (training_results.md section 6, finding 2)
     "v11_bf16": {"precision": "bf16", "shape": "v11", "hf_args": ("--attn_implementation", "eager")},
     # the learnable tasks (make_data.py): generation + BLEU on the first 500 newsdev2016 sources at every eval
