@@ -182,6 +182,10 @@ def run_commands():
     cmd = run.command("hf", s, 1, A, "/w/t/hf_s1")[0]
     assert cmd[cmd.index("--hf_adafactor_scale") + 1] == "true" and cmd[cmd.index("--warmup_steps") + 1] == "100"
     assert S.setting("task_codes_t5lin_0.01_4k")["max_steps"] == 4000
+    h = S.setting("task_codes_t5lin_0.01_4k_hf")  # HF's side of it, generating every 1,000 steps
+    assert h["sides"] == ("hf",) and h["eval_steps"] == 1000 and h["t5train_from"] == "task_codes_t5lin_0.01_4k"
+    assert {k: v for k, v in h.items() if k not in ("eval_steps", "sides", "t5train_from", "name")} == \
+        {k: v for k, v in S.setting("task_codes_t5lin_0.01_4k").items() if k not in ("eval_steps", "sides", "t5train_from", "name")}
     # fp16 beside DeepSpeed runs at a ZeRO stage whose engine scales the loss (DeepSpeed PR #8393)
     assert S.DS_CONFIGS[S.setting("fp16")["ds"]]["zero_optimization"]["stage"] >= 1
 

@@ -136,6 +136,24 @@ def main():
             logf.write(json.dumps(row) + "\n")
             logf.flush()
 
+        # AMP fp16 (no DeepSpeed): torch's GradScaler skips an overflowing step silently and the Trainer logs no
+        # count; accelerate knows (optimizer_step_was_skipped). Each one is logged as t5train logs its own, an
+        # "overflow" event line, and counted into run_summary.json's skipped_steps.
+        skipped = 0
+        trainer = None
+
+        def on_step_end(self, a, state, control, **kw):
+            acc = getattr(self.trainer, "accelerator", None)
+            if acc is None or a.deepspeed or not getattr(acc, "optimizer_step_was_skipped", False):
+                return
+            self.skipped += 1
+            if logf is not None:
+                scaler = getattr(acc, "scaler", None)
+                row = {"step": state.global_step, "event": "overflow",
+                       "loss_scale_after": float(scaler.get_scale()) if scaler is not None else None}
+                logf.write(json.dumps(row) + "\n")
+                logf.flush()
+
     optimizers = (None, None)
     if d.hf_adafactor_t5:
         from transformers.optimization import Adafactor, AdafactorSchedule
@@ -147,10 +165,12 @@ def main():
         opt = Adafactor(model.parameters(), scale_parameter=True, relative_step=False, warmup_init=False,
                         lr=args.learning_rate, weight_decay=args.weight_decay)
         optimizers = (opt, None)  # the Trainer builds its lr_scheduler_type schedule around it
+    json_log = JsonLog()
     trainer = Seq2SeqTrainer(model=model, args=args, train_dataset=train, eval_dataset=val, data_collator=collator,
                              processing_class=tokenizer,
                              compute_metrics=compute_metrics if args.predict_with_generate else None,
-                             callbacks=[JsonLog()], optimizers=optimizers)
+                             callbacks=[json_log], optimizers=optimizers)
+    json_log.trainer = trainer
     if d.hf_model_accepts_loss_kwargs is not None:
         trainer.model_accepts_loss_kwargs = d.hf_model_accepts_loss_kwargs
     summary = {"argv": sys.argv[1:], "torch": torch.__version__, "transformers": transformers.__version__,
@@ -165,6 +185,8 @@ def main():
         engine = trainer.model_wrapped
         if hasattr(engine, "skipped_steps"):
             summary["skipped_steps"] = int(engine.skipped_steps)
+        elif args.fp16:
+            summary["skipped_steps"] = json_log.skipped
         if args.deepspeed:
             import deepspeed
             summary["deepspeed"] = deepspeed.__version__
