@@ -297,61 +297,51 @@ static void plain_free(Plain* q) {
     free(q->v);
 }
 
-// topk_ratio 1 and update_interval 1: every column is the selective AdamW's, every step (the CPU's result is
-// dropped each step): plain AdamW, bit for bit, master too
-static void test_ref_topk1_is_adamw(void** state) {
-    (void)state;
-    enum { R = 3, C = 5, N = R * C, STEPS = 7 };
-    ZenflowOpts o = zenflow_opts_default();
-    o.topk_ratio = 1.0, o.update_interval = 1;
+// runs `steps` micro-steps of a tensor (R, C) under `o` beside plain AdamW on the same gradients and requires the
+// working weights (and, with check_master, the master) to be the same bits every step
+static void expect_plain_adamw(ZenflowOpts o, int64_t R, int64_t C, bool is_1d, int steps, bool check_master,
+                               const char* what) {
+    enum { MAXN = 64 };
+    const size_t N = (size_t)(R * C);
+    assert_true(N <= MAXN);
     ZenflowSched s;
     char err[256];
-    if (zenflow_sched_init(&s, &o, 0, 1, false, err, sizeof err)) fail_msg("%s", err);
-    float w0[N], g[N];
+    if (zenflow_sched_init(&s, &o, 0, is_1d ? 0 : 1, false, err, sizeof err)) fail_msg("%s: %s", what, err);
+    float w0[MAXN], g[MAXN];
     fill_normal(w0, N, 0.5f);
     ZenflowRefTensor t;
-    zenflow_ref_init(&t, R, C, false, zenflow_select_count(C, 1.0, 2), w0, B1, B2, EPS);
-    assert_int_equal(t.k, C);
+    zenflow_ref_init(&t, R, C, is_1d, zenflow_select_count(C, o.topk_ratio, 2), w0, B1, B2, EPS);
     Plain q;
     plain_init(&q, w0, N);
-    for (int m = 0; m < STEPS; m++) {
+    for (int m = 0; m < steps; m++) {
         fill_normal(g, N, 1e-2f);
         ZenflowStepPlan p = zenflow_sched_begin(&s);
         zenflow_ref_step(&t, &p, g, LR, WD, NULL, 0);
         plain_step(&q, m + 1, g, N);
-        expect_same_bits(t.work, q.p, N, "work vs AdamW", m);
-        expect_same_bits(t.master, q.p, N, "master vs AdamW", m);
+        expect_same_bits(t.work, q.p, N, what, m);
+        if (check_master) expect_same_bits(t.master, q.p, N, what, m);
     }
     zenflow_ref_free(&t);
     plain_free(&q);
     zenflow_sched_free(&s);
 }
 
+// topk_ratio 1 and update_interval 1: every column is the selective AdamW's, every step (the CPU's result is
+// dropped each step, and equals it): plain AdamW, bit for bit, master too
+static void test_ref_topk1_is_adamw(void** state) {
+    (void)state;
+    ZenflowOpts o = zenflow_opts_default();
+    o.topk_ratio = 1.0, o.update_interval = 1;
+    assert_int_equal(zenflow_select_count(5, 1.0, 2), 5);
+    expect_plain_adamw(o, 3, 5, false, 7, true, "topk 1, update 1: work and master vs AdamW");
+}
+
 // a 1-D tensor belongs to the selective AdamW every step whatever the interval: plain AdamW, bit for bit
 static void test_ref_1d_is_adamw(void** state) {
     (void)state;
-    enum { C = 37, STEPS = 9 };
     ZenflowOpts o = zenflow_opts_default();
     o.update_interval = 4;
-    ZenflowSched s;
-    char err[256];
-    if (zenflow_sched_init(&s, &o, 0, 0, false, err, sizeof err)) fail_msg("%s", err);
-    float w0[C], g[C];
-    fill_normal(w0, C, 1.0f);
-    ZenflowRefTensor t;
-    zenflow_ref_init(&t, 1, C, true, 0, w0, B1, B2, EPS);
-    Plain q;
-    plain_init(&q, w0, C);
-    for (int m = 0; m < STEPS; m++) {
-        fill_normal(g, C, 1e-2f);
-        ZenflowStepPlan p = zenflow_sched_begin(&s);
-        zenflow_ref_step(&t, &p, g, LR, WD, NULL, 0);
-        plain_step(&q, m + 1, g, C);
-        expect_same_bits(t.work, q.p, C, "1-D work vs AdamW", m);
-    }
-    zenflow_ref_free(&t);
-    plain_free(&q);
-    zenflow_sched_free(&s);
+    expect_plain_adamw(o, 1, 37, true, 9, false, "1-D, update 4: work vs AdamW");
 }
 
 // topk_ratio 0 at stage 2: no column selected; the working weights move only at the boundaries n = 3, 6, 9, by
