@@ -188,7 +188,7 @@ static void test_deepspeed_file(void** state) {
         {"{\"deepspeed\": {\"pipeline\": {\"stages\": 2}}}", "pipeline"},
         {"{\"deepspeed\": {\"zero_optimization\": {\"zero_quantized_weights\": true}}}", "ZeRO++ quantized weights"},
         {"{\"deepspeed\": {\"zero_optimization\": {\"zero_hpz_partition_size\": 8}}}", "ZeRO++ hierarchical"},
-        {"{\"deepspeed\": {\"zero_optimization\": {\"zenflow\": {\"topk_ratio\": 0.1}}}}", "ZenFlow"},
+        {"{\"deepspeed\": {\"zero_optimization\": {\"zenflow\": {\"steps_per_epoch\": 100}}}}", "steps_per_epoch"},
         {"{\"deepspeed\": {\"bf16\": {\"enabled\": true, \"check_grad_overflow\": false}}}", "overflow check"},
     };
     for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {

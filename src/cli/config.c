@@ -211,8 +211,13 @@ int config_set_json(RunConfig* c, int ki, const json_t* v, ConfigSource src, con
     char got[96];
     json_brief(v, got, sizeof got);
 
-    if (json_is_string(v) && strcmp(json_string_value(v), "auto") == 0 && k->kind != CONFIG_STR &&
-        k->kind != CONFIG_DEEPSPEED) {
+    const bool is_auto = json_is_string(v) && strcmp(json_string_value(v), "auto") == 0;
+    if (is_auto && (k->flags & CONFIG_F_AUTOVALUE) && k->kind == CONFIG_INT) {  // DeepSpeed's own "auto" (ZenFlow)
+        *(int64_t*)p = CONFIG_INT_AUTO;
+        c->src[ki] = (uint8_t)src;
+        return 0;
+    }
+    if (is_auto && !(k->flags & CONFIG_F_AUTOVALUE) && k->kind != CONFIG_STR && k->kind != CONFIG_DEEPSPEED) {
         if (!(k->flags & CONFIG_F_AUTO))
             return t5_errf(err, n, T5_EXIT_USAGE,
                         "%s: \"auto\" is not allowed here (only the DeepSpeed keys the HF Trainer fills accept it; "
@@ -250,7 +255,9 @@ int config_set_json(RunConfig* c, int ki, const json_t* v, ConfigSource src, con
             *(bool*)p = json_is_true(v);
             break;
         case CONFIG_INT: {
-            if (!json_is_number(v)) return t5_errf(err, n, T5_EXIT_USAGE, "%s: expected an integer, got %s", where, got);
+            if (!json_is_number(v))
+                return t5_errf(err, n, T5_EXIT_USAGE, "%s: expected an integer%s, got %s", where,
+                               (k->flags & CONFIG_F_AUTOVALUE) ? " or \"auto\"" : "", got);
             double d = json_number_value(v);
             int64_t x;
             if (json_is_integer(v)) {
@@ -414,7 +421,8 @@ void config_format_value(const RunConfig* c, int ki, char* buf, size_t len) {
         case CONFIG_BOOL: snprintf(buf, len, "%s", *(const bool*)p ? "true" : "false"); break;
         case CONFIG_INT: {
             int64_t v = *(const int64_t*)p;
-            if (v < 0 && (k->flags & CONFIG_F_NULL)) snprintf(buf, len, "null");
+            if (v == CONFIG_INT_AUTO && (k->flags & CONFIG_F_AUTOVALUE)) snprintf(buf, len, "auto");
+            else if (v < 0 && (k->flags & CONFIG_F_NULL)) snprintf(buf, len, "null");
             else snprintf(buf, len, "%lld", (long long)v);
             break;
         }
@@ -596,6 +604,7 @@ static json_t* value_to_json(const RunConfig* c, int ki) {
         case CONFIG_BOOL: return json_boolean(*(const bool*)p);
         case CONFIG_INT: {
             int64_t v = *(const int64_t*)p;
+            if (v == CONFIG_INT_AUTO && (k->flags & CONFIG_F_AUTOVALUE)) return json_string("auto");
             return (v < 0 && (k->flags & CONFIG_F_NULL)) ? json_null() : json_integer(v);
         }
         case CONFIG_FLOAT: {

@@ -37,6 +37,7 @@ extern "C" {
 #define CONFIG_ERR_LEN 2048  // size of the error buffers the functions below write to
 #define CONFIG_NOTE_LEN 320
 #define CONFIG_FOREIGN_MAX 256  // entries of CONFIG_FOREIGN_KEYS (config_foreign.c)
+#define CONFIG_INT_AUTO INT64_MIN  // an INT key with CONFIG_F_AUTOVALUE holding "auto"
 #define CONFIG_SECRET_MASK "<HUB_TOKEN>"  // a secret's printed value (HF writes hub_token so); read back as null
 
 // Where a key's value came from. A DeepSpeed key that is absent from the DeepSpeed JSON keeps
@@ -169,6 +170,19 @@ typedef struct {
     int64_t max_in_cpu;                  // 1e9
 } DsOffloadParam;
 
+// DeepSpeed's zero_optimization.zenflow (runtime/zenflow/zenflow_config.py); src/zero/zenflow_sched.h has its meaning
+typedef struct {
+    bool present;                    // the section appears and is not null (DeepSpeed: ZenFlow on)
+    double topk_ratio;               // 0.1
+    int select_strategy;             // "auto|step|epoch" (ZenflowSelectStrategy)
+    int64_t select_interval;         // "auto" (CONFIG_INT_AUTO) or a count
+    int64_t update_interval;         // "auto" (CONFIG_INT_AUTO) or a count
+    bool overlap_step;               // false
+    bool offload;                    // false
+    double auto_ratio;               // 0.99
+    int64_t full_warm_up_rounds;     // 0
+    double pt_reserved_cores_perc;   // 0.5
+} DsZenflow;
 typedef struct {
     bool present;
     int64_t stage;                                // 0..3
@@ -190,6 +204,7 @@ typedef struct {
     int64_t stage3_max_live_parameters;           // 1e9
     int64_t stage3_max_reuse_distance;            // 1e9
     bool stage3_gather_16bit_weights_on_model_save;  // false
+    DsZenflow zenflow;
 } DsZero;
 
 typedef struct {
@@ -469,6 +484,8 @@ enum {
     CONFIG_F_SECRET = 1 << 6,    // STR: printed and written as "<KEY_NAME>" (HF's TrainingArguments.to_dict: hub_token)
     CONFIG_F_BOOLENUM = 1 << 7,  // ENUM: true / false also accepted, as the 2nd / 1st choice (HF's str | bool fields)
     CONFIG_F_LIST = 1 << 8,      // STR: a JSON list of strings (no ','), kept joined by ','; printed and written as a list
+    CONFIG_F_AUTOVALUE = 1 << 9, // "auto" is a value of DeepSpeed's own, not an HF fill (ZenFlow's Union[str, int]
+                                 // intervals): INT stores CONFIG_INT_AUTO; ENUM has "auto" among its choices
 };
 
 typedef struct {

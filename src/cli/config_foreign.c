@@ -189,7 +189,9 @@ const ForeignKey CONFIG_FOREIGN_KEYS[] = {
     {ZO "zeropp_loco_param", S, REFUSE, "", ZPP "LoCo"},
     {ZO "mics_shard_size", I, REFUSE, "-1", "not implemented yet: MiCS"},
     {ZO "mics_hierarchical_params_gather", B, REFUSE, "", "not implemented yet: MiCS"},
-    {ZO "zenflow", S, REFUSE, "", "not implemented yet: ZenFlow (issue 28)"},
+    {ZO "zenflow.steps_per_epoch", I, REFUSE, "",
+     "not implemented: setting zenflow.steps_per_epoch (DeepSpeed fills it from its training_dataloader, \"should not "
+     "be set by users\"; t5train counts an epoch's micro-steps itself)"},
     {ZO "cpu_offload", B, REFUSE, "", "DeepSpeed's deprecated name: write offload_optimizer: {\"device\": \"cpu\"}"},
     {ZO "cpu_offload_param", B, REFUSE, "", "DeepSpeed's deprecated name: write offload_param: {\"device\": \"cpu\"}"},
     {ZO "cpu_offload_use_pin_memory", B, REFUSE, "",

@@ -26,6 +26,7 @@
 #include "../base/common.h"
 #include "../launch/comms_log.h"
 #include "../report/report_to.h"
+#include "../zero/zenflow_sched.h"
 
 // ----------------------------------------------------------------------------
 // resolution ("auto", null fallbacks, cross-key rules)
@@ -346,6 +347,52 @@ static int check_comms_logger(RunConfig* c, char* err, size_t n) {
     return 0;
 }
 
+// zero_optimization.zenflow as src/zero's options ("auto" intervals: ZENFLOW_AUTO)
+static ZenflowOpts zenflow_opts_of(const DsZenflow* z) {
+    ZenflowOpts o = zenflow_opts_default();
+    o.topk_ratio = z->topk_ratio;
+    o.select_strategy = z->select_strategy;  // the table's "auto|step|epoch" is ZenflowSelectStrategy's order
+    o.select_interval = z->select_interval == CONFIG_INT_AUTO ? ZENFLOW_AUTO : z->select_interval;
+    o.update_interval = z->update_interval == CONFIG_INT_AUTO ? ZENFLOW_AUTO : z->update_interval;
+    o.overlap_step = z->overlap_step;
+    o.offload = z->offload;
+    o.auto_ratio = z->auto_ratio;
+    o.full_warm_up_rounds = z->full_warm_up_rounds;
+    o.pt_reserved_cores_perc = z->pt_reserved_cores_perc;
+    return o;
+}
+
+// ZenFlow's section: DeepSpeed's checks (zenflow_sched.h zenflow_opts_check) and where it runs: ZeRO stage 1-3 with
+// offload_optimizer device cpu (zenflow_stage_1_and_2.py: "Zenflow must be used with cpu offload"), offload with
+// overlap_comm (its assert), and no gradient accumulation of its own (DeepSpeed replaces gradient_accumulation_steps
+// by update_interval)
+static int ds_check_zenflow(RunConfig* c, char* err, size_t n) {
+    const DsZero* z = &c->ds.zero_optimization;
+    if (!z->zenflow.present) return 0;
+    const ZenflowOpts o = zenflow_opts_of(&z->zenflow);
+    int rc = zenflow_opts_check(&o, err, n);
+    if (rc) return rc;
+    const bool stage_auto = c->src[config_key_index("deepspeed.zero_optimization.stage")] == CONFIG_SRC_AUTO;
+    if (!stage_auto && (z->stage == 0 || z->offload_optimizer.device != OFFLOAD_CPU))
+        return t5_errf(err, n, T5_EXIT_USAGE,
+                       "deepspeed: zero_optimization.zenflow needs ZeRO stage 1, 2 or 3 with offload_optimizer device "
+                       "\"cpu\" (stage is %lld, offload_optimizer device %s)",
+                       (long long)z->stage,
+                       z->offload_optimizer.device == OFFLOAD_NVME ? "nvme"
+                       : z->offload_optimizer.device == OFFLOAD_CPU ? "cpu" : "none");
+    if (o.offload && !z->overlap_comm)
+        return t5_errf(err, n, T5_EXIT_USAGE,
+                       "deepspeed: zero_optimization.zenflow.offload true needs zero_optimization.overlap_comm true "
+                       "(DeepSpeed: \"offload selective optimizer should be used with overlap_comm\")");
+    if (c->gradient_accumulation_steps > 1)
+        return t5_errf(err, n, T5_EXIT_USAGE,
+                       "deepspeed: zero_optimization.zenflow replaces gradient accumulation by its update_interval "
+                       "(DeepSpeed overwrites gradient_accumulation_steps with it); set gradient_accumulation_steps 1 "
+                       "(it is %lld)",
+                       (long long)c->gradient_accumulation_steps);
+    return 0;
+}
+
 static int resolve_deepspeed(RunConfig* c, char* err, size_t n) {
     Mismatches m = {.c = c};
     DsConfig* ds = &c->ds;
@@ -367,6 +414,7 @@ static int resolve_deepspeed(RunConfig* c, char* err, size_t n) {
     if (!rc) rc = check_comms_logger(c, err, n);
     if (!rc) rc = ds_check_precision(c, err, n);
     if (!rc) rc = ds_check_zero(c, err, n);
+    if (!rc) rc = ds_check_zenflow(c, err, n);
     return rc;
 }
 
@@ -668,6 +716,9 @@ int config_check_implemented(const RunConfig* c, char* err, size_t n) {
         c->ds.scheduler.type != DS_SCHED_WARMUP_DECAY_LR)
         MISSING("DeepSpeed scheduler other than WarmupLR/WarmupDecayLR");
     if (c->resume_from_checkpoint[0] && !T5_BUILD_FEATURES.resume) MISSING("resume_from_checkpoint");
+    // src/zero/zenflow_*.c hold the CPU half (selection, schedule, the reference step); docs/zero.md "ZenFlow"
+    if (c->has_deepspeed && z->zenflow.present)
+        MISSING("ZenFlow's GPU selective update and the engine wiring (issue 28); the section is parsed and checked");
 #undef MISSING
     if (count) return t5_errf(err, n, T5_EXIT_USAGE, "not implemented yet: %s", list);
     return 0;

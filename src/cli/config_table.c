@@ -352,6 +352,34 @@ const ConfigKey CONFIG_KEYS[] = {
     K_BOOL("deepspeed.zero_optimization.stage3_gather_16bit_weights_on_model_save",
            ds.zero_optimization.stage3_gather_16bit_weights_on_model_save, "false", 0,
            "save consolidated 16-bit weights (model.safetensors)"),
+    // ---- deepspeed.zero_optimization.zenflow (runtime/zenflow/zenflow_config.py; src/zero/zenflow_sched.h)
+#define ZF_KEY(k) "deepspeed.zero_optimization.zenflow." k
+#define ZF_F(f) ds.zero_optimization.zenflow.f
+    // a section that may be null (DeepSpeed's Optional[ZenFlowConfig] = None: off)
+    {"deepspeed.zero_optimization.zenflow", CONFIG_SECTION, OFF(ds.zero_optimization.zenflow.present), 0, NULL, 0, 0,
+     NULL, NUL,
+     "ZenFlow: important columns by a GPU AdamW every step, the rest by the CPU AdamW every update_interval (needs "
+     "offload_optimizer cpu; null: off)"},
+    K_FLT(ZF_KEY("topk_ratio"), ZF_F(topk_ratio), "0.1", 0, 1, 0,
+          "share of each 2-D tensor's columns (by sum |grad|) the GPU updates every step"),
+    K_ENUM(ZF_KEY("select_strategy"), ZF_F(select_strategy), "\"auto\"", "auto|step|epoch", CONFIG_F_AUTOVALUE,
+           "when columns are re-ranked: step (every select_interval steps), epoch (every select_interval epochs), "
+           "auto (every epoch)"),
+    K_INT(ZF_KEY("select_interval"), ZF_F(select_interval), "\"auto\"", 0, BIG, CONFIG_F_AUTOVALUE,
+          "steps or epochs between re-rankings (0: once); \"auto\" with select_strategy auto only"),
+    K_INT(ZF_KEY("update_interval"), ZF_F(update_interval), "\"auto\"", 1, BIG, CONFIG_F_AUTOVALUE,
+          "steps between CPU updates of the other columns; \"auto\": when their accumulated |grad| catches up"),
+    K_BOOL(ZF_KEY("overlap_step"), ZF_F(overlap_step), "false", 0,
+           "run the CPU update beside the next steps (it lands one interval late)"),
+    K_BOOL(ZF_KEY("offload"), ZF_F(offload), "false", 0, "keep the selective AdamW's state in host memory"),
+    K_FLT(ZF_KEY("auto_ratio"), ZF_F(auto_ratio), "0.99", 0, 1, 0,
+          "update_interval auto: share of the 2-D tensors that must have caught up"),
+    K_INT(ZF_KEY("full_warm_up_rounds"), ZF_F(full_warm_up_rounds), "0", 0, BIG, 0,
+          "first steps that update every element by the CPU AdamW"),
+    K_FLT(ZF_KEY("pt_reserved_cores_perc"), ZF_F(pt_reserved_cores_perc), "0.5", 0, 1, 0,
+          "overlap_step: share of this rank's cores kept by the training process"),
+#undef ZF_KEY
+#undef ZF_F
     // ---- deepspeed.checkpoint, activation_checkpointing
     // ---- deepspeed.tensorboard, csv_monitor (DeepSpeed's monitors onto t5train's report writers)
     K_SEC("deepspeed.tensorboard", ds.tensorboard.present, "DeepSpeed's TensorBoard monitor (t5train's event writer)"),
