@@ -103,17 +103,35 @@ void dataloader_set_epoch(DataLoader* dl, int64_t epoch) {
     } else if (dl->train && dl->group_by_length) {
         group_by_length(dl->ds, order, N, (int64_t)dl->B * W);
     }
-    int64_t total = dl->drop_last ? (N / W) * W : CEIL_DIV(N, W) * W;
-    int64_t per = total / W;
     free(dl->idx);
-    dl->idx = (int64_t*)malloc_check((size_t)(per ? per : 1) * sizeof(int64_t));
-    for (int64_t k = 0; k < per; k++) {
-        int64_t p = k * W + dl->rank;
-        // train pads by wrapping around (torch DistributedSampler); eval marks padding rows
-        dl->idx[k] = p < N ? order[p] : (dl->train ? order[p % N] : -1);
+    if (dl->train && W > 1) {
+        // HF Trainer's sharding (accelerate's BatchSamplerShard: whole batches, even_batches): batch i of the epoch
+        // is positions [iB, (i+1)B) of the order and rank r takes batches r, r + W, r + 2W, ...; the last round of W
+        // batches is filled by wrapping around to the start of the order (position p is order[p mod N]), so every
+        // batch is full and every rank runs the same number; drop_last drops the short batch and an incomplete
+        // round. Micro-batch m of rank r is then micro-batch mW + r of one rank with the same B: W ranks x
+        // accumulation G read the same micro-batches as one rank x accumulation WG.
+        const int64_t B = dl->B;
+        const int64_t rounds = dl->drop_last ? (N / B) / W : CEIL_DIV(N, B * W);
+        const int64_t per = rounds * B;
+        dl->idx = (int64_t*)malloc_check((size_t)(per ? per : 1) * sizeof(int64_t));
+        for (int64_t k = 0; k < per; k++) dl->idx[k] = order[(((k / B) * W + dl->rank) * B + k % B) % N];
+        dl->n_idx = per;
+        dl->n_batches = rounds;
+    } else {
+        // one rank; an evaluation loader of W ranks takes positions r, r + W, ... (torch's DistributedSampler),
+        // padding rows marked -1 (sharded evaluation opens its loaders with one rank and deals whole batches to the
+        // ranks itself, src/eval/shard.h)
+        const int64_t total = dl->drop_last ? (N / W) * W : CEIL_DIV(N, W) * W;
+        const int64_t per = total / W;
+        dl->idx = (int64_t*)malloc_check((size_t)(per ? per : 1) * sizeof(int64_t));
+        for (int64_t k = 0; k < per; k++) {
+            const int64_t p = k * W + dl->rank;
+            dl->idx[k] = p < N ? order[p] : (dl->train ? order[p % N] : -1);
+        }
+        dl->n_idx = per;
+        dl->n_batches = dl->drop_last ? per / dl->B : CEIL_DIV(per, (int64_t)dl->B);
     }
-    dl->n_idx = per;
-    dl->n_batches = dl->drop_last ? per / dl->B : CEIL_DIV(per, (int64_t)dl->B);
     dl->epoch = epoch;
     dl->pos = 0;
     dl->ended = false;

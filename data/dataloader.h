@@ -5,12 +5,19 @@
  * Order of one epoch (train): a permutation of [0, N) from (seed, epoch) (RNG below; it is not
  * torch's), optionally length-grouped (HF LengthGroupedSampler: megabatches of
  * min(N/(4*B*W), 50)*B*W examples sorted by source length, longest first, and the longest
- * example moved to the very first batch); then torch-DistributedSampler sharding: the order
- * is padded by wrapping around to a multiple of W (or cut to one with drop_last) and rank r
- * takes positions r, r+W, r+2W, ...; batches are consecutive runs of B of those (the last one
- * short unless drop_last). Eval/test: the same without shuffling, and the padding rows are
- * marked example_index = -1 (they repeat example 0 so every rank runs the same number of
- * batches, which ZeRO-3 collectives need).
+ * example moved to the very first batch). One rank: batches are consecutive runs of B of the
+ * order, the last one short unless drop_last. W > 1 ranks (training): HF Trainer's sharding
+ * (accelerate's BatchSamplerShard, split_batches false, even_batches true): batch i is positions
+ * [iB, (i+1)B) of the order, rank r takes batches r, r+W, r+2W, ..., and the last round of W
+ * batches is completed by wrapping around to the start of the order (every batch full, every
+ * rank the same number); drop_last drops the short batch and an incomplete round. So micro-batch
+ * m of rank r is micro-batch mW + r of one rank. (Before 2026-11-27 the ranks took positions r,
+ * r+W, ... as torch's DistributedSampler: each rank's micro-batch then mixed rows of one rank's
+ * micro-batches, and with rows of different lengths N ranks did not train as one rank with
+ * accumulation N: docs/training_results.md section 6, finding 14.) Eval/test loaders of W ranks
+ * keep DistributedSampler's rule without shuffling, padding rows marked example_index = -1 (they
+ * repeat example 0 so every rank runs the same number of batches, which ZeRO-3 collectives
+ * need); sharded evaluation opens its loaders with one rank (src/eval/shard.h).
  * RNG: splitmix64 with state seed ^ (0x9E3779B97F4A7C15 * (epoch + 1)); Fisher-Yates from the
  * last position down, j drawn in [0, i] by Lemire's multiply-shift with rejection.
  * Collation: input_ids padded with 0 and attention_mask 1/0 to the longest source in the batch

@@ -566,22 +566,29 @@ static void test_sharding_covers_once(void** state) {
     int64_t N = dataset_size(ds);
     int* counts = calloc((size_t)N, sizeof(int));
     int64_t pads, nb;
-    // W divides N: exactly once, in two different epochs
+    // W x B divides N (3 x 4 = 12, 300): exactly once, in two different epochs
+    o.train_batch_size = 4;
     for (int64_t e = 0; e < 2; e++) {
-        count_epoch(ds, o, 4, true, e, counts, &pads, &nb);
+        count_epoch(ds, o, 3, true, e, counts, &pads, &nb);
         for (int64_t i = 0; i < N; i++) assert_int_equal(counts[i], 1);
-        assert_int_equal(nb, 10);  // 75 per rank / 8 -> 10 batches (last short)
+        assert_int_equal(nb, 25);
     }
-    // W = 7 does not divide 300: train wraps around (torch) -> all once, 1 repeated
-    count_epoch(ds, o, 7, true, 0, counts, &pads, &nb);
-    int64_t extra = 0;
-    for (int64_t i = 0; i < N; i++) { assert_true(counts[i] >= 1); extra += counts[i] - 1; }
-    assert_int_equal(extra, 301 - 300);
+    o.train_batch_size = 8;
+    // W x B does not divide N: train completes the last round of W batches from the start of the order
+    // (accelerate's even_batches) -> all once, the order's first (rounds x W x B - N) again, every batch full
+    const int Ws[2] = {4, 7}, rounds[2] = {10, 6};  // ceil(300 / 32), ceil(300 / 56)
+    for (int w = 0; w < 2; w++) {
+        count_epoch(ds, o, Ws[w], true, 0, counts, &pads, &nb);
+        assert_int_equal(nb, rounds[w]);
+        int64_t extra = 0;
+        for (int64_t i = 0; i < N; i++) { assert_true(counts[i] >= 1 && counts[i] <= 2); extra += counts[i] - 1; }
+        assert_int_equal(extra, (int64_t)rounds[w] * Ws[w] * 8 - 300);
+    }
     // eval: each example once, the padding row marked -1
     count_epoch(ds, o, 7, false, 0, counts, &pads, &nb);
     for (int64_t i = 0; i < N; i++) assert_int_equal(counts[i], 1);
     assert_int_equal(pads, 1);
-    // drop_last: 300 -> 294 = 7 * 42 -> 5 full batches of 8 per rank
+    // drop_last: 300 -> 37 full batches of 8 -> 5 complete rounds of 7
     o.drop_last = true;
     count_epoch(ds, o, 7, true, 0, counts, &pads, &nb);
     assert_int_equal(nb, 5);
@@ -589,10 +596,12 @@ static void test_sharding_covers_once(void** state) {
     for (int64_t i = 0; i < N; i++) { assert_true(counts[i] <= 1); seen += counts[i]; }
     assert_int_equal(seen, 7 * 5 * 8);
     o.drop_last = false;
-    // group_by_length: still once per epoch, and the longest example is in the first batch
+    // group_by_length: still once per epoch (W x B = 3 x 4 divides N), and the longest example is in the first batch
     o.group_by_length = true;
-    count_epoch(ds, o, 4, true, 0, counts, &pads, &nb);
+    o.train_batch_size = 4;
+    count_epoch(ds, o, 3, true, 0, counts, &pads, &nb);
     for (int64_t i = 0; i < N; i++) assert_int_equal(counts[i], 1);
+    o.train_batch_size = 8;
     int64_t longest = 0;
     for (int64_t i = 1; i < N; i++) if (dataset_source_length(ds, i) > dataset_source_length(ds, longest)) longest = i;
     o.rank = 0;
@@ -627,7 +636,7 @@ static void test_shuffle_deterministic_and_resume(void** state) {
     int64_t na, nbb;
     const int64_t* ia = dataloader_rank_indices(a, &na);
     const int64_t* ib = dataloader_rank_indices(b, &nbb);
-    assert_int_equal(na, 50);
+    assert_int_equal(na, 52);  // 13 full batches of 4: 2 x 13 x 4 = 104 positions, the order's first 4 again
     assert_memory_equal(ia, ib, (size_t)na * sizeof(int64_t));  // same seed, same order
     bool sorted = true;
     for (int64_t i = 1; i < na; i++) sorted &= ia[i] > ia[i - 1];

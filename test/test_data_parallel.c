@@ -2,9 +2,12 @@
  * test_data_parallel.c: data parallel batches (issue 16 item 2). With W ranks of micro-batch B, the rows
  * the ranks take for micro-batch m together are the rows one rank with micro-batch W x B takes for its
  * micro-batch m: the same samples per update for any W, shuffled or not, with group_by_length, over
- * epochs, with drop_last. The one difference is HF's: without drop_last, when W does not divide the
- * data set, torch's DistributedSampler pads the ranks' order by wrapping around to its start, so the
- * last micro-batch of an epoch also holds those first (total - N) samples once more.
+ * epochs, with drop_last. The one difference is HF's: without drop_last, when W x B does not divide the
+ * data set, the last round of W batches is completed from the start of the order (accelerate's
+ * BatchSamplerShard with even_batches), so the last micro-batch of an epoch also holds those first
+ * (total - N) samples once more. And rank r's micro-batch m is exactly micro-batch mW + r of one rank of
+ * micro-batch B (test_rank_batches_are_one_ranks): W ranks x accumulation G read the micro-batches of one rank x
+ * accumulation WG (docs/training_results.md section 6, finding 14).
  */
 #include "t5test.h"
 
@@ -73,7 +76,7 @@ static void compare(const Dataset* ds, DataOptions o, int W, int B, int64_t epoc
     assert_int_equal(n_order, N);
     all.nb = ref.nb;
     for (int r = 0; r < W; r++) collect(ds, o, r, W, B, epoch, &all, r > 0);
-    const int64_t total = CEIL_DIV(N, (int64_t)W) * W, pad = o.drop_last ? 0 : total - N;
+    const int64_t total = W > 1 ? CEIL_DIV(N, (int64_t)W * B) * W * B : N, pad = o.drop_last ? 0 : total - N;
     for (int64_t m = 0; m < ref.nb; m++) {
         bool last = m == ref.nb - 1;
         if (!last || pad == 0) {
@@ -87,7 +90,7 @@ static void compare(const Dataset* ds, DataOptions o, int W, int B, int64_t epoc
         int64_t want[1024];
         int nw = 0;
         for (int i = 0; i < ref.n[m]; i++) want[nw++] = ref.rows[m][i];
-        for (int64_t i = 0; i < pad; i++) want[nw++] = order[i];
+        for (int64_t i = 0; i < pad; i++) want[nw++] = order[i % N];
         qsort(want, (size_t)nw, sizeof(int64_t), cmp64);
         assert_int_equal(all.n[m], nw);
         assert_memory_equal(all.rows[m], want, (size_t)nw * sizeof(int64_t));
@@ -213,9 +216,63 @@ static void test_position_across_worlds(void** state) {
     free(model);
 }
 
+// rank r's micro-batch m (in its order) is one rank's micro-batch mW + r of the same B, row for row, except in the
+// last round of an epoch that the wrap-around completes: W ranks x accumulation G read one rank x accumulation WG's
+// micro-batches, each whole (HF Trainer's sharding)
+static void test_rank_batches_are_one_ranks(void** state) {
+    (void)state;
+    T5_REQUIRE_DATA();
+    char* model = t5_path_join(t5test_data_dir(), "t5-spiece/spiece.model");
+    char* pre = t5_path_join(t5test_tmpdir(), "dpb103");
+    DataOptions o;
+    Dataset* ds = open_first_pairs(103, pre, model, &o);
+    o.shuffle = true;
+    for (int W = 2; W <= 4; W++)
+        for (int B = 1; B <= 5; B += 2) {
+            Batch one, b;
+            memset(&one, 0, sizeof one);
+            memset(&b, 0, sizeof b);
+            char err[512];
+            o.rank = 0, o.world_size = 1, o.train_batch_size = B;
+            DataLoader* ref = dataloader_open(ds, &o, true, err, sizeof err);
+            if (!ref) fail_msg("%s", err);
+            dataloader_set_epoch(ref, 1);
+            const int64_t full = 103 / ((int64_t)W * B);  // rounds before the one the wrap-around completes
+            int64_t rows[1024][8];
+            int nrows[1024];
+            int64_t nb1 = 0;
+            while (dataloader_next_batch(ref, &one)) {
+                assert_true(nb1 < 1024 && one.B <= 8);
+                for (int i = 0; i < one.B; i++) rows[nb1][i] = one.example_index[i];
+                nrows[nb1++] = one.B;
+            }
+            for (int r = 0; r < W; r++) {
+                o.rank = r, o.world_size = W;
+                DataLoader* dl = dataloader_open(ds, &o, true, err, sizeof err);
+                if (!dl) fail_msg("%s", err);
+                dataloader_set_epoch(dl, 1);
+                for (int64_t m = 0; dataloader_next_batch(dl, &b); m++) {
+                    assert_int_equal(b.B, B);  // every batch full
+                    if (m >= full) continue;
+                    const int64_t k = m * W + r;
+                    assert_int_equal(nrows[k], B);
+                    assert_memory_equal(b.example_index, rows[k], (size_t)B * sizeof(int64_t));
+                }
+                dataloader_close(dl);
+            }
+            batch_free(&one);
+            batch_free(&b);
+            dataloader_close(ref);
+        }
+    dataset_close(ds);
+    free(pre);
+    free(model);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_samples_per_update),
+        cmocka_unit_test(test_rank_batches_are_one_ranks),
         cmocka_unit_test(test_position_across_worlds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -127,8 +127,9 @@ static void compute_training_steps(RunConfig* c) {
         return;
     }
     if (c->train_samples <= 0) return;
-    // HF: DistributedSampler pads to a multiple of the world size; the DataLoader keeps the last
-    // partial batch unless dataloader_drop_last; updates per epoch = ceil(batches / accumulation).
+    // HF (accelerate's BatchSamplerShard): batches per rank = ceil(N / (W B)), or floor(N / (W B)) with
+    // dataloader_drop_last (data/dataloader.h; the nested roundings below are the same numbers); updates per
+    // epoch = ceil(batches / accumulation).
     int64_t per_rank = CEIL_DIV(c->train_samples, (int64_t)c->world_size);
     int64_t bs = c->per_device_train_batch_size;
     int64_t batches = c->dataloader_drop_last ? per_rank / bs : CEIL_DIV(per_rank, bs);
