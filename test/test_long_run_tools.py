@@ -186,6 +186,12 @@ def run_commands():
     assert h["sides"] == ("hf",) and h["eval_steps"] == 1000 and h["t5train_from"] == "task_codes_t5lin_0.01_4k"
     assert {k: v for k, v in h.items() if k not in ("eval_steps", "sides", "t5train_from", "name")} == \
         {k: v for k, v in S.setting("task_codes_t5lin_0.01_4k").items() if k not in ("eval_steps", "sides", "t5train_from", "name")}
+    # the exact 2-GPU pair on a data size that fills every global batch of 32
+    for name in ("exact_stage0_ga2_div", "exact_2gpu_stage2_div"):
+        cmd = run.command("t5train", S.setting(name), 1, A, f"/w/{name}/t5train_s1")[0]
+        assert cmd[cmd.index("--max_train_samples") + 1] == "22016" and 22016 % 32 == 0
+    assert S.setting("exact_2gpu_stage2_div")["against"] == "exact_stage0_ga2_div"
+    assert "--max_train_samples" not in run.command("t5train", S.setting("fp32"), 1, A, "/w/fp32/t5train_s1")[0]
     # fp16 beside DeepSpeed runs at a ZeRO stage whose engine scales the loss (DeepSpeed PR #8393)
     assert S.DS_CONFIGS[S.setting("fp16")["ds"]]["zero_optimization"]["stage"] >= 1
 

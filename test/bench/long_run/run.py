@@ -57,6 +57,8 @@ def common_args(s, seed, data, init, out, tok_for):
         a += ["--predict_with_generate", "--generation_max_length", str(s["max_target_length"])]
     if s["max_eval_samples"]:
         a += ["--max_eval_samples", str(s["max_eval_samples"])]
+    if s["max_train_samples"]:
+        a += ["--max_train_samples", str(s["max_train_samples"])]
     if s["optim"] != "adamw_torch":
         a += ["--optim", s["optim"]]
     if s["dropout"] is not None:
