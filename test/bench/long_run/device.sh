@@ -53,7 +53,7 @@ CPUAdamBuilder().load(); FusedAdamBuilder().load()" > "$WORK/ds_ops.log" 2>&1
 fi
 python3 $HERE/make_init.py --out "$WORK/init" --seeds $SEEDS | tail -2
 NGPU=${NGPU:-$(nvidia-smi -L | grep -c '^GPU')}
-rm -f "$WORK/runs/gpu_load.json"
+rm -f "$WORK/runs/gpu_load.json" "$WORK/smoke/gpu_load.json"  # counts left by an earlier call on this machine
 RUN="python3 $HERE/run.py --bin ./t5train --data .devdata/long_run --init $WORK/init --work $WORK/runs --seeds $SEEDS --gpus $NGPU"
 left() { echo $((LIMIT - (SECONDS - T0))); }
 pids=()
