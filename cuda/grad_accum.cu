@@ -5,7 +5,8 @@
  *   grad_sumsq_kernel1        GRAD_SUMSQ_GRID blocks stride over x; each thread sums (double)x^2, a
  *                             fixed tree per block -> partial[b] (=), non-finite -> bad[b] (=)
  *   grad_sumsq_kernel2        one block: partials in a fixed tree -> *slot, flags OR -> *flag    (=)
- *   grad_sumsq_combine_kernel1 one thread: slots in index order -> (float) norm2, flags -> overflow (=)
+ *   grad_sumsq_combine_kernel1 one thread: slots in index order -> (fp64) total, flags -> overflow (=)
+ *   grad_sumsq_round_kernel1   one thread: (float) total -> norm2 (=), once every rank's total is summed in
  * No backward: these are the optimizer's bookkeeping. Deterministic (no atomics).
  */
 #include "common.cuh"
@@ -66,16 +67,18 @@ __global__ void grad_sumsq_kernel2(const double* partial, const int* bad, int co
     }
 }
 
-__global__ void grad_sumsq_combine_kernel1(const double* slots, const int* flags, int n, float* norm2, int* overflow) {
+__global__ void grad_sumsq_combine_kernel1(const double* slots, const int* flags, int n, double* total, int* overflow) {
     double acc = 0.0;
     int f = 0;
     for (int i = 0; i < n; i++) {
         acc += slots[i];
         f |= flags[i];
     }
-    *norm2 = (float)acc;
+    *total = acc;
     *overflow = f;
 }
+
+__global__ void grad_sumsq_round_kernel1(const double* total, float* norm2) { *norm2 = (float)*total; }
 
 // ---- kernel launchers
 
@@ -114,8 +117,13 @@ extern "C" void grad_sumsq(const void* x, DType dt, size_t n, double* d_slot, in
     CUDA_LAUNCH_CHECK();
 }
 
-extern "C" void grad_sumsq_combine(const double* slots, const int* flags, int n, float* d_norm2, int* d_overflow,
+extern "C" void grad_sumsq_combine(const double* slots, const int* flags, int n, double* d_total, int* d_overflow,
                                    cudaStream_t stream) {
-    grad_sumsq_combine_kernel1<<<1, 1, 0, stream>>>(slots, flags, n, d_norm2, d_overflow);
+    grad_sumsq_combine_kernel1<<<1, 1, 0, stream>>>(slots, flags, n, d_total, d_overflow);
+    CUDA_LAUNCH_CHECK();
+}
+
+extern "C" void grad_sumsq_round(const double* d_total, float* d_norm2, cudaStream_t stream) {
+    grad_sumsq_round_kernel1<<<1, 1, 0, stream>>>(d_total, d_norm2);
     CUDA_LAUNCH_CHECK();
 }

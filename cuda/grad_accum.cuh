@@ -24,9 +24,13 @@ size_t grad_sumsq_scratch_bytes(void);
 // *d_slot = sum of (double)x^2 over x (n) dt (=), *d_flag = 1 if any element is inf or nan, else 0 (=).
 // Fixed grid and reduction trees: the same input gives the same bits.
 void grad_sumsq(const void* x, DType dt, size_t n, double* d_slot, int* d_flag, void* scratch, cudaStream_t stream);
-// *d_norm2 = (float) sum of slots[0..n) in index order; *d_overflow = OR of flags[0..n).              (=)
-void grad_sumsq_combine(const double* slots, const int* flags, int n, float* d_norm2, int* d_overflow,
+// *d_total = sum of slots[0..n) in index order (fp64); *d_overflow = OR of flags[0..n).              (=)
+void grad_sumsq_combine(const double* slots, const int* flags, int n, double* d_total, int* d_overflow,
                         cudaStream_t stream);
+// *d_norm2 = (float)*d_total (=). Rounded once, after the ranks' fp64 totals are summed: summing the ranks' rounded
+// fp32 totals instead differs from one GPU's norm in the last bit, and the clip factor with it (finding 15 of
+// docs/training_results.md: N GPUs then drift from one GPU with accumulation over a long run).
+void grad_sumsq_round(const double* d_total, float* d_norm2, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -159,7 +159,7 @@ void zero_estimate_layout(const ZeroOptions* o, const ZeroLayout* L, ZeroMemEsti
     }
     e->gpu_comm = e->bucket_elems * T5_MAX(T5_MAX(as, cs), (size_t)4) +
                   (W > 1 ? (e->send_elems + e->recv_elems) * cs : o->comm_dtype != o->grad_dtype ? e->bucket_elems * cs : 0) +
-                  (size_t)e->num_slots * (sizeof(double) + sizeof(int)) + grad_sumsq_scratch_bytes();
+                  (size_t)e->num_slots * (sizeof(double) + sizeof(int)) + sizeof(double) + grad_sumsq_scratch_bytes();
     e->gpu_resident = e->gpu_master + e->gpu_m + e->gpu_v + e->gpu_ada_scratch + e->gpu_gacc + e->gpu_weights +
                       e->gpu_grads + e->gpu_views + e->gpu_comm;
 }

@@ -335,7 +335,7 @@ static int alloc_device(ZeroPart* P, const ZeroOptions* o, const ZeroMemEstimate
         dev_alloc(P, &P->d_bucket, P->L.world > 1 ? E->send_elems * P->cs : P->C != P->G ? bucket * P->cs : 0,
                   "gradient bucket", err, errlen) ||
         dev_alloc(P, &P->d_recv, E->recv_elems * P->cs, "reduce-scatter piece", err, errlen) ||
-        dev_alloc(P, (void**)&P->d_slots, (size_t)P->num_slots * sizeof(double), "norm slots", err, errlen) ||
+        dev_alloc(P, (void**)&P->d_slots, (size_t)(P->num_slots + 1) * sizeof(double), "norm slots", err, errlen) ||
         dev_alloc(P, (void**)&P->d_flags, (size_t)P->num_slots * sizeof(int), "norm flags", err, errlen) ||
         dev_alloc(P, &P->d_sq_scratch, grad_sumsq_scratch_bytes(), "norm scratch", err, errlen))
         return -1;

@@ -158,7 +158,7 @@ typedef struct ZeroPart {
     float* d_views;
     void* d_stage;           // gradient staging (reduce_bucket elements of max(comm, accum) size)
     void* d_bucket;          // comm-dtype bucket
-    double* d_slots;         // (num_slots) squared norms of the buckets
+    double* d_slots;         // (num_slots + 1) squared norms of the buckets, then their fp64 total
     int* d_flags;
     void* d_sq_scratch;
     int num_slots;

@@ -139,11 +139,13 @@ void zp_grad_norm(ZeroPart* P, float* d_norm2, int* d_overflow, cudaStream_t s) 
         t5_die(T5_EXIT_FAILURE, "internal: zero_grad_norm on micro-batch %d of %d", P->micro, P->n_micro);
     CUDA_CHECK(cudaEventRecord(P->ev_grads_done, P->s_grad));
     CUDA_CHECK(cudaStreamWaitEvent(s, P->ev_grads_done, 0));
-    grad_sumsq_combine(P->d_slots, P->d_flags, P->num_slots, d_norm2, d_overflow, s);
-    if (P->L.world > 1) {  // every rank's partition: the sum of the squares, any rank's overflow
-        zcoll_all_reduce(&P->coll, d_norm2, 1, DT_F32, ncclSum, s, "the gradient norm all-reduce");
+    double* total = P->d_slots + P->num_slots;  // the slots' last element: this rank's sum, then every rank's
+    grad_sumsq_combine(P->d_slots, P->d_flags, P->num_slots, total, d_overflow, s);
+    if (P->L.world > 1) {  // every rank's partition: the sum of the squares (fp64, rounded once below), any overflow
+        zcoll_all_reduce_f64(&P->coll, total, 1, s, "the gradient norm all-reduce");
         zcoll_all_reduce_i32(&P->coll, d_overflow, 1, ncclMax, s, "the overflow all-reduce");
     }
+    grad_sumsq_round(total, d_norm2, s);
     // pageable host gradients: the D2H copies went into ring_main's slots; retire them all now (the host waits for
     // s_grad's copies, which the trainer waits for right after anyway, and moves the last slots out), so that the
     // host gacc / shared whost is complete before the CPU optimizer thread, which reads it once ev_grads_done has
