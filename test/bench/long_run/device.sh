@@ -9,6 +9,7 @@
 #
 # Environment: SETTINGS (settings.py names, NAME:SEED[,SEED] for some seeds; T5_SETTINGS / HF_SETTINGS for one
 # side), SEEDS, T5_JOBS / HF_JOBS (runs at once per side; default 2 / 9),
+# MAX_STEPS (every run's max_steps instead of its setting's, e.g. a shorter exact pair),
 # LIMIT (seconds for all runs; the runs still going are stopped then and their partial logs kept; default 500),
 # SMOKE (settings run for 30 steps on the HF side only, before the real ones: a check of the DeepSpeed paths),
 # SIDES (default "t5train hf"), T5_FIRST=1 (t5train's runs alone first, then HF's), T5_AFTER (t5train settings run
@@ -54,7 +55,7 @@ fi
 python3 $HERE/make_init.py --out "$WORK/init" --seeds $SEEDS | tail -2
 NGPU=${NGPU:-$(nvidia-smi -L | grep -c '^GPU')}
 rm -f "$WORK/runs/gpu_load.json" "$WORK/smoke/gpu_load.json"  # counts left by an earlier call on this machine
-RUN="python3 $HERE/run.py --bin ./t5train --data .devdata/long_run --init $WORK/init --work $WORK/runs --seeds $SEEDS --gpus $NGPU"
+RUN="python3 $HERE/run.py --bin ./t5train --data .devdata/long_run --init $WORK/init --work $WORK/runs --seeds $SEEDS --gpus $NGPU ${MAX_STEPS:+--max_steps $MAX_STEPS}"
 left() { echo $((LIMIT - (SECONDS - T0))); }
 pids=()
 if [[ " $SIDES " == *" t5train "* ]]; then

@@ -195,7 +195,7 @@ def main():
     ap.add_argument("--sides", nargs="+", default=["t5train", "hf"])
     ap.add_argument("--t5_jobs", type=int, default=1)
     ap.add_argument("--hf_jobs", type=int, default=6)
-    ap.add_argument("--max_steps", type=int, default=None, help="override (smoke runs only)")
+    ap.add_argument("--max_steps", type=int, default=None, help="override (smoke runs; device.sh MAX_STEPS)")
     ap.add_argument("--gpus", type=int, default=1, help="GPUs of the machine (>1: each run takes the least loaded)")
     ap.add_argument("--gpu_load", default=None, help="the runs-per-GPU file shared by run.py processes")
     a = ap.parse_args()
