@@ -11,7 +11,7 @@
 #          predict_runtime and samples/s from predict_results.json, the ratio to one GPU (targets: 2 GPUs >= 1.8x,
 #          4 GPUs >= 3.5x).
 # Needs (carried): .devdata/shared (t5-spiece/, wmt16-ro-en/), .devlibs, .devrun-final/t5train.
-# PARTS (default "same sorted speed"); GEN_LEN (generation_max_length, default 64); SORT_OFF (default
+# PARTS (default "same sorted speed"); SPEED_GPUS (default "1 2 4": the GPU counts of the speed part); GEN_LEN (generation_max_length, default 64); SORT_OFF (default
 # "--eval_sort_by_length false").
 set -u
 OUT=${1:?usage: eval_across_gpus.sh OUT}
@@ -83,7 +83,7 @@ if want sorted; then
   compare "$OUT/fp32_1gpu_input_order" "$OUT/fp32_1gpu"
 fi
 if want speed; then
-  for n in 1 2 4; do
+  for n in ${SPEED_GPUS:-1 2 4}; do
     t=$SECONDS
     timeout 300 $(launch $n) --model_name_or_path t5-3b --init random --seed 11 "${data[@]}" --bf16 \
         --test_file "$D/wmt16-ro-en/validation.en" --do_predict --predict_with_generate --generation_max_length "$GEN_LEN" \
