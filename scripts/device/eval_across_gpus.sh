@@ -9,7 +9,9 @@
 #          that turns it off): the same comparison and both predict_runtime;
 #   speed  t5-3b of random weights, bf16, --do_predict --predict_with_generate on newsdev2016 on 1, 2 and 4 GPUs:
 #          predict_runtime and samples/s from predict_results.json, the ratio to one GPU (targets: 2 GPUs >= 1.8x,
-#          4 GPUs >= 3.5x).
+#          4 GPUs >= 3.5x);
+#   zinf   t5-11b of random weights, bf16, --do_eval on newsdev2016: one GPU (stage 0) against ZINF_GPUS (2) at stage 3
+#          gathering on demand (ZeRO inference, T5TRAIN_EVAL_NO_HOLD=1): eval_loss within 1e-3 relative.
 # Needs (carried): .devdata/shared (t5-spiece/, wmt16-ro-en/), .devlibs, .devrun-final/t5train.
 # PARTS (default "same sorted speed"); SPEED_GPUS (default "1 2 4": the GPU counts of the speed part); GEN_LEN (generation_max_length, default 64); SORT_OFF (default
 # "--eval_sort_by_length false").
@@ -101,6 +103,34 @@ for n, d in r.items():
             "gen_len": d.get("predict_gen_len")}
     if 1 in r and d.get("predict_runtime"): line["speedup"] = round(r[1]["predict_runtime"] / d["predict_runtime"], 3)
     print(json.dumps(line))
+PY
+fi
+if want zinf; then
+  # ZeRO inference (issue 29 item 3): t5-11b of random weights (the draw does not depend on the GPU count:
+  # model/t5_weights.c draws each unit whole), bf16, --do_eval on newsdev2016, one GPU at stage 0 against ZINF_GPUS
+  # GPUs at stage 3 gathering every unit on demand (T5TRAIN_EVAL_NO_HOLD=1: the weights stay partitioned, as when the
+  # model does not fit one GPU); the target: eval_loss within 1e-3 relative
+  z3='{"bf16": {"enabled": "auto"}, "zero_optimization": {"stage": 3}}'
+  for n in 1 ${ZINF_GPUS:-2}; do
+    t=$SECONDS
+    ds=(); env=""
+    if [ "$n" != 1 ]; then ds=(--deepspeed "$z3"); env="T5TRAIN_EVAL_NO_HOLD=1"; fi
+    timeout 300 env $env $(launch $n) --model_name_or_path t5-11b --init random --seed 11 "${data[@]}" --bf16 "${ds[@]}" \
+        --validation_file "$D/wmt16-ro-en/validation.en" --do_eval --max_target_length 128 \
+        --per_device_eval_batch_size 32 --output_dir "$OUT/t5-11b_${n}gpu" > "$OUT/t5-11b_${n}gpu.log" 2>&1
+    echo "t5-11b bf16 eval on $n GPU(s): exit $? in $((SECONDS - t)) s"
+    grep -h -i -E 'error|peak|eval_loss|eval_runtime' "$OUT/t5-11b_${n}gpu.log" | tail -6
+  done
+  python3 - "$OUT" ${ZINF_GPUS:-2} <<'PY'
+import json, sys
+out, n = sys.argv[1], int(sys.argv[2])
+try:
+    a = json.load(open(f"{out}/t5-11b_1gpu/eval_results.json")); b = json.load(open(f"{out}/t5-11b_{n}gpu/eval_results.json"))
+except OSError as e:
+    print(json.dumps({"zinf": "missing", "error": str(e)})); sys.exit()
+rel = abs(a["eval_loss"] - b["eval_loss"]) / abs(a["eval_loss"])
+print(json.dumps({"zinf_eval_loss_1gpu": a["eval_loss"], f"zinf_eval_loss_{n}gpu": b["eval_loss"], "rel_diff": rel,
+                  "within_1e-3": rel <= 1e-3, "runtime_1gpu": a.get("eval_runtime"), f"runtime_{n}gpu": b.get("eval_runtime")}))
 PY
 fi
 find "$OUT" \( -name "*.safetensors" -o -name "spiece.model" \) -delete
