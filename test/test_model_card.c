@@ -21,6 +21,7 @@
 #include <jansson.h>
 
 #include "../src/base/common.h"
+#include "../src/cli/version.h"
 #include "../src/report/model_card.h"
 
 static const char* const VERSIONS = "- t5train 0.1.0 (git test)\n- CUDA runtime 12.8\n- NCCL 2.26.2 (built with 2.26.2)\n";
@@ -203,6 +204,19 @@ static void test_write(void** state) {
     json_decref(log);
 }
 
+// the framework versions lines a run writes: t5train's, the CUDA runtime's and NCCL's, as `t5train env` says them
+static void test_version_lines(void** state) {
+    (void)state;
+    char v[MODEL_CARD_STR];
+    version_card_lines(v, sizeof v);
+    print_message("%s", v);
+    const char* head = "- t5train " T5TRAIN_VERSION " (git ";
+    assert_true(strncmp(v, head, strlen(head)) == 0);
+    assert_contains(v, ")\n- CUDA runtime ");
+    assert_contains(v, "\n- NCCL ");
+    assert_true(v[strlen(v) - 1] == '\n');
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_deepspeed_fp16),
@@ -211,6 +225,7 @@ int main(void) {
         cmocka_unit_test(test_local_eval_only),
         cmocka_unit_test(test_yaml_quoting_and_scratch),
         cmocka_unit_test(test_write),
+        cmocka_unit_test(test_version_lines),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
