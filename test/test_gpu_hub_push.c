@@ -11,7 +11,8 @@
  *   - DeepSpeed's wall_clock_breakdown: one "[Rank 0] time (ms) | fwd_microstep: ..." line per micro-batch and one
  *     "| fwd: ... | step: ..." line per update;
  *   - --log_level warning: HF's info lines (the "***** Running training *****" header, the metrics blocks) are gone,
- *     the step lines stay.
+ *     the step lines stay;
+ *   - README.md, the model card (src/report/model_card.h), written before the last push and on the Hub with it.
  */
 #include <jansson.h>
 
@@ -110,6 +111,23 @@ static void test_push_tokens_breakdown(void** state) {
     same_file(p, q);
     snprintf(q, sizeof q, "%s/org/gpu-run/trainer_state.json", served);
     assert_true(t5_is_file(q));
+    // the model card, written before the last push (HF's push_to_hub: create_model_card, then the upload): the
+    // repo's name, a local base model without base_model or link, the DeepSpeed run's hyperparameters, no evaluation
+    snprintf(p, sizeof p, "%s/README.md", out);
+    snprintf(q, sizeof q, "%s/org/gpu-run/README.md", served);
+    same_file(p, q);
+    char* card = t5_read_file(p, NULL);
+    assert_non_null(card);
+    assert_contains(card, "---\nlibrary_name: transformers\nlanguage:\n- en\n- ro\ntags:\n- generated_from_trainer\n");
+    assert_contains(card, "model-index:\n- name: gpu-run\n  results: []\n---\n");
+    assert_contains(card, "/test/fixtures/t5/tiny_v10 on an unknown dataset.\n\n## Model description");
+    assert_null(strstr(card, "base_model:"));
+    assert_contains(card, "- train_batch_size: 4\n- eval_batch_size: 8\n- seed: 7\n- distributed_type: multi-GPU\n"
+                          "- gradient_accumulation_steps: 2\n- total_train_batch_size: 8\n");
+    assert_contains(card, "- training_steps: 4\n\n### Training results\n\n\n\n### Framework versions\n\n- t5train ");
+    assert_contains(card, "\n- CUDA runtime ");
+    assert_contains(card, "\n- NCCL ");
+    free(card);
 }
 
 int main(void) {

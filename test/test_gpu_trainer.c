@@ -111,9 +111,24 @@ static void test_loss_decreases_and_files(void** state) {
     free_vals(loss, n);
     const char* files[] = {"model.safetensors", "config.json", "spiece.model", "train_results.json",
                            "eval_results.json", "all_results.json", "trainer_state.json", "main.log",
-                           "t5train_config.json"};
+                           "t5train_config.json", "README.md"};
     for (size_t i = 0; i < T5_ARRAY_LEN(files); i++)
         if (!file_in(out, files[i])) fail_msg("missing %s in %s", files[i], out);
+    // the model card (src/report/model_card.h): the final evaluation's loss, the run's hyperparameters, one table row
+    // per evaluation during training (steps 20 and 40; a loss logged every step before each)
+    char* card_path = t5_path_join(out, "README.md");
+    char* card = t5_read_file(card_path, NULL);
+    assert_non_null(card);
+    assert_contains(card, "model-index:\n- name: dec\n  results: []\n---\n");
+    assert_contains(card, "It achieves the following results on the evaluation set:\n- Loss: ");
+    assert_contains(card, "- learning_rate: 0.01\n- train_batch_size: 8\n- eval_batch_size: 8\n- seed: 7\n- optimizer: ");
+    assert_contains(card, "- lr_scheduler_warmup_steps: 2.0\n- training_steps: 40\n\n### Training results\n\n"
+                          "| Training Loss | Epoch ");
+    assert_contains(card, "| Validation Loss |\n|:-------------:|");
+    assert_contains(card, "| 20   | ");
+    assert_contains(card, "| 40   | ");
+    free(card);
+    free(card_path);
     // save_total_limit 1: only checkpoint-40 is left, complete
     char* c20 = t5_path_join(out, "checkpoint-20");
     char* c40 = t5_path_join(out, "checkpoint-40");

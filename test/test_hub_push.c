@@ -14,6 +14,7 @@
 
 #include "../src/base/common.h"
 #include "../src/download/sha256.h"
+#include "../src/report/model_card.h"
 #include "../src/upload/hub_push.h"
 #include "../src/upload/push_to_hub.h"
 
@@ -126,6 +127,21 @@ static void make_output(const char* out) {
     dl_write_text(out, "_private_notes.txt", "not pushed");
 }
 
+// the model card the trainer writes at the end of a run (src/report/model_card.h), as a regular (non-LFS) file
+static void write_card(const char* out) {
+    ModelCardArgs m;
+    memset(&m, 0, sizeof m);
+    snprintf(m.model_name, sizeof m.model_name, "run-one");
+    snprintf(m.finetuned_from, sizeof m.finetuned_from, "t5-small");
+    snprintf(m.optim, sizeof m.optim, "adamw_torch");
+    snprintf(m.lr_scheduler_type, sizeof m.lr_scheduler_type, "linear");
+    m.max_steps = -1;
+    json_t* log = json_array();
+    char err[1024];
+    if (model_card_write(&m, log, out, err, sizeof err)) fail_msg("%s", err);
+    json_decref(log);
+}
+
 static PushToHubArgs args_for(const char* repo, int strategy) {
     PushToHubArgs p;
     memset(&p, 0, sizeof p);
@@ -146,6 +162,7 @@ static void test_push_output_dir(void** state) {
     a.private_repo = true;
     if (push_to_hub_init(&a, out, err, sizeof err)) fail_msg("%s", err);
     assert_string_equal(a.repo_id, "t5user/run-one");  // the Hub put it under the token's user
+    write_card(out);  // the trainer writes README.md before its last push (HF's push_to_hub: create_model_card)
     if (push_to_hub_end(&a, out, err, sizeof err)) fail_msg("%s", err);
     json_t* rec = record_load(r0);
     // the create call: private, no namespace given
@@ -156,7 +173,8 @@ static void test_push_output_dir(void** state) {
     assert_true(json_is_null(json_object_get(json_object_get(create, "request"), "organization")));
     // every pushed file arrived, byte for byte; "_*" and "checkpoint-*" did not
     const char* files[] = {"config.json", "model.safetensors", "spiece.model", "trainer_state.json",
-                           "all_results.json", "empty.txt", "runs/x/events.out.tfevents.1.host", "big_log.txt"};
+                           "all_results.json", "empty.txt", "runs/x/events.out.tfevents.1.host", "big_log.txt",
+                           "README.md"};
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
         snprintf(p, sizeof p, "%s/%s", out, files[i]);
         snprintf(q, sizeof q, "%s/t5user/run-one/%s", served, files[i]);
@@ -174,6 +192,7 @@ static void test_push_output_dir(void** state) {
     assert_string_equal(op_key(c, "big_log.txt"), "lfsFile");
     assert_string_equal(op_key(c, "config.json"), "file");
     assert_string_equal(op_key(c, "empty.txt"), "file");
+    assert_string_equal(op_key(c, "README.md"), "file");
     assert_null(op_key(c, "_private_notes.txt"));
     // the safetensors in 3 parts (multipart above 1 MB) + completion; the small LFS files in one PUT each; each one
     // verified; no token ever sent to the storage URLs (the server refuses one)

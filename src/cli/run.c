@@ -47,6 +47,7 @@
 #include "../launch/comm.h"
 #include "../launch/launch_env.h"
 #include "../upload/push_to_hub.h"
+#include "version.h"
 
 #include <dirent.h>
 #include <sys/stat.h>
@@ -472,6 +473,44 @@ static void args_reporting(const RunConfig* c, TrainerArgs* a) {
     a->stop_after_steps = env_int("T5TRAIN_STOP_AFTER_STEPS");
 }
 
+// The model card's view of the run (src/report/model_card.h): run_translation's kwargs and the TrainingArguments
+// extract_hyperparameters_from_trainer reads, as HF would have them for this command line.
+static void args_model_card(const RunConfig* c, TrainerArgs* a) {
+    ModelCardArgs* m = &a->card;
+    memset(m, 0, sizeof *m);
+    // run_translation passes finetuned_from=model_name_or_path; --init random (t5train's own) trains from scratch
+    if (c->init != MODEL_INIT_RANDOM) copy_str(m->finetuned_from, sizeof m->finetuned_from, c->model_name_or_path);
+    m->finetuned_from_is_dir = m->finetuned_from[0] && t5_is_dir(m->finetuned_from);
+    model_card_model_name(c->output_dir, c->push_to_hub ? c->hub_model_id : NULL, m->finetuned_from, m->model_name,
+                          sizeof m->model_name);
+    copy_str(m->dataset_name, sizeof m->dataset_name, c->dataset_name);
+    if (c->dataset_name[0]) copy_str(m->dataset_config, sizeof m->dataset_config, c->dataset_config_name);
+    copy_str(m->source_lang, sizeof m->source_lang, c->source_lang);
+    copy_str(m->target_lang, sizeof m->target_lang, c->target_lang);
+    m->learning_rate = c->learning_rate;
+    m->train_batch_size = c->per_device_train_batch_size;
+    m->eval_batch_size = c->per_device_eval_batch_size;
+    m->seed = c->seed;
+    m->world_size = c->world_size;
+    // HF: ParallelMode.DISTRIBUTED under a launcher (LOCAL_RANK set), which the deepspeed launcher also is
+    m->distributed = c->world_size > 1 || c->has_deepspeed;
+    m->gradient_accumulation_steps = c->gradient_accumulation_steps;
+    static const char* const OPTIMS[] = {"adamw_torch", "adamw_torch_fused", "adamw_hf", "adamw_apex_fused",
+                                         "adafactor",   "sgd",               "adagrad"};
+    copy_str(m->optim, sizeof m->optim, c->adafactor ? "adafactor" : OPTIMS[c->optim]);
+    m->adam_beta1 = c->adam_beta1, m->adam_beta2 = c->adam_beta2, m->adam_epsilon = c->adam_epsilon;
+    static const char* const SCHEDS[] = {"linear", "cosine", "cosine_with_restarts", "polynomial", "constant",
+                                         "constant_with_warmup", "inverse_sqrt", "reduce_lr_on_plateau"};
+    copy_str(m->lr_scheduler_type, sizeof m->lr_scheduler_type, SCHEDS[c->lr_scheduler_type]);
+    // transformers 5 has one warmup_steps (a ratio below 1); t5train keeps transformers 4's two keys, steps winning
+    m->warmup_steps = c->warmup_steps > 0 ? (double)c->warmup_steps : c->warmup_ratio;
+    m->max_steps = c->max_steps > 0 ? c->max_steps : -1;
+    m->num_train_epochs = c->num_train_epochs;
+    m->fp16 = c->fp16;
+    m->label_smoothing_factor = c->label_smoothing_factor;
+    version_card_lines(m->versions, sizeof m->versions);
+}
+
 // The resolved RunConfig -> what the trainer needs. Dies (one line) on what this build cannot run.
 static void run_build_trainer_args(const RunConfig* c, TrainerArgs* a) {
     trainer_args_default(a);
@@ -494,6 +533,7 @@ static void run_build_trainer_args(const RunConfig* c, TrainerArgs* a) {
     args_zero(c, a);
     args_schedule(c, a);
     args_reporting(c, a);
+    args_model_card(c, a);
 }
 
 

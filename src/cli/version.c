@@ -95,3 +95,16 @@ void version_items(ReportItem* items, int* n, int cap) {
                    NCCL_PATCH);
     mpi_item(items, n, cap);
 }
+
+void version_card_lines(char* out, size_t cap) {
+    ReportItem items[16];
+    int n = 0;
+    version_items(items, &n, 16);
+    static const char* const NAMES[] = {"t5train", "CUDA runtime", "NCCL"};
+    size_t o = 0;
+    out[0] = 0;
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < n; i++)
+            if (strcmp(items[i].name, NAMES[k]) == 0 && o < cap)
+                o += (size_t)snprintf(out + o, cap - o, "- %s %s\n", items[i].name, items[i].value);
+}

@@ -22,6 +22,10 @@ const char* version_string(void);
 // says so in its value.
 void version_items(ReportItem* items, int* n, int cap);
 
+// The model card's "### Framework versions" lines (src/report/model_card.h): "- t5train <version>", "- CUDA runtime
+// <version>", "- NCCL <version>", each with its newline, as the version items say them.
+void version_card_lines(char* out, size_t cap);
+
 // Appends one item (printf-style value); ignored when the array is full.
 void report_add(ReportItem* items, int* n, int cap, const char* name, const char* fmt, ...)
     __attribute__((format(printf, 5, 6)));

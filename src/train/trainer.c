@@ -983,6 +983,18 @@ static void write_final(Trainer* t, json_t* train_metrics, json_t* eval_metrics,
     }
 }
 
+// run_translation's last act: trainer.create_model_card(**kwargs), or trainer.push_to_hub(**kwargs), which writes the
+// same card before its upload. HF's state then holds the final evaluate()'s entry after what trainer_state.json saved
+// (its save_state came before the evaluation), so the entry joins the log history only now. Rank 0 only (HF's
+// is_world_process_zero); a failure is a warning, every other file stays. eval_log is stolen.
+static void write_model_card(Trainer* t, json_t* eval_log) {
+    if (eval_log) json_array_append_new(t->hf.log_history, eval_log);
+    if (!t->main) return;
+    static char err[TRAINER_ERR_LEN];
+    t5_mkdir_p(t->a->output_dir);  // an evaluation-only run may not have made it (the write then says why)
+    if (model_card_write(&t->a->card, t->hf.log_history, t->a->output_dir, err, sizeof err)) t5_warn("%s", err);
+}
+
 // ----------------------------------------------------------------------------
 // trainer_run, step by step
 
@@ -1291,6 +1303,7 @@ int trainer_run(const TrainerArgs* a) {
     run_setup(t, a);
     json_t* train_metrics = NULL;
     json_t* eval_metrics = NULL;
+    json_t* eval_log = NULL;  // the final evaluation's log entry (the card's results)
     if (a->do_train) {
         const int64_t gas = T5_MAX(a->gradient_accumulation_steps, (int64_t)1);
         train_setup(t, gas);
@@ -1320,7 +1333,7 @@ int trainer_run(const TrainerArgs* a) {
         if (a->num_input_tokens) results_set_int(e, "num_input_tokens_seen", t->hf.num_input_tokens_seen);
         json_object_set_new(e, "step", json_integer(t->st.global_step));
         reporter_log(&t->rep, e);
-        json_decref(e);
+        eval_log = e;
         results_set_int(eval_metrics, "eval_samples", dataset_size(t->eval_ds));
     }
     json_t* predict_metrics = NULL;
@@ -1332,6 +1345,7 @@ int trainer_run(const TrainerArgs* a) {
     json_decref(train_metrics);
     json_decref(eval_metrics);
     json_decref(predict_metrics);
+    write_model_card(t, eval_log);
     // --push_to_hub: run_translation's trainer.push_to_hub() ("End of training"), once every file is written; a failure
     // leaves them all in place and says how to push them later
     int rc = T5_EXIT_OK;

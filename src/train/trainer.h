@@ -40,6 +40,7 @@
 #include "../../model/t5_config.h"
 #include "../../model/zero.h"
 #include "../zero/loss_scaler.h"
+#include "../report/model_card.h"
 #include "../upload/push_to_hub.h"
 
 #ifdef __cplusplus
@@ -115,6 +116,9 @@ typedef struct {
     // --push_to_hub (src/upload/push_to_hub.h): the repo was created by src/cli before the run (push.repo_id is its
     // full id there); rank 0 pushes after each checkpoint (hub_strategy other than end) and at the end
     PushToHubArgs push;
+    // output_dir/README.md at the end (run_translation's create_model_card, or push_to_hub's before its upload):
+    // what the card says of the run, filled by src/cli/run.c; rank 0 adds the log history and writes it
+    ModelCardArgs card;
     // HF's include_num_input_tokens_seen: 0 no, 1 all (the batches' input_ids, padding included), 2 non_padding
     // (their attention_mask sum), summed over the ranks, into trainer_state's num_input_tokens_seen and the log
     int num_input_tokens;
