@@ -92,6 +92,8 @@ int engine_create(Engine** out, const EngineOptions* o, char* err, size_t errlen
         // ZenFlow sums every micro-step's gradient on the host in fp32 until its update boundary (DeepSpeed's
         // accumulation over update_interval micro-steps)
         E->o.zero.accum_dtype = DT_F32;
+        E->o.zero.zenflow = true;  // the estimate counts the selective state (estimate.c gpu_zenflow)
+        E->o.zero.zenflow_topk_ratio = o->zenflow_opts.topk_ratio;
         E->o.zero.grad_accum_steps = (int)T5_MAX(o->zenflow_opts.update_interval, (int64_t)1);
     }
     E->Z = zero_create_opts(&E->o.zero, T->num_units, numel, names, err, errlen);
@@ -233,7 +235,13 @@ EngineStepResult engine_step(Engine* E, double lr, cudaStream_t s) {
     }
     const float norm = sqrtf(*E->h_norm2);
     const bool overflow = *E->h_overflow != 0 || !isfinite(norm);
-    if (E->o.use_scaler) {
+    // ZenFlow: the scaler counts update boundaries (DeepSpeed updates it in the optimizer's step, at its gradient
+    // accumulation boundary), and overflows, which drop the accumulation; so the gradient accumulated between two
+    // update boundaries always carries one scale
+    const bool zf_hold = E->zf && !overflow && !zenflow_engine_plan(E->Z).update;
+    if (E->o.use_scaler && zf_hold) {
+        r.loss_scale = E->scaler.cur_scale;
+    } else if (E->o.use_scaler) {
         LossScalerUpdate u = loss_scaler_update(&E->scaler, overflow);
         if (u.event == LOSS_SCALER_AT_MIN) t5_die(T5_EXIT_FAILURE, "%s", LOSS_SCALER_MIN_SCALE_MSG);
         loss_scaler_format_overflow(r.overflow_line, sizeof r.overflow_line, &u, 0);
