@@ -17,9 +17,11 @@
  *       stage 2 twice (bit-identical: determinism), stage 1 (bit-identical to stage 2: the same k per tensor and the
  *       same arithmetic), stage 3 (k = max(1, ...) there: the relative-bias tables (32, 8) get 1 column where stages
  *       1/2 get 0, so not bit-identical: within 5% of stage 2 at every step); every loss finite; the loss falls
- *       (mean of the last 5 below 0.95 x the first 5), and ends within 25% of plain AdamW's (same config without
+ *       (mean of the last 5 below 0.95 x the first 5), and ends within 30% of plain AdamW's (same config without
  *       zenflow); fp16 with select_strategy "auto" (the loss scaler and the 1 / scale of the selective gradient) at
- *       stage 2: finite, falling, within 25% of the bf16 plain run's end;
+ *       stage 2: finite, falling, within 30% of the bf16 plain run's end;
+ * Every zenflow run must print the engine's "ZenFlow: ..." start-up line (and no other run), so that a bit-identical
+ * comparison cannot pass because ZenFlow was silently off.
  *   (d) the refusals through the binary, before any GPU work: update_interval "auto", overlap_step, offload_param,
  *       a checkpointing save_strategy: exit 2 and the one-line "not implemented yet: ..." naming the key.
  * Skipped without a GPU or without the shared data.
@@ -65,6 +67,14 @@ static char* zf_run(const char* tag, int stage, const char* precision, double cl
                         "--logging_steps 1 --seed 11 --output_dir %s --overwrite_output_dir --deepspeed %s %s 2>&1",
                         t5test_bin(), d, d, steps, clip, out, dspath, flag);
     if (rc) fail_msg("%s: exit %d:\n%s", tag, rc, t5test_tail(g_text, 3000));
+    // ZenFlow engaged exactly when asked for (else a bit-identical comparison would prove nothing)
+    const char* line = strstr(g_text, "ZenFlow: ");
+    if (zenflow[0] && !line) fail_msg("%s: no \"ZenFlow: \" line in the output:\n%s", tag, t5test_tail(g_text, 3000));
+    if (!zenflow[0] && line) fail_msg("%s: a ZenFlow line without zenflow", tag);
+    if (line) {
+        const char* end = strchr(line, '\n');
+        print_message("%s: %.*s\n", tag, (int)(end ? end - line : (long)strlen(line)), line);
+    }
     return out;
 }
 
@@ -139,9 +149,12 @@ static void expect_learns(const char* what, const char* zf, const char* plain, i
         if (!isfinite(x[i])) fail_msg("%s: loss at step %d is %g", what, i + 1, x[i]);
     const double start = mean(x, 0, 5), end = mean(x, n - 5, 5), pend = mean(y, n - 5, 5);
     print_message("%s: loss mean of steps 1-5 %.4f, of the last 5 %.4f; plain AdamW's last 5 %.4f (gates: < 0.95 x "
-                  "start, within 25%% of plain)\n", what, start, end, pend);
+                  "start, within 30%% of plain)\n", what, start, end, pend);
+    print_message("  loss every 5th step (zenflow / plain):");
+    for (int i = 0; i < n; i += 5) print_message(" %.3f/%.3f", x[i], y[i]);
+    print_message("\n");
     if (!(end < 0.95 * start)) fail_msg("%s: the loss does not fall (%.4f -> %.4f)", what, start, end);
-    if (!(fabs(end - pend) <= 0.25 * pend)) fail_msg("%s: ends at %.4f, plain AdamW at %.4f", what, end, pend);
+    if (!(fabs(end - pend) <= 0.30 * pend)) fail_msg("%s: ends at %.4f, plain AdamW at %.4f", what, end, pend);
 }
 
 static void test_warm_up_is_plain_offload(void** state) {

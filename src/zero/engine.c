@@ -122,6 +122,10 @@ int engine_create(Engine** out, const EngineOptions* o, char* err, size_t errlen
             return rc;
         }
         E->zf = true;
+        char line[512];
+        zenflow_engine_describe(E->Z, line, sizeof line);
+        printf("%s\n", line);
+        fflush(stdout);
     }
     *out = E;
     return 0;

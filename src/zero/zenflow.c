@@ -134,6 +134,26 @@ void zenflow_engine_destroy(ZeroEngine* Z) {
     P->zf = NULL;
 }
 
+void zenflow_engine_describe(ZeroEngine* Z, char* line, size_t n) {
+    const struct ZpZenflow* zf = part_of(Z)->zf;
+    int ranked = 0, none = 0;
+    uint64_t sel = 0, all = 0, bytes = 0;
+    for (int i = 0; i < zf->nt; i++) {
+        const ZfTensor* t = &zf->t[i];
+        ranked += !t->shape.is_1d;
+        none += t->shape.k == 0;
+        sel += (uint64_t)(t->shape.R * t->shape.k);
+        all += (uint64_t)(t->shape.R * t->shape.C);
+        bytes += zenflow_tensor_gpu_bytes(t->shape, t->g.cub_temp_bytes);
+    }
+    snprintf(line, n,
+             "ZenFlow: %d tensors (%d ranked by column, %d with no column selected), %.2f%% of the parameters stepped "
+             "on the GPU every micro-step, %.1f MiB of GPU state; the CPU update every %lld micro-steps, selection every "
+             "%lld (0: once), %lld warm-up micro-steps",
+             zf->nt, ranked, none, all ? 100.0 * (double)sel / (double)all : 0.0, (double)bytes / 1048576.0,
+             (long long)zf->sched.k, (long long)zf->sched.S, (long long)zf->sched.W);
+}
+
 bool zenflow_engine_on(ZeroEngine* Z) {
     ZeroPart* P = part_of(Z);
     return P && P->zf;

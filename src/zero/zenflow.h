@@ -37,6 +37,9 @@ struct ZeroPart;
 int zenflow_engine_create(ZeroEngine* Z, const ZeroOptions* zo, const ZenflowOpts* o, int64_t steps_per_epoch,
                           char* err, size_t errlen);
 void zenflow_engine_destroy(ZeroEngine* Z);
+// One line for the start-up log: the tensors, the share of the parameters the GPU steps every micro-step, the GPU
+// bytes, the intervals.
+void zenflow_engine_describe(ZeroEngine* Z, char* line, size_t n);
 // true when Z carries ZenFlow's state
 bool zenflow_engine_on(ZeroEngine* Z);
 // The next micro-step begins (see above); returns the update interval k the backward's scale is divided by.
