@@ -15,7 +15,8 @@
  *       against the run without zenflow (losses, gradient norms, final weights);
  *   (c) topk_ratio 0.1, update_interval 4, select_strategy "step", select_interval 8, bf16, clipping 1.0, 40 steps:
  *       stage 2 twice (bit-identical: determinism), stage 1 (bit-identical to stage 2: the same k per tensor and the
- *       same arithmetic), stage 3 (k = max(1, ...) there: the relative-bias tables (32, 8) get 1 column where stages
+ *       same arithmetic; gated so only when plain AdamW's stage 1 and 2 runs are bit-identical too, else within
+ *       5%), stage 3 (k = max(1, ...) there: the relative-bias tables (32, 8) get 1 column where stages
  *       1/2 get 0, so not bit-identical: within 5% of stage 2 at every step); every loss finite; the loss falls
  *       (mean of the last 5 below 0.95 x the first 5), and ends within 30% of plain AdamW's (same config without
  *       zenflow); fp16 with select_strategy "auto" (the loss scaler and the 1 / scale of the selective gradient) at
@@ -181,9 +182,21 @@ static void test_realistic_bf16(void** state) {
     char* s2b = zf_run("bf16_s2_zf_again", 2, "bf16", 1.0, ZF_REAL, 40);
     char* s1 = zf_run("bf16_s1_zf", 1, "bf16", 1.0, ZF_REAL, 40);
     char* s3 = zf_run("bf16_s3_zf", 3, "bf16", 1.0, ZF_REAL, 40);
+    char* plain1 = zf_run("bf16_s1_plain", 1, "bf16", 1.0, "", 40);
     expect_learns("(c) bf16 stage 2", s2, plain, 40);
     expect_identical("(c) bf16 stage 2, two runs", s2b, s2, 40, false);
-    expect_identical("(c) bf16 stage 1 vs stage 2", s1, s2, 40, false);
+    // stage 1 against stage 2: bit for bit when the engine without zenflow is (its resident stage 1 gradient against
+    // stage 2's per-unit buffers: expected the same bits); else only close, and the line says why
+    int at1;
+    const double wp = worst_rel(plain1, plain, "loss", 40, &at1);
+    if (wp == 0) {
+        expect_identical("(c) bf16 stage 1 vs stage 2", s1, s2, 40, false);
+    } else {
+        const double w1 = worst_rel(s1, s2, "loss", 40, &at1);
+        print_message("(c) plain AdamW differs between stages 1 and 2 (%.3g): zenflow stage 1 vs 2 only checked within "
+                      "5e-2 (%.3g at step %d)\n", wp, w1, at1);
+        if (!(w1 <= 5e-2)) fail_msg("stage 1 departs from stage 2 by %.3g", w1);
+    }
     int at;
     const double w3 = worst_rel(s3, s2, "loss", 40, &at);
     print_message("(c) bf16 stage 3 vs stage 2: worst relative loss difference %.3g at step %d (gate 5e-2)\n", w3, at);
@@ -192,7 +205,7 @@ static void test_realistic_bf16(void** state) {
     // fp16, select_strategy "auto" (an epoch of 50 micro-steps: one selection), against the bf16 plain run
     char* f16 = zf_run("fp16_s2_zf_auto", 2, "fp16", 1.0, ZF_AUTO, 40);
     expect_learns("(c) fp16 stage 2, select_strategy auto", f16, plain, 40);
-    free(plain), free(s2), free(s2b), free(s1), free(s3), free(f16);
+    free(plain), free(plain1), free(s2), free(s2b), free(s1), free(s3), free(f16);
 }
 
 static void test_refusals(void** state) {
