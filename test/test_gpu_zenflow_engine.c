@@ -235,7 +235,7 @@ static void test_refusals(void** state) {
         const int rc = t5test_run(g_text, sizeof g_text,
                                   "%s --model_name_or_path t5-small --init random --tokenizer_name "
                                   "%s/t5-spiece/spiece.model --train_file %s/wmt16-ro-en/validation.en --source_lang en "
-                                  "--target_lang ro --max_train_samples 8 --do_train --max_steps 2 --output_dir %s %s "
+                                  "--target_lang ro --max_train_samples 8 --do_train --max_steps 2 --output_dir %s --overwrite_output_dir %s "
                                   "--deepspeed '{\"zero_optimization\": {%s}}' 2>&1",
                                   t5test_bin(), d, d, out, cases[i].more, cases[i].zero);
         if (rc != 2 || !strstr(g_text, cases[i].want))
