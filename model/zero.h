@@ -129,6 +129,10 @@ typedef struct {
     // (docs/zero.md "Adafactor in the engine"), factored state for the tensors with rows/cols
     int optimizer;
     ZeroAdafactor adafactor;
+    // zero_optimization.zenflow (src/zero/zenflow.h; one rank, stages 1-3, every unit's optimizer on the CPU): the
+    // estimate counts its selective state (ZeroMemEstimate.gpu_zenflow); the engine sets accum_dtype fp32
+    bool zenflow;
+    double zenflow_topk_ratio;
 } ZeroOptions;
 
 void zero_options_default(ZeroOptions* o);  // DeepSpeed's defaults, stage 0, one rank

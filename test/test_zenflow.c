@@ -22,6 +22,10 @@
 #include "../src/zero/zenflow_ref.h"
 #include "../src/zero/zenflow_sched.h"
 #include "../src/zero/zenflow_select.h"
+#include "../model/params.h"
+#include "../model/t5.h"
+#include "../model/t5_config.h"
+#include "../src/zero/estimate.h"
 
 static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
 static float rng_normal(void) {  // xorshift64* + Box-Muller
@@ -495,6 +499,82 @@ static void test_ref_mixed_vs_independent(void** state) {
     zenflow_sched_free(&s);
 }
 
+
+// The engine's per-tensor table (src/zero/zenflow.c: zenflow_tensor_shape) and the estimate's bytes
+// (zenflow_tensor_gpu_bytes, zero_estimate_zenflow): hand counts, then t5-small's table against its ParamTable
+static void test_engine_table_and_estimate(void** state) {
+    (void)state;
+    // nn.Linear wi of t5-small: (2048, 512); topk 0.1 -> 51 columns at every stage
+    ZenflowShape s = zenflow_tensor_shape(2048, 512, 2048 * 512, 0.1, 2);
+    assert_int_equal(s.R, 2048);
+    assert_int_equal(s.C, 512);
+    assert_int_equal(s.k, 51);
+    assert_false(s.is_1d);
+    // sel 4k + sel_p, sel_g, sel_m, sel_v, kept 5 x 4 R k + importance, keys, ids 5 x 4 C + cub
+    assert_int_equal(zenflow_tensor_gpu_bytes(s, 1000), 4 * 51 + 20 * 2048 * 51 + 20 * 512 + 1000);
+    // the relative-attention bias (32 buckets, 8 heads): 0 columns at stages 1/2, 1 at stage 3
+    assert_int_equal(zenflow_tensor_shape(32, 8, 256, 0.1, 2).k, 0);
+    assert_int_equal(zenflow_tensor_shape(32, 8, 256, 0.1, 3).k, 1);
+    assert_int_equal(zenflow_tensor_gpu_bytes(zenflow_tensor_shape(32, 8, 256, 0.1, 2), 0), 20 * 8);
+    // an RMSNorm weight: every element, never ranked, no top-k scratch
+    s = zenflow_tensor_shape(0, 0, 512, 0.1, 2);
+    assert_true(s.is_1d);
+    assert_int_equal(s.R, 1);
+    assert_int_equal(s.C, 512);
+    assert_int_equal(s.k, 512);
+    assert_int_equal(zenflow_tensor_gpu_bytes(s, 12345), 4 * 512 + 20 * 512);
+    assert_int_equal(zenflow_cub_bytes_est(512), 8 * 512 + (1 << 20));
+    // t5-small through the model's description (the table the engine builds from): every tensor's shape from the
+    // ParamTable, summed independently here
+    T5Config c;
+    assert_true(t5_config_preset("t5-small", &c));
+    ParamTable T;
+    char err[256];
+    assert_int_equal(params_build(&T, &c, err, sizeof err), 0);
+    ZeroOptions o;
+    zero_options_default(&o);
+    o.stage = 2;
+    t5_model_zero_describe(&T, &o);
+    assert_int_equal(zero_estimate_zenflow(&o), 0);  // off
+    o.zenflow = true;
+    o.zenflow_topk_ratio = 0.1;
+    for (int stage = 1; stage <= 3; stage++) {
+        o.stage = stage;
+        uint64_t want = 0, n2d = 0, cub = 0;
+        for (int i = 0; i < T.num_params; i++) {
+            const ParamDesc* p = &T.params[i];
+            const int64_t R = p->ndim == 2 ? p->shape[0] : 1, C = p->ndim == 2 ? p->shape[1] : p->shape[0];
+            int64_t k = p->ndim == 2 ? (int64_t)(0.1 * (double)C) : C;
+            if (p->ndim == 2 && stage == 3 && k < 1) k = 1;
+            want += 4 * (uint64_t)k + 20 * (uint64_t)(R * k);
+            if (p->ndim == 2) want += 20 * (uint64_t)C, cub += 8 * (uint64_t)C + (1 << 20), n2d += (uint64_t)(R * C);
+        }
+        const size_t got = zero_estimate_zenflow(&o);
+        print_message("t5-small stage %d, topk_ratio 0.1: ZenFlow GPU state %.1f MiB, %.1f MiB of it cub's guessed "
+                      "storage (%.2f bytes per 2-D parameter without it)\n",
+                      stage, got / 1048576.0, cub / 1048576.0, (double)(got - cub) / (double)n2d);
+        assert_int_equal(got, want + cub);
+        // about 20 x topk_ratio bytes per 2-D parameter (1-D tensors: 24 bytes per element, few)
+        assert_true(got - cub > 1.9 * (double)n2d && got - cub < 2.3 * (double)n2d);
+    }
+    // the estimate's peak counts it once
+    size_t* numel = malloc((size_t)T.num_units * sizeof(size_t));
+    for (int u = 0; u < T.num_units; u++) numel[u] = T.units[u].numel;
+    o.stage = 2;
+    o.offload_optimizer = true;
+    ZeroMemEstimate on, off;
+    assert_int_equal(zero_estimate(&o, T.num_units, numel, &on, err, sizeof err), 0);
+    o.zenflow = false;
+    assert_int_equal(zero_estimate(&o, T.num_units, numel, &off, err, sizeof err), 0);
+    assert_int_equal(on.gpu_zenflow, zero_estimate_zenflow(&(ZeroOptions){.zenflow = true, .zenflow_topk_ratio = 0.1,
+                                                           .stage = 2, .tensors = o.tensors, .num_tensors = o.num_tensors}));
+    assert_int_equal(zero_estimate_gpu_peak(&on) - zero_estimate_gpu_peak(&off), on.gpu_zenflow);
+    assert_int_equal(on.gpu_resident, off.gpu_resident);  // allocated after zp_create, outside its check
+    free(numel);
+    t5_model_zero_free(&o);
+    params_free(&T);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_select_count),
@@ -506,6 +586,7 @@ int main(void) {
         cmocka_unit_test(test_ref_1d_is_adamw),
         cmocka_unit_test(test_ref_topk0_is_delayed_adamw),
         cmocka_unit_test(test_ref_mixed_vs_independent),
+        cmocka_unit_test(test_engine_table_and_estimate),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -27,6 +27,7 @@
 
 #include "../../model/t5_config.h"
 #include "../base/dtype.h"
+#include "../zero/zenflow_sched.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -519,6 +520,8 @@ int config_key_index(const char* key);
 // deepspeed.comms_logger's ops as a mask of 1u << CommsOp (src/launch/comms_log.h): every op with prof_all, plus
 // prof_ops. T5_EXIT_USAGE and one line listing t5train's op names when prof_ops names another.
 int config_comms_ops(const DsCommsLogger* cl, unsigned* ops, char* err, size_t n);
+// zero_optimization.zenflow as src/zero's options ("auto" intervals: ZENFLOW_AUTO)
+ZenflowOpts config_zenflow_opts(const DsZenflow* z);
 // The run's dtype: --fp16 / --bf16, or the DeepSpeed section's fp16 / bf16 "enabled"; else fp32.
 DType config_run_dtype(const RunConfig* c);
 // Source of a key's value (CONFIG_SRC_*), by key name; -1 if the key is unknown.

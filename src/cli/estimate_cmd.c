@@ -83,6 +83,11 @@ static void knobs_from_config(const RunConfig* c, const T5Config* m, DType dtype
     zo->overlap_comm = z->overlap_comm;
     const int cd = c->ds.communication_data_type;
     if (cd != COMM_DTYPE_DEFAULT) zo->comm_dtype = cd == COMM_DTYPE_FP32 ? DT_F32 : cd == COMM_DTYPE_FP16 ? DT_F16 : DT_BF16;
+    // ZenFlow: its selective state on the GPU (estimate.c gpu_zenflow) and the fp32 host accumulation (planner.c)
+    if (c->has_deepspeed && z->zenflow.present) {
+        zo->zenflow = true;
+        zo->zenflow_topk_ratio = z->zenflow.topk_ratio;
+    }
     // the job's optimizer: Adafactor's state is far smaller than Adam's m, v (estimate.c sizes both)
     if (c->optim == OPTIM_ADAFACTOR && !(c->has_deepspeed && c->ds.optimizer.present)) {
         zo->optimizer = ZERO_OPTIM_ADAFACTOR;

@@ -106,6 +106,7 @@ int planner_row(const PlanInput* in, int stage, bool off_opt, bool off_param, do
     o.rank = 0;
     o.working_dtype = in->dtype;
     o.grad_dtype = o.accum_dtype = in->grad_dtype;
+    if (o.zenflow) o.accum_dtype = DT_F32;  // ZenFlow sums the update interval's gradients in fp32 (engine.c)
     if (o.comm_dtype != DT_F32 && o.comm_dtype != DT_F16 && o.comm_dtype != DT_BF16) o.comm_dtype = in->dtype;
     o.offload_optimizer = off_opt;
     o.ratio = off_opt ? ratio : 1.0;
@@ -126,7 +127,8 @@ int planner_row(const PlanInput* in, int stage, bool off_opt, bool off_param, do
         r->g_work = CUBLASLT_WORKSPACE + ptr + PLANNER_CONTEXT_BYTES + nccl;
         r->g_params = e.gpu_weights + e.gpu_views + e.gpu_gathered_peak;
         r->g_grads = e.gpu_grads + e.gpu_gacc + e.gpu_grad_peak;
-        r->g_optim = e.gpu_master + e.gpu_m + e.gpu_v + e.gpu_ada_scratch;  // Adafactor: its state in gpu_m
+        // Adafactor: its state in gpu_m; ZenFlow: its selective optimizer on the GPU
+        r->g_optim = e.gpu_master + e.gpu_m + e.gpu_v + e.gpu_ada_scratch + e.gpu_zenflow;
         r->g_comm = e.gpu_comm;
         r->g_total = r->g_params + r->g_grads + r->g_optim + r->g_comm + r->g_act + r->g_work;
         const size_t per_node = (size_t)in->gpus_per_node;

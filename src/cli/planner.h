@@ -42,7 +42,7 @@ typedef struct {
     // GPU per rank (bytes)
     size_t g_params;         // 16-bit weights resident + gathered at the stage 3 peak, fp32 views
     size_t g_grads;          // resident / accumulated / in-flight gradients
-    size_t g_optim;          // fp32 master, Adam m, v on the GPU
+    size_t g_optim;          // fp32 master, Adam m, v on the GPU (+ ZenFlow's selective state)
     size_t g_comm;           // gradient staging, comm bucket, norm slots
     size_t g_act;            // the activation arena
     size_t g_work;           // cuBLASLt workspace, attention pointer arrays, CUDA context allowance

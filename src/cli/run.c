@@ -398,6 +398,10 @@ static void args_zero(const RunConfig* c, TrainerArgs* a) {
             zo->aio_overlap_events = ds->aio.overlap_events;
         }
         zo->optimizer_pin_memory = z->offload_optimizer.pin_memory;
+        if (z->zenflow.present) {  // ZenFlow (src/zero/zenflow.h; config_resolve.c refused what it lacks)
+            a->zenflow = true;
+            a->zenflow_opts = config_zenflow_opts(&z->zenflow);
+        }
         zo->ratio = z->offload_optimizer.ratio;
         zo->buffer_count = (int)z->offload_optimizer.buffer_count;
         zo->offload_param = z->offload_param.device == OFFLOAD_CPU;

@@ -319,8 +319,14 @@ static EngineOptions engine_options(const Trainer* t) {
     zo.grad_dtype = a->grad_dtype;
     zo.accum_dtype = a->grad_dtype;
     zo.grad_accum_steps = (int)T5_MAX(a->gradient_accumulation_steps, (int64_t)1);
-    return (EngineOptions){.zero = zo, .T = &t->T, .clip = a->clip, .use_scaler = a->dtype == DT_F16,
-                           .scaler = a->scaler, .train = a->do_train, .profile = t->zero_profile};
+    EngineOptions eo = {.zero = zo, .T = &t->T, .clip = a->clip, .use_scaler = a->dtype == DT_F16,
+                        .scaler = a->scaler, .train = a->do_train, .profile = t->zero_profile};
+    if (a->do_train && a->zenflow) {  // micro-steps per epoch: the trainer's updates per epoch (accumulation 1)
+        eo.zenflow = true;
+        eo.zenflow_opts = a->zenflow_opts;
+        eo.zenflow_steps_per_epoch = t->train_dl ? trainer_updates_per_epoch(dataloader_num_batches(t->train_dl), 1) : 0;
+    }
+    return eo;
 }
 
 static void model_setup(Trainer* t) {

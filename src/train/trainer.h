@@ -41,6 +41,7 @@
 #include "../../model/zero.h"
 #include "../zero/loss_scaler.h"
 #include "../report/model_card.h"
+#include "../zero/zenflow_sched.h"
 #include "../upload/push_to_hub.h"
 
 #ifdef __cplusplus
@@ -87,6 +88,9 @@ typedef struct {
     // weight decay and mode, or Adafactor's options), the trainer the dtypes and accumulation steps, the engine the
     // tensors and traces.
     ZeroOptions zero;
+    // deepspeed.zero_optimization.zenflow (src/zero/zenflow.h): on, and its options
+    bool zenflow;
+    ZenflowOpts zenflow_opts;
     // LR schedule: an HF name ("linear", "cosine", "constant", ...) or "WarmupLR" / "WarmupDecayLR"
     char sched_name[32];
     double warmup_steps, warmup_ratio;   // HF schedules (hf_get_warmup_steps)

@@ -19,6 +19,7 @@
 #include "../base/common.h"
 #include "../base/safetensors.h"
 #include "cpu_adafactor.h"
+#include "zenflow.h"
 
 // Adafactor's state floats of the whole model in the checkpoint layout (step0.h), per tensor of o->tensors
 static size_t adafactor_floats(const ZeroOptions* o) {
@@ -87,6 +88,14 @@ int engine_create(Engine** out, const EngineOptions* o, char* err, size_t errlen
         names[u] = T->units[u].name;
     }
     t5_model_zero_describe(T, &E->o.zero);  // the tensors and traces, kept for stage 0's optimizer
+    if (o->train && o->zenflow) {
+        // ZenFlow sums every micro-step's gradient on the host in fp32 until its update boundary (DeepSpeed's
+        // accumulation over update_interval micro-steps)
+        E->o.zero.accum_dtype = DT_F32;
+        E->o.zero.zenflow = true;  // the estimate counts the selective state (estimate.c gpu_zenflow)
+        E->o.zero.zenflow_topk_ratio = o->zenflow_opts.topk_ratio;
+        E->o.zero.grad_accum_steps = (int)T5_MAX(o->zenflow_opts.update_interval, (int64_t)1);
+    }
     E->Z = zero_create_opts(&E->o.zero, T->num_units, numel, names, err, errlen);
     free(numel);
     free(names);
@@ -105,6 +114,19 @@ int engine_create(Engine** out, const EngineOptions* o, char* err, size_t errlen
     }
     if (o->zero.stage > 0) print_plan(E);
     if (o->train) optimizer_create(E);
+    if (o->train && o->zenflow) {
+        const int rc = zenflow_engine_create(E->Z, &E->o.zero, &o->zenflow_opts, o->zenflow_steps_per_epoch, err,
+                                             errlen);
+        if (rc) {
+            engine_destroy(E);
+            return rc;
+        }
+        E->zf = true;
+        char line[512];
+        zenflow_engine_describe(E->Z, line, sizeof line);
+        printf("%s\n", line);
+        fflush(stdout);
+    }
     *out = E;
     return 0;
 }
@@ -121,6 +143,8 @@ int engine_load_weights(Engine* E, const char* path, uint64_t seed, cudaStream_t
 }
 
 int engine_save_weights(Engine* E, const char* dir, bool write, DType dtype, cudaStream_t s, char* err, size_t errlen) {
+    // ZenFlow: the selected columns' latest values live in the working weights only; the master takes them first
+    if (E->zf) zenflow_engine_sync_master(E->Z, s);
     zero_gather_masters(E->Z, write, s);
     const int rc = write ? t5_weights_save(E->Z, E->o.T, dir, dtype, SAFETENSORS_DEFAULT_SHARD_BYTES, s, err, errlen)
                          : 0;
@@ -132,6 +156,15 @@ int engine_save_weights(Engine* E, const char* dir, bool write, DType dtype, cud
 static float loss_scale(const Engine* E) { return E->o.use_scaler ? (float)E->scaler.cur_scale : 1.0f; }
 
 float engine_micro_begin(Engine* E, int micro, int n_micro, cudaStream_t s) {
+    if (E->zf) {  // every micro-step is a ZenFlow step (n_micro is 1); the backward divides by update_interval
+        if (micro != 0 || n_micro != 1)
+            t5_die(T5_EXIT_FAILURE, "internal: zenflow with micro-batch %d of %d (gradient accumulation is its own)",
+                   micro, n_micro);
+        const float k = zenflow_engine_begin(E->Z, s);
+        zero_begin_grads(E->Z, s);
+        E->n_micro = 1;
+        return loss_scale(E) / k;
+    }
     zero_set_micro_step(E->Z, micro, n_micro);
     zero_begin_grads(E->Z, s);
     E->n_micro = n_micro;
@@ -170,6 +203,23 @@ static void apply_update(Engine* E, double lr, cudaStream_t s) {
     else zero_optimizer_step(E->Z, &za, s);
 }
 
+// ZenFlow's micro-step (zenflow.h): at an update boundary the CPU AdamW with step id n (the micro-step count, not the
+// CPU updates), W[:, sel] kept aside around it; the selective AdamW on W[:, sel] after. The LR schedule and
+// applied_steps advance every micro-step (DeepSpeed steps its scheduler every micro-step with ZenFlow).
+static void apply_zenflow(Engine* E, double lr, float scale, cudaStream_t s) {
+    E->sch.applied_steps++;
+    const ZenflowStepPlan p = zenflow_engine_plan(E->Z);
+    if (p.update) {
+        zenflow_engine_keep(E->Z, s);
+        cpu_adam_begin_step(&E->sch.adam, p.cpu_step, E->o.zero.beta1, E->o.zero.beta2);
+        const ZeroStepArgs za = {.lr = (float)lr, .step = p.cpu_step, .bias_correction1 = E->sch.adam.bias_correction1,
+                                 .bias_correction2 = E->sch.adam.bias_correction2, .d_inv_scale = E->d_inv_scale,
+                                 .inv_scale = *E->h_inv_scale, .lr64 = lr};
+        zero_optimizer_step(E->Z, &za, s);
+    }
+    zenflow_engine_finish(E->Z, (float)lr, scale, s);
+}
+
 EngineStepResult engine_step(Engine* E, double lr, cudaStream_t s) {
     EngineStepResult r = {0};
     E->last_lr = lr;
@@ -189,7 +239,13 @@ EngineStepResult engine_step(Engine* E, double lr, cudaStream_t s) {
     }
     const float norm = sqrtf(*E->h_norm2);
     const bool overflow = *E->h_overflow != 0 || !isfinite(norm);
-    if (E->o.use_scaler) {
+    // ZenFlow: the scaler counts update boundaries (DeepSpeed updates it in the optimizer's step, at its gradient
+    // accumulation boundary), and overflows, which drop the accumulation; so the gradient accumulated between two
+    // update boundaries always carries one scale
+    const bool zf_hold = E->zf && !overflow && !zenflow_engine_plan(E->Z).update;
+    if (E->o.use_scaler && zf_hold) {
+        r.loss_scale = E->scaler.cur_scale;
+    } else if (E->o.use_scaler) {
         LossScalerUpdate u = loss_scaler_update(&E->scaler, overflow);
         if (u.event == LOSS_SCALER_AT_MIN) t5_die(T5_EXIT_FAILURE, "%s", LOSS_SCALER_MIN_SCALE_MSG);
         loss_scaler_format_overflow(r.overflow_line, sizeof r.overflow_line, &u, 0);
@@ -200,13 +256,15 @@ EngineStepResult engine_step(Engine* E, double lr, cudaStream_t s) {
         return r;
     }
     if (overflow) {
+        if (E->zf) zenflow_engine_skip(E->Z);  // no selective step either; the accumulation starts again
         // restores what the gradient path wrote over (the 16-bit host weights the offloaded gradients shared)
         zero_optimizer_skip(E->Z, s);
         r.skipped = true;
         r.norm = NAN;
         return r;
     }
-    apply_update(E, lr, s);
+    if (E->zf) apply_zenflow(E, lr, scale, s);
+    else apply_update(E, lr, s);
     r.norm = (double)norm / (double)scale;
     return r;
 }
@@ -276,6 +334,7 @@ void engine_stats(Engine* E, bool settle, cudaStream_t s, EngineStats* out) {
 
 void engine_destroy(Engine* E) {
     if (!E) return;
+    zenflow_engine_destroy(E->Z);  // a no-op without ZenFlow
     step0_destroy(E->s0);
     zero_destroy(E->Z);
     t5_model_zero_free(&E->o.zero);

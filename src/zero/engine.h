@@ -25,6 +25,7 @@
 #include "../../model/params.h"
 #include "../../model/zero.h"
 #include "loss_scaler.h"
+#include "zenflow_sched.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -42,6 +43,12 @@ typedef struct {
     bool train;                // training: the optimizer's state, plans and step state too (stage 0 allocates them in
                                // engine_create, stages 1-3 hold them in their partitions); false: evaluation only
     bool profile;              // T5TRAIN_ZERO_PROFILE: engine_step snapshots the engine's counters at the norm
+    // zero_optimization.zenflow (training, one rank, stages 1-3 with offload_optimizer cpu, AdamW; src/zero/zenflow.h):
+    // every micro-step a selective AdamW on the GPU, the CPU AdamW every update_interval micro-steps; the caller's
+    // gradient accumulation must be 1 (n_micro 1 in engine_micro_begin)
+    bool zenflow;
+    ZenflowOpts zenflow_opts;
+    int64_t zenflow_steps_per_epoch;  // micro-steps per epoch (select_strategy "epoch" / "auto"); <= 0: unknown
 } EngineOptions;
 
 // Where engine_state_save writes: blobs of the checkpoint's state file, each opened under the name the engine gives

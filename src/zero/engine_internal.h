@@ -20,6 +20,7 @@ struct Engine {
     bool part;                   // stages 1-3: the partitioned engine holds master, m, v and steps them
     Step0* s0;                   // stage 0's optimizer (EngineOptions.train)
     bool ada;                    // Adafactor (else AdamW)
+    bool zf;                     // ZenFlow (EngineOptions.zenflow): zenflow.h's state hangs on the partition
     size_t numel;                // flat numel (units padded to 8)
     size_t state_n;              // Adam's m (and v) floats this rank holds: its partition (= numel at one rank)
     size_t ada_floats;           // Adafactor's state floats of this rank (its "adafactor" blob; recut.h's layout)

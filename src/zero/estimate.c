@@ -2,6 +2,7 @@
  * estimate.c: the engine's byte needs as arithmetic (see estimate.h). No CUDA call.
  */
 #include "estimate.h"
+#include "zenflow_select.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -162,6 +163,19 @@ void zero_estimate_layout(const ZeroOptions* o, const ZeroLayout* L, ZeroMemEsti
                   (size_t)e->num_slots * (sizeof(double) + sizeof(int)) + sizeof(double) + grad_sumsq_scratch_bytes();
     e->gpu_resident = e->gpu_master + e->gpu_m + e->gpu_v + e->gpu_ada_scratch + e->gpu_gacc + e->gpu_weights +
                       e->gpu_grads + e->gpu_views + e->gpu_comm;
+    e->gpu_zenflow = zero_estimate_zenflow(o);
+}
+
+size_t zero_estimate_zenflow(const ZeroOptions* o) {
+    if (!o->zenflow) return 0;
+    uint64_t b = 0;
+    for (int i = 0; i < o->num_tensors; i++) {
+        const ZeroTensor* t = &o->tensors[i];
+        const ZenflowShape sh = zenflow_tensor_shape(t->rows, t->cols, (int64_t)t->numel, o->zenflow_topk_ratio,
+                                                     o->stage);
+        b += zenflow_tensor_gpu_bytes(sh, sh.is_1d ? 0 : zenflow_cub_bytes_est(sh.C));
+    }
+    return (size_t)b;
 }
 
 // stage 0: the engine's master, gradients and working copy (zero.c) and stage 0's Adam m, v (+ fp32 sum; step0.c)
@@ -279,7 +293,7 @@ static size_t replay_grad_buffers(const ZeroOptions* o, int num_units, const siz
 }
 
 size_t zero_estimate_gpu_peak(const ZeroMemEstimate* e) {
-    return e->gpu_resident + e->gpu_gathered_peak + e->gpu_grad_peak;
+    return e->gpu_resident + e->gpu_gathered_peak + e->gpu_grad_peak + e->gpu_zenflow;
 }
 
 void zero_estimate_nvme(const ZeroOptions* o, const ZeroLayout* L, uint64_t* file_bytes, size_t* pool_bytes) {

@@ -79,7 +79,15 @@ typedef struct {
     // host_total but not in host_pinned / host_pageable (the CPU step's memory, never a copy to or from the GPU)
     uint64_t nvme_file_bytes;
     size_t host_nvme_pool;
+    // zero_optimization.zenflow (ZeroOptions.zenflow): the selective optimizer's GPU state and scratch of every
+    // tensor (src/zero/zenflow_select.h zenflow_tensor_gpu_bytes; cub's radix-sort storage as
+    // zenflow_cub_bytes_est), allocated after zp_create (not in gpu_resident), counted in zero_estimate_gpu_peak
+    size_t gpu_zenflow;
 } ZeroMemEstimate;
+
+// The GPU bytes of ZenFlow's selective state for o's tensors at o->stage (o->zenflow_topk_ratio; 0 when
+// o->zenflow is off)
+size_t zero_estimate_zenflow(const ZeroOptions* o);
 
 // offload_optimizer nvme's swap file and pool for these options and layout (0, 0 without nvme_path)
 void zero_estimate_nvme(const ZeroOptions* o, const ZeroLayout* L, uint64_t* file_bytes, size_t* pool_bytes);

@@ -201,7 +201,11 @@ typedef struct ZeroPart {
     int64_t thread_h2d;          // bytes the optimizer thread copied (summed into st by zero_stats)
     struct ZpAda* ada;           // Adafactor (o.optimizer): step_adafactor.c's tables and plan; NULL: AdamW
     struct ZpNvme* nvme;         // offload_optimizer nvme: part_nvme.c's swap file of the CPU units' m, v; NULL: host
+    struct ZpZenflow* zf;        // zero_optimization.zenflow: zenflow.c's tensors and schedule; NULL: off
 } ZeroPart;
+
+// zero.c: the partition of a stage 1-3 engine (NULL at stage 0), for src/zero's own files (zenflow.c)
+ZeroPart* zero_part(ZeroEngine* Z);
 
 // part.c
 // A broken call contract (a bug): aborts naming the unit and the rule, as stage 0's checks do.

@@ -22,6 +22,7 @@
 #include "../base/common.h"
 #include "../base/oom.h"
 #include "part.h"
+#include "zenflow.h"
 
 // The backward's gradient events against the order the estimate replays (part.h gtrace): u + 1 when a unit's
 // gradient is first asked for, -(u + 1) at its grad_ready.
@@ -72,6 +73,7 @@ void zp_grad_ready(ZeroPart* P, int u, cudaStream_t s) {
         CUDA_CHECK(cudaStreamWaitEvent(P->s_grad, U->ev_grad, 0));
         gs = P->s_grad;
     }
+    if (P->zf) zp_zenflow_grad(P, u, gs);  // ZenFlow: selection and g[:, sel], before the buffer goes (zenflow.c)
     const bool add = P->micro > 0, last = P->micro == P->n_micro - 1;
     const float predivide = 1.0f / (float)P->L.world;
     const int nb = U->num_buckets;

@@ -54,3 +54,17 @@ void zenflow_select_topk(const float* importance, int64_t C, int64_t k, int64_t*
     free(r);
     qsort(selected, (size_t)k, sizeof *selected, index_cmp);
 }
+
+ZenflowShape zenflow_tensor_shape(int64_t rows, int64_t cols, int64_t numel, double topk_ratio, int stage) {
+    if (rows > 0 && cols > 0)
+        return (ZenflowShape){.R = rows, .C = cols, .k = zenflow_select_count(cols, topk_ratio, stage), .is_1d = false};
+    return (ZenflowShape){.R = 1, .C = numel, .k = numel, .is_1d = true};
+}
+
+uint64_t zenflow_tensor_gpu_bytes(ZenflowShape s, uint64_t cub_bytes) {
+    uint64_t b = 4 * (uint64_t)s.k + 5 * 4 * (uint64_t)s.R * (uint64_t)s.k;
+    if (!s.is_1d) b += 5 * 4 * (uint64_t)s.C + cub_bytes;
+    return b;
+}
+
+uint64_t zenflow_cub_bytes_est(int64_t C) { return 8 * (uint64_t)(C > 0 ? C : 0) + ((uint64_t)1 << 20); }

@@ -15,6 +15,7 @@
  * selective optimizer (zenflow_ref.h).
  */
 #pragma once
+#include <stdbool.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -36,6 +37,23 @@ void zenflow_column_importance(const float* grad, int64_t R, int64_t C, float* i
 // sorts its torch.topk indices before use). Ties go to the lower column index (torch.topk leaves them
 // unspecified); NaN ranks above every number, as in torch.topk. importance: (C) fp32. 0 <= k <= C.
 void zenflow_select_topk(const float* importance, int64_t C, int64_t k, int64_t* selected);
+
+// How the engine holds one parameter tensor for ZenFlow (src/zero/zenflow.c), from its table shape: rows, cols > 0
+// (2-D, torch shape (rows, cols)): R = rows, C = cols, k = zenflow_select_count(C, topk_ratio, stage); otherwise
+// (1-D, numel elements): R = 1, C = numel, k = numel (every element selected, never ranked).
+typedef struct {
+    int64_t R, C, k;
+    bool is_1d;
+} ZenflowShape;
+ZenflowShape zenflow_tensor_shape(int64_t rows, int64_t cols, int64_t numel, double topk_ratio, int stage);
+
+// The GPU bytes cuda/zenflow.cu's zenflow_gpu_init allocates for one tensor, cub's radix-sort temporary storage
+// aside (cub_bytes, given by the caller: the estimate counts it as ZENFLOW_CUB_BYTES_EST): sel (4 k), sel_p, sel_g,
+// sel_m, sel_v, kept (5 x 4 R k), and for a 2-D tensor importance, keys in/out, ids in/out (5 x 4 C).
+uint64_t zenflow_tensor_gpu_bytes(ZenflowShape s, uint64_t cub_bytes);
+// what the estimate counts for cub's temporary storage of one 2-D tensor with C columns (an upper guess: cub's
+// onesweep radix sort of C (key, value) pairs of 4 bytes asks for about 2 x 4 C plus its histograms)
+uint64_t zenflow_cub_bytes_est(int64_t C);
 
 #ifdef __cplusplus
 }

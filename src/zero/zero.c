@@ -39,6 +39,8 @@ struct ZeroEngine {
     float* gathered;          // zero_gather_masters: every unit's fp32 master on this host (flat, unit offsets)
 };
 
+ZeroPart* zero_part(ZeroEngine* Z) { return Z->P; }
+
 // the unit tables every stage keeps (sizes, flat offsets, names for messages, fetch/grad bookkeeping)
 static ZeroEngine* engine_new(int stage, DType dt, DType gdt, int num_units, const size_t* unit_numel,
                               const char* const* unit_name) {
