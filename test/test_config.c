@@ -815,8 +815,8 @@ static void test_binary_help(void** state) {
     assert_contains(text, "stage3_max_live_parameters");
 }
 
-// the ranks of one run compare config_hash at the rendezvous: the per-rank --local_rank does not count, any other
-// key does
+// the ranks of one run compare config_hash at the rendezvous: the per-rank --local_rank and a derived logging_dir do
+// not count, any other key does
 static void test_config_hash(void** state) {
     (void)state;
     static RunConfig a, b;
@@ -829,6 +829,19 @@ static void test_config_hash(void** state) {
     assert_int_equal(api_run(&b, line, err, sizeof err), 0);
     assert_true(config_hash(&a) == config_hash(&b));
     snprintf(line, sizeof line, "%s --learning_rate 3e-4", base);
+    assert_int_equal(api_run(&b, line, err, sizeof err), 0);
+    assert_true(config_hash(&a) != config_hash(&b));
+    // the default logging_dir (HF's runs/<date>_<host>, each rank's own clock and host) does not count: two ranks
+    // that resolved it on either side of a second, or on two hosts, run the same configuration
+    assert_int_equal(api_run(&b, base, err, sizeof err), 0);
+    assert_int_equal(b.src[config_key_index("logging_dir")], CONFIG_SRC_DERIVED);
+    assert_true(config_hash(&a) == config_hash(&b));
+    snprintf(b.logging_dir, sizeof b.logging_dir, "/nonexistent/t5train_hash/runs/Jan01_00-00-01_otherhost");
+    assert_true(config_hash(&a) == config_hash(&b));
+    // a logging_dir the user gave counts like any other key
+    snprintf(line, sizeof line, "%s --logging_dir /tmp/t5train_hash_logs_a", base);
+    assert_int_equal(api_run(&a, line, err, sizeof err), 0);
+    snprintf(line, sizeof line, "%s --logging_dir /tmp/t5train_hash_logs_b", base);
     assert_int_equal(api_run(&b, line, err, sizeof err), 0);
     assert_true(config_hash(&a) != config_hash(&b));
 }

@@ -674,6 +674,11 @@ json_t* config_to_json(const RunConfig* c) {
 uint64_t config_hash(const RunConfig* c) {
     json_t* root = config_to_json(c);
     json_object_del(root, "local_rank");  // the one key launchers set per rank
+    // a logging_dir t5train derived is each rank's own: HF's default folder holds the rank's clock (to the second)
+    // and host name, and only rank 0 writes there. Hashed, ranks that read the clock on either side of a second
+    // refused each other at the rendezvous (the intermittent multi-GPU exit 1 of sessions 3-5), and every
+    // multi-node run without --logging_dir was refused.
+    if (c->src[config_key_index("logging_dir")] == CONFIG_SRC_DERIVED) json_object_del(root, "logging_dir");
     char* text = json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(17));
     json_decref(root);
     uint64_t h = 1469598103934665603ull;  // FNV-1a
