@@ -44,6 +44,7 @@ typedef struct {
     char revision[256];    // --hub_revision ("": main)
     bool private_repo;     // --hub_private_repo
     int strategy;          // HubStrategy
+    bool always_push;      // --hub_always_push: a save whose previous push still runs waits for it (trainer_push.h)
 } PushToHubArgs;
 
 // The run's pre-flight (no request): the repo name it will use (p->repo_id filled from output_dir when empty), a
