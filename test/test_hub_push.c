@@ -6,7 +6,9 @@
  * sent to the storage URLs, the "_*" / "checkpoint-*" files left out, the private flag; a push whose commit fails
  * (LFS objects already uploaded) resumed without uploading them again; a push with nothing changed makes no commit;
  * hub_strategy every_save / checkpoint / all_checkpoints / end; the errors (no token, bad token, offline, unreachable,
- * unknown branch) as one sentence; `t5train push` and a run's --push_to_hub from the binary.
+ * unknown branch) as one sentence; `t5train push` and a run's --push_to_hub from the binary; the background pusher
+ * (push_worker.h: a job runs while the caller goes on, a second one is skipped, wait, files that vanish under a push,
+ * destroy and cancel while a job runs), made deterministic by the server's "hold" fault, not by timing.
  */
 #include <jansson.h>
 
