@@ -20,6 +20,7 @@
 #include "../src/upload/hub_push.h"
 #include "../src/upload/push_to_hub.h"
 #include "../src/upload/push_worker.h"
+#include "../src/train/trainer_push.h"
 
 #include <pthread.h>
 #include <time.h>
@@ -827,6 +828,76 @@ static void test_worker_destroy_running(void** state) {
     json_decref(rec);
 }
 
+
+// the trainer's side (src/train/trainer_push.h): a save while a push runs is skipped and the running push's
+// checkpoint is spared from rotation; the end waits for the push; a stop abandons it promptly; --hub_always_push makes
+// the save wait and push
+static void test_trainer_push(void** state) {
+    (void)state;
+    char out[600], ckpt2[700], ckpt4[700], gate[700];
+    snprintf(out, sizeof out, "%s/run-trainer", t5test_tmpdir());
+    dl_write_text(out, "t5train_config.json", "{}");
+    make_checkpoint(out, 2);
+    make_checkpoint(out, 4);
+    snprintf(ckpt2, sizeof ckpt2, "%s/checkpoint-2", out);
+    snprintf(ckpt4, sizeof ckpt4, "%s/checkpoint-4", out);
+    char err[2048];
+    PushToHubArgs a = args_for("org/trainer", HUB_STRATEGY_EVERY_SAVE);
+    if (push_to_hub_init(&a, out, err, sizeof err)) fail_msg("%s", err);
+    TrainerLog log;
+    trainer_log_init(&log, stdout, out, 0);
+    TrainerPush tp = {.args = &a};
+    assert_int_equal(trainer_push_spared_step(&tp), -1);  // no push yet
+    int r0 = record_lines();
+    hold_preupload(gate, sizeof gate, "trainer1");
+    trainer_push_after_save(&tp, &log, out, ckpt2, "Training in progress, step 2");
+    wait_held(gate);
+    assert_int_equal(trainer_push_spared_step(&tp), 2);
+    trainer_push_after_save(&tp, &log, out, ckpt4, "Training in progress, step 4");  // skipped, one line
+    PushWorkerStats st;
+    push_worker_stats(tp.w, &st);
+    assert_int_equal(st.skipped, 1);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, release_later, gate), 0);
+    assert_true(trainer_push_finish(&tp, &log, false));  // waited; a rotation spared a checkpoint meanwhile
+    pthread_join(th, NULL);
+    assert_null(tp.w);
+    json_t* rec = record_load(r0);
+    assert_int_equal(count_commits(rec, "Training in progress, step 2"), 1);
+    assert_int_equal(count_commits(rec, "Training in progress, step 4"), 0);
+    json_decref(rec);
+    // a stop request: the running push is abandoned within about a second, nothing committed
+    dl_write_text(out, "t5train_config.json", "{\"stop\": 1}");
+    r0 = record_lines();
+    hold_preupload(gate, sizeof gate, "trainer2");
+    trainer_push_after_save(&tp, &log, out, ckpt4, "Training in progress, step 4");
+    wait_held(gate);
+    const double t0 = mono_s();
+    assert_false(trainer_push_finish(&tp, &log, true));
+    if (mono_s() - t0 > 10) fail_msg("the abandoned push took %.1f s", mono_s() - t0);
+    release(gate);
+    rec = record_load(r0);
+    assert_null(nth_commit(rec, 0));
+    json_decref(rec);
+    // --hub_always_push: the step-4 save waits for the step-2 push, then pushes
+    a.always_push = true;
+    dl_write_text(out, "t5train_config.json", "{\"always\": 1}");
+    r0 = record_lines();
+    hold_preupload(gate, sizeof gate, "trainer3");
+    trainer_push_after_save(&tp, &log, out, ckpt2, "Training in progress, step 2");
+    wait_held(gate);
+    assert_int_equal(pthread_create(&th, NULL, release_later, gate), 0);
+    trainer_push_after_save(&tp, &log, out, ckpt4, "Training in progress, step 4");
+    pthread_join(th, NULL);
+    trainer_push_finish(&tp, &log, false);
+    rec = record_load(r0);
+    assert_int_equal(count_commits(rec, "Training in progress, step 2"), 1);
+    assert_int_equal(count_commits(rec, "Training in progress, step 4"), 1);
+    json_decref(rec);
+    hub_server_faults(&srv, "[]");
+    trainer_log_free(&log);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_push_output_dir),
@@ -841,6 +912,7 @@ int main(void) {
         cmocka_unit_test(test_worker_background),
         cmocka_unit_test(test_worker_files_vanish),
         cmocka_unit_test(test_worker_destroy_running),
+        cmocka_unit_test(test_trainer_push),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

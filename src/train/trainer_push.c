@@ -20,6 +20,9 @@ static void report(TrainerLog* log, const PushOutcome* o) {
         char line[512];
         snprintf(line, sizeof line, "push_to_hub: \"%s\" pushed in the background in %.1f s", o->message, o->seconds);
         trainer_log_line(log, line);
+    } else if (o->cancelled) {
+        t5_warn("push_to_hub: the push \"%s\" was abandoned: %s is saved; push output_dir later with `t5train push`",
+                o->message, o->ckpt_dir);
     } else {
         t5_warn("push_to_hub: the push \"%s\" failed: %s; %s is saved, training goes on and the next push sends "
                 "everything", o->message, o->err, o->ckpt_dir);

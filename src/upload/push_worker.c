@@ -42,6 +42,7 @@ static void run_one(PushWorker* w) {
     const double t0 = now_s();
     o.ok = push_to_hub_run_job(&w->args, &w->job, &w->cancel, o.lines, sizeof o.lines, o.err, sizeof o.err) == 0;
     o.seconds = now_s() - t0;
+    o.cancelled = !o.ok && w->cancel;
     push_to_hub_job_free(&w->job);
     pthread_mutex_lock(&w->mu);
     w->outcome = o;

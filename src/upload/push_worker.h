@@ -33,6 +33,7 @@ enum { PUSH_WORKER_QUEUED = 0, PUSH_WORKER_SKIPPED = 1 };
 
 typedef struct {
     bool ok;
+    bool cancelled;       // push_worker_cancel stopped it (then !ok)
     char message[256];    // the job's commit message ("Training in progress, step N")
     char ckpt_dir[4096];  // the checkpoint it pushed
     char lines[2048];     // ok: the commits' report lines ('\n'-separated)
