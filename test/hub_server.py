@@ -16,7 +16,9 @@ Every request is appended to the log as "METHOD PATH STATUS BYTES".
 Faults (a JSON list in --faults, re-read when it changes), each {"match": substring of the path,
   "method": "GET"|"HEAD" (optional), "times": N (default 1), and one of
   "status": S (answer S), "truncate": N (announce the full length, send N bytes, close),
-  "corrupt": true (flip the body's first byte), "delay": seconds per 64 KiB chunk}.
+  "corrupt": true (flip the body's first byte), "delay": seconds per 64 KiB chunk}, and/or "hold": a file path: the
+  request (a push call) is held, its body read, until that file exists (at most 60 s); the server creates
+  "<hold>.waiting" first, so that a test knows the client is inside the call (a push deterministically "still running").
 The server writes its port to --port-file once it listens (port 0: any free port).
 
 Pushes (huggingface_hub's upload protocol; every call needs "Authorization: Bearer <token>", else 401):
@@ -109,6 +111,14 @@ class State:
         if self.log:
             with self.lock, open(self.log, "a") as f:
                 f.write(line + "\n")
+
+
+def hold_request(gate):
+    """Holds a request until the file gate exists (at most 60 s); gate.waiting says the request is held."""
+    open(gate + ".waiting", "w").close()
+    deadline = time.time() + 60
+    while not os.path.exists(gate) and time.time() < deadline:
+        time.sleep(0.01)
 
 
 def cdn_host(host):
@@ -287,6 +297,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         body = self.read_body()
         authed = self.headers.get("Authorization") == "Bearer %s" % st.token
         fault = st.take_fault(self.command, path)
+        if fault and fault.get("hold"):
+            hold_request(fault["hold"])
         rec = {"method": self.command, "path": path, "auth": authed, "bytes": len(body)}
         if fault and "status" in fault:
             st.write_record(dict(rec, status=fault["status"]))

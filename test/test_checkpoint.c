@@ -575,6 +575,15 @@ static void test_rotate(void** state) {
     assert_false(t5_path_exists(d));
     free(d);
     assert_int_equal(checkpoint_rotate(out, 0, 700, -1, NULL, err, sizeof err), 0);  // 0: keep all
+    // a checkpoint a background push still reads (src/train/trainer_push.h) is spared as the best one is: limit 1
+    // keeps it beside the one just written; once the push ended, the next rotation deletes it
+    save_checkpoint(out, 750);
+    assert_int_equal(checkpoint_rotate_sparing(out, 1, 750, -1, 700, NULL, err, sizeof err), 0);
+    d = checkpoint_dir_path(out, 700);
+    assert_true(t5_is_dir(d));
+    assert_int_equal(checkpoint_rotate_sparing(out, 1, 750, -1, -1, NULL, err, sizeof err), 1);
+    assert_false(t5_path_exists(d));
+    free(d);
     // HF's end of training with save_total_limit 1 and a best checkpoint: only the best one stays (the temporary
     // directory of an interrupted save is not a checkpoint and is left alone)
     save_checkpoint(out, 800);

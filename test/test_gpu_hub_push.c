@@ -1,10 +1,14 @@
 /*
  * test_gpu_hub_push.c: issue 32's trainer features through the binary on the GPU, on the tiny HF fixture model
  * (test/fixtures/t5/tiny_v10) and 32 real WMT16 pairs, against the loopback Hub (test/hub_server.py):
- *   - --push_to_hub --hub_strategy checkpoint with saves at steps 2 and 4: the commits HF's Trainer makes
- *     ("Training in progress, step 2", "..., checkpoint" with last-checkpoint/, the same at step 4, "End of training"),
- *     the final model on the Hub equal to output_dir's, last-checkpoint/ equal to checkpoint-4, model.safetensors
- *     sent as LFS;
+ *   - --push_to_hub --hub_strategy checkpoint --hub_always_push with saves at steps 2 and 4: the commits HF's Trainer
+ *     makes ("Training in progress, step 2", "..., checkpoint" with last-checkpoint/, the same at step 4, "End of
+ *     training"), the final model on the Hub equal to output_dir's, last-checkpoint/ equal to checkpoint-4,
+ *     model.safetensors sent as LFS (the pushes run in the background; hub_always_push makes the step-4 save wait
+ *     for the step-2 push instead of skipping it, so that the five commits do not depend on timing);
+ *   - the skip (test_push_skipped): the step-2 push held by the server until checkpoint-6 exists, so it is
+ *     deterministically still running at the step-4 save: no "step 4" commit, the skip line, the end waiting for
+ *     the pending push before "End of training" (step 6's own push may go either way: not checked);
  *   - --include_num_input_tokens_seen all with --pad_to_max_length: every micro-batch counts B x 48 input ids, so
  *     trainer_state.json's num_input_tokens_seen is 32 x 48 after one epoch, and each log entry carries the count so
  *     far (HF's Trainer.log);
@@ -53,7 +57,7 @@ static void test_push_tokens_breakdown(void** state) {
         "--target_lang ro --max_source_length 48 --max_target_length 48 --pad_to_max_length --max_train_samples 32 "
         "--per_device_train_batch_size 4 --gradient_accumulation_steps 2 --do_train --max_steps 4 --save_steps 2 "
         "--logging_steps 1 --seed 7 --output_dir %s --push_to_hub --hub_model_id org/gpu-run --hub_token secret-token "
-        "--hub_strategy checkpoint --include_num_input_tokens_seen all --log_level warning "
+        "--hub_strategy checkpoint --hub_always_push --include_num_input_tokens_seen all --log_level warning "
         "--deepspeed '{\"wall_clock_breakdown\": true, \"train_micro_batch_size_per_gpu\": \"auto\", "
         "\"gradient_accumulation_steps\": \"auto\"}' 2>&1",
         t5test_tmpdir(), srv.endpoint, t5test_bin(), t5test_repo_dir(), d, d, out);
@@ -130,9 +134,67 @@ static void test_push_tokens_breakdown(void** state) {
     free(card);
 }
 
+
+// the commit summaries in the server's record, in order, '|'-joined into buf
+static void commit_summaries(const HubServer* srv, char* buf, size_t len) {
+    buf[0] = 0;
+    FILE* f = fopen(srv->record, "r");
+    if (!f) return;
+    static char line[1 << 16];
+    json_error_t je;
+    while (fgets(line, sizeof line, f)) {
+        json_t* o = json_loads(line, 0, &je);
+        const char* s = o ? json_string_value(json_object_get(o, "summary")) : NULL;
+        if (s) snprintf(buf + strlen(buf), len - strlen(buf), "%s|", s);
+        json_decref(o);
+    }
+    fclose(f);
+}
+
+// HF's skip: a save while the previous push still runs pushes nothing (deterministic: the server holds the step-2
+// push's first call until checkpoint-6 exists); the end waits for the pending push, then "End of training"
+static void test_push_skipped(void** state) {
+    (void)state;
+    T5_REQUIRE_GPU();
+    T5_REQUIRE_DATA();
+    HubServer srv;
+    char served[400], out[600], rules[1200], commits[4096];
+    snprintf(served, sizeof served, "%s/served-skip", t5test_tmpdir());
+    dl_mkdirs(served);
+    hub_server_start(&srv, served);
+    snprintf(out, sizeof out, "%s/run-skip", t5test_tmpdir());
+    snprintf(rules, sizeof rules, "[{\"match\": \"/preupload/\", \"method\": \"POST\", \"hold\": \"%s/checkpoint-6\"}]",
+             out);
+    hub_server_faults(&srv, rules);
+    const char* d = t5test_data_dir();
+    int rc = t5test_run(
+        g_text, sizeof g_text,
+        "env -u HF_TOKEN -u HF_HUB_OFFLINE HOME=%s HF_ENDPOINT=%s %s --model_name_or_path %s/test/fixtures/t5/tiny_v10 "
+        "--tokenizer_name %s/t5-spiece/spiece.model --train_file %s/wmt16-ro-en/validation.en --source_lang en "
+        "--target_lang ro --max_train_samples 32 --per_device_train_batch_size 4 --do_train --max_steps 6 "
+        "--save_steps 2 --logging_steps 1 --seed 7 --output_dir %s --push_to_hub --hub_model_id org/gpu-skip "
+        "--hub_token secret-token 2>&1",
+        t5test_tmpdir(), srv.endpoint, t5test_bin(), t5test_repo_dir(), d, d, out);
+    commit_summaries(&srv, commits, sizeof commits);
+    hub_server_stop(&srv);
+    if (rc) fail_msg("exit %d:\n%s", rc, g_text);
+    if (strncmp(commits, "Training in progress, step 2|", 29) != 0) fail_msg("commits: %s", commits);
+    if (strstr(commits, "step 4")) fail_msg("the step-4 push was not skipped: %s", commits);
+    const size_t n = strlen(commits);
+    if (n < 17 || strcmp(commits + n - 17, "End of training|") != 0) fail_msg("commits: %s", commits);
+    assert_contains(g_text, "/checkpoint-2 is still running: \"Training in progress, step 4\" is not pushed");
+    assert_contains(g_text, "skipped while one was running");
+    // the card and the final model reached the Hub with the last push
+    char p[1200], q[1200];
+    snprintf(p, sizeof p, "%s/model.safetensors", out);
+    snprintf(q, sizeof q, "%s/org/gpu-skip/model.safetensors", served);
+    same_file(p, q);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_push_tokens_breakdown),
+        cmocka_unit_test(test_push_skipped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

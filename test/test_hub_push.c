@@ -6,7 +6,9 @@
  * sent to the storage URLs, the "_*" / "checkpoint-*" files left out, the private flag; a push whose commit fails
  * (LFS objects already uploaded) resumed without uploading them again; a push with nothing changed makes no commit;
  * hub_strategy every_save / checkpoint / all_checkpoints / end; the errors (no token, bad token, offline, unreachable,
- * unknown branch) as one sentence; `t5train push` and a run's --push_to_hub from the binary.
+ * unknown branch) as one sentence; `t5train push` and a run's --push_to_hub from the binary; the background pusher
+ * (push_worker.h: a job runs while the caller goes on, a second one is skipped, wait, files that vanish under a push,
+ * destroy and cancel while a job runs), made deterministic by the server's "hold" fault, not by timing.
  */
 #include <jansson.h>
 
@@ -17,6 +19,11 @@
 #include "../src/report/model_card.h"
 #include "../src/upload/hub_push.h"
 #include "../src/upload/push_to_hub.h"
+#include "../src/upload/push_worker.h"
+#include "../src/train/trainer_push.h"
+
+#include <pthread.h>
+#include <time.h>
 
 static HubServer srv;
 static char served[512];
@@ -583,6 +590,314 @@ static void test_run_push_to_hub(void** state) {
     assert_null(strstr(out, "Running training"));
 }
 
+
+// ---- the background pusher (src/upload/push_worker.h). "Still running" is made deterministic by the server: a
+// "hold" fault keeps the push's first call open until the test creates the gate file (the server creates
+// <gate>.waiting once the call is held).
+
+static double mono_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// the next preupload call held until `gate` exists; gate is made unique per use
+static void hold_preupload(char* gate, size_t len, const char* name) {
+    snprintf(gate, len, "%s/gate-%s", t5test_tmpdir(), name);
+    unlink(gate);
+    char w[700], rules[1200];
+    snprintf(w, sizeof w, "%s.waiting", gate);
+    unlink(w);
+    snprintf(rules, sizeof rules, "[{\"match\": \"/preupload/\", \"method\": \"POST\", \"hold\": \"%s\"}]", gate);
+    hub_server_faults(&srv, rules);
+}
+
+// waits (at most 30 s) until the server holds the call
+static void wait_held(const char* gate) {
+    char w[700];
+    snprintf(w, sizeof w, "%s.waiting", gate);
+    const double t0 = mono_s();
+    while (!t5_path_exists(w)) {
+        if (mono_s() - t0 > 30) fail_msg("the push never reached the server's held call (%s)", w);
+        struct timespec ts = {0, 5 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static void release(const char* gate) { t5test_write_file(gate, "go"); }
+
+static int count_commits(const json_t* rec, const char* summary) {
+    int n = 0;
+    const json_t* c;
+    for (int k = 0; (c = nth_commit(rec, k)); k++) {
+        const char* s = json_string_value(json_object_get(c, "summary"));
+        n += s && strcmp(s, summary) == 0;
+    }
+    return n;
+}
+
+// a job runs while the caller goes on; a second one while it runs is skipped and counted; wait; the next one runs
+static void test_worker_background(void** state) {
+    (void)state;
+    char out[600], err[2048], ckpt2[700], ckpt4[700], gate[700];
+    snprintf(out, sizeof out, "%s/run-bg", t5test_tmpdir());
+    dl_write_text(out, "trainer_log.jsonl", "{\"step\": 2}\n");
+    make_checkpoint(out, 2);
+    make_checkpoint(out, 4);
+    snprintf(ckpt2, sizeof ckpt2, "%s/checkpoint-2", out);
+    snprintf(ckpt4, sizeof ckpt4, "%s/checkpoint-4", out);
+    PushToHubArgs a = args_for("org/bg", HUB_STRATEGY_CHECKPOINT);
+    if (push_to_hub_init(&a, out, err, sizeof err)) fail_msg("%s", err);
+    PushWorker* w = push_worker_create(&a, err, sizeof err);
+    if (!w) fail_msg("%s", err);
+    assert_false(push_worker_busy(w));
+    const int r0 = record_lines();
+    hold_preupload(gate, sizeof gate, "bg");
+    assert_int_equal(push_worker_submit(w, out, ckpt2, "Training in progress, step 2", err, sizeof err),
+                     PUSH_WORKER_QUEUED);
+    // the caller went on at once: the push is held in the server
+    wait_held(gate);
+    assert_true(push_worker_busy(w));
+    char dir[4096];
+    assert_true(push_worker_running_ckpt(w, dir, sizeof dir));
+    assert_string_equal(dir, ckpt2);
+    PushOutcome o;
+    assert_false(push_worker_take(w, &o));
+    // a save while it runs: skipped (HF's _push_from_checkpoint), nothing built or sent for it
+    dl_write_text(out, "trainer_log.jsonl", "{\"step\": 2}\n{\"step\": 4}\n");  // appended meanwhile
+    assert_int_equal(push_worker_submit(w, out, ckpt4, "Training in progress, step 4", err, sizeof err),
+                     PUSH_WORKER_SKIPPED);
+    PushWorkerStats st;
+    push_worker_stats(w, &st);
+    assert_int_equal(st.queued, 1);
+    assert_int_equal(st.skipped, 1);
+    release(gate);
+    push_worker_wait(w);
+    assert_false(push_worker_busy(w));
+    assert_true(push_worker_take(w, &o));
+    if (!o.ok) fail_msg("%s", o.err);
+    assert_string_equal(o.message, "Training in progress, step 2");
+    assert_contains(o.lines, "commit ");
+    assert_contains(o.lines, "\"Training in progress, step 2, checkpoint\"");
+    assert_false(push_worker_take(w, &o));  // once
+    json_t* rec = record_load(r0);
+    assert_int_equal(count_commits(rec, "Training in progress, step 2"), 1);
+    assert_int_equal(count_commits(rec, "Training in progress, step 2, checkpoint"), 1);
+    assert_int_equal(count_commits(rec, "Training in progress, step 4"), 0);
+    // the log as it was when the job was made (its first bytes), though appended during the push
+    const json_t* c = nth_commit(rec, 0);
+    assert_string_equal(op_key(c, "trainer_log.jsonl"), "file");
+    json_decref(rec);
+    char q[1200];
+    snprintf(q, sizeof q, "%s/org/bg/trainer_log.jsonl", served);
+    char* got = t5_read_file(q, NULL);
+    assert_non_null(got);
+    assert_string_equal(got, "{\"step\": 2}\n");
+    free(got);
+    // the next save's push sends everything
+    hub_server_faults(&srv, "[]");
+    assert_int_equal(push_worker_submit(w, out, ckpt4, "Training in progress, step 4", err, sizeof err),
+                     PUSH_WORKER_QUEUED);
+    push_worker_wait(w);
+    assert_true(push_worker_take(w, &o));
+    if (!o.ok) fail_msg("%s", o.err);
+    snprintf(q, sizeof q, "%s/org/bg/trainer_log.jsonl", served);
+    got = t5_read_file(q, NULL);
+    assert_string_equal(got, "{\"step\": 2}\n{\"step\": 4}\n");
+    free(got);
+    char p[1200];
+    snprintf(p, sizeof p, "%s/t5train_state.bin", ckpt4);
+    snprintf(q, sizeof q, "%s/org/bg/last-checkpoint/t5train_state.bin", served);
+    assert_same_file(p, q);
+    push_worker_stats(w, &st);
+    assert_int_equal(st.queued, 2);
+    assert_int_equal(st.succeeded, 2);
+    assert_int_equal(st.failed, 0);
+    assert_int_equal(st.skipped, 1);
+    assert_true(st.busy_s > 0);
+    push_worker_destroy(w);
+}
+
+// the checkpoint a push reads vanishes under it (a rotation the trainer did not spare it from): the push fails with
+// one sentence the caller logs, nothing crashes, and the next push goes through
+static void test_worker_files_vanish(void** state) {
+    (void)state;
+    char out[600], err[2048], ckpt6[700], ckpt8[700], gate[700];
+    snprintf(out, sizeof out, "%s/run-vanish", t5test_tmpdir());
+    dl_write_text(out, "t5train_config.json", "{}");
+    make_checkpoint(out, 6);
+    snprintf(ckpt6, sizeof ckpt6, "%s/checkpoint-6", out);
+    snprintf(ckpt8, sizeof ckpt8, "%s/checkpoint-8", out);
+    PushToHubArgs a = args_for("org/vanish", HUB_STRATEGY_EVERY_SAVE);
+    if (push_to_hub_init(&a, out, err, sizeof err)) fail_msg("%s", err);
+    PushWorker* w = push_worker_create(&a, err, sizeof err);
+    if (!w) fail_msg("%s", err);
+    const int r0 = record_lines();
+    hold_preupload(gate, sizeof gate, "vanish");
+    assert_int_equal(push_worker_submit(w, out, ckpt6, "Training in progress, step 6", err, sizeof err),
+                     PUSH_WORKER_QUEUED);
+    wait_held(gate);
+    char cmd[800];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", ckpt6);
+    assert_int_equal(system(cmd), 0);
+    release(gate);
+    push_worker_wait(w);
+    PushOutcome o;
+    assert_true(push_worker_take(w, &o));
+    assert_false(o.ok);
+    assert_contains(o.err, "cannot read ");
+    assert_contains(o.err, "checkpoint-6/model.safetensors");
+    assert_null(strchr(o.err, '\n'));
+    assert_string_equal(o.ckpt_dir, ckpt6);
+    json_t* rec = record_load(r0);
+    assert_null(nth_commit(rec, 0));  // nothing committed
+    json_decref(rec);
+    hub_server_faults(&srv, "[]");
+    make_checkpoint(out, 8);
+    assert_int_equal(push_worker_submit(w, out, ckpt8, "Training in progress, step 8", err, sizeof err),
+                     PUSH_WORKER_QUEUED);
+    push_worker_wait(w);
+    assert_true(push_worker_take(w, &o));
+    if (!o.ok) fail_msg("%s", o.err);
+    PushWorkerStats st;
+    push_worker_stats(w, &st);
+    assert_int_equal(st.failed, 1);
+    assert_int_equal(st.succeeded, 1);
+    push_worker_destroy(w);
+    char p[1200], q[1200];
+    snprintf(p, sizeof p, "%s/model.safetensors", ckpt8);
+    snprintf(q, sizeof q, "%s/org/vanish/model.safetensors", served);
+    assert_same_file(p, q);
+}
+
+static void* release_later(void* gate) {
+    struct timespec ts = {0, 300 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    release(gate);
+    return NULL;
+}
+
+// destroy while a job runs: it waits for the job, then joins; cancel first: the job is abandoned within about a
+// second (a held call aborted), nothing committed, and destroy joins at once after
+static void test_worker_destroy_running(void** state) {
+    (void)state;
+    char out[600], err[2048], ckpt[700], gate[700];
+    snprintf(out, sizeof out, "%s/run-destroy", t5test_tmpdir());
+    dl_write_text(out, "t5train_config.json", "{}");
+    make_checkpoint(out, 2);
+    snprintf(ckpt, sizeof ckpt, "%s/checkpoint-2", out);
+    PushToHubArgs a = args_for("org/destroy", HUB_STRATEGY_EVERY_SAVE);
+    if (push_to_hub_init(&a, out, err, sizeof err)) fail_msg("%s", err);
+    // destroy waits for the running job: it completes (released by another thread while destroy waits)
+    PushWorker* w = push_worker_create(&a, err, sizeof err);
+    if (!w) fail_msg("%s", err);
+    int r0 = record_lines();
+    hold_preupload(gate, sizeof gate, "destroy1");
+    assert_int_equal(push_worker_submit(w, out, ckpt, "Training in progress, step 2", err, sizeof err),
+                     PUSH_WORKER_QUEUED);
+    wait_held(gate);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, release_later, gate), 0);
+    push_worker_destroy(w);
+    pthread_join(th, NULL);
+    json_t* rec = record_load(r0);
+    assert_int_equal(count_commits(rec, "Training in progress, step 2"), 1);
+    json_decref(rec);
+    // cancel, then destroy: abandoned promptly, no commit
+    w = push_worker_create(&a, err, sizeof err);
+    if (!w) fail_msg("%s", err);
+    dl_write_text(out, "t5train_config.json", "{\"changed\": true}");  // so that a commit would be made
+    r0 = record_lines();
+    hold_preupload(gate, sizeof gate, "destroy2");
+    assert_int_equal(push_worker_submit(w, out, ckpt, "Training in progress, step 3", err, sizeof err),
+                     PUSH_WORKER_QUEUED);
+    wait_held(gate);
+    const double t0 = mono_s();
+    push_worker_cancel(w);
+    push_worker_wait(w);
+    const double dt = mono_s() - t0;
+    if (dt > 10) fail_msg("the cancelled push took %.1f s to end", dt);
+    PushOutcome o;
+    assert_true(push_worker_take(w, &o));
+    assert_false(o.ok);
+    assert_contains(o.err, "cancelled");
+    push_worker_destroy(w);
+    release(gate);  // the server's held call ends (its client is gone)
+    rec = record_load(r0);
+    assert_int_equal(count_commits(rec, "Training in progress, step 3"), 0);
+    json_decref(rec);
+}
+
+
+// the trainer's side (src/train/trainer_push.h): a save while a push runs is skipped and the running push's
+// checkpoint is spared from rotation; the end waits for the push; a stop abandons it promptly; --hub_always_push makes
+// the save wait and push
+static void test_trainer_push(void** state) {
+    (void)state;
+    char out[600], ckpt2[700], ckpt4[700], gate[700];
+    snprintf(out, sizeof out, "%s/run-trainer", t5test_tmpdir());
+    dl_write_text(out, "t5train_config.json", "{}");
+    make_checkpoint(out, 2);
+    make_checkpoint(out, 4);
+    snprintf(ckpt2, sizeof ckpt2, "%s/checkpoint-2", out);
+    snprintf(ckpt4, sizeof ckpt4, "%s/checkpoint-4", out);
+    char err[2048];
+    PushToHubArgs a = args_for("org/trainer", HUB_STRATEGY_EVERY_SAVE);
+    if (push_to_hub_init(&a, out, err, sizeof err)) fail_msg("%s", err);
+    TrainerLog log;
+    trainer_log_init(&log, stdout, out, 0);
+    TrainerPush tp = {.args = &a};
+    assert_int_equal(trainer_push_spared_step(&tp), -1);  // no push yet
+    int r0 = record_lines();
+    hold_preupload(gate, sizeof gate, "trainer1");
+    trainer_push_after_save(&tp, &log, out, ckpt2, "Training in progress, step 2");
+    wait_held(gate);
+    assert_int_equal(trainer_push_spared_step(&tp), 2);
+    trainer_push_after_save(&tp, &log, out, ckpt4, "Training in progress, step 4");  // skipped, one line
+    PushWorkerStats st;
+    push_worker_stats(tp.w, &st);
+    assert_int_equal(st.skipped, 1);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, release_later, gate), 0);
+    assert_true(trainer_push_finish(&tp, &log, false));  // waited; a rotation spared a checkpoint meanwhile
+    pthread_join(th, NULL);
+    assert_null(tp.w);
+    json_t* rec = record_load(r0);
+    assert_int_equal(count_commits(rec, "Training in progress, step 2"), 1);
+    assert_int_equal(count_commits(rec, "Training in progress, step 4"), 0);
+    json_decref(rec);
+    // a stop request: the running push is abandoned within about a second, nothing committed
+    dl_write_text(out, "t5train_config.json", "{\"stop\": 1}");
+    r0 = record_lines();
+    hold_preupload(gate, sizeof gate, "trainer2");
+    trainer_push_after_save(&tp, &log, out, ckpt4, "Training in progress, step 4");
+    wait_held(gate);
+    const double t0 = mono_s();
+    assert_false(trainer_push_finish(&tp, &log, true));
+    if (mono_s() - t0 > 10) fail_msg("the abandoned push took %.1f s", mono_s() - t0);
+    release(gate);
+    rec = record_load(r0);
+    assert_null(nth_commit(rec, 0));
+    json_decref(rec);
+    // --hub_always_push: the step-4 save waits for the step-2 push, then pushes
+    a.always_push = true;
+    dl_write_text(out, "t5train_config.json", "{\"always\": 1}");
+    r0 = record_lines();
+    hold_preupload(gate, sizeof gate, "trainer3");
+    trainer_push_after_save(&tp, &log, out, ckpt2, "Training in progress, step 2");
+    wait_held(gate);
+    assert_int_equal(pthread_create(&th, NULL, release_later, gate), 0);
+    trainer_push_after_save(&tp, &log, out, ckpt4, "Training in progress, step 4");
+    pthread_join(th, NULL);
+    trainer_push_finish(&tp, &log, false);
+    rec = record_load(r0);
+    assert_int_equal(count_commits(rec, "Training in progress, step 2"), 1);
+    assert_int_equal(count_commits(rec, "Training in progress, step 4"), 1);
+    json_decref(rec);
+    hub_server_faults(&srv, "[]");
+    trainer_log_free(&log);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_push_output_dir),
@@ -594,6 +909,10 @@ int main(void) {
         cmocka_unit_test(test_push_endpoint_path),
         cmocka_unit_test(test_push_command),
         cmocka_unit_test(test_run_push_to_hub),
+        cmocka_unit_test(test_worker_background),
+        cmocka_unit_test(test_worker_files_vanish),
+        cmocka_unit_test(test_worker_destroy_running),
+        cmocka_unit_test(test_trainer_push),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

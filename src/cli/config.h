@@ -418,6 +418,7 @@ typedef struct {
     bool hub_private_repo;              // null: the Hub's default (public)
     int hub_strategy;                   // "end|every_save|checkpoint|all_checkpoints" (HubStrategy's order)
     char hub_revision[256];             // "" = null: main
+    bool hub_always_push;               // no push skipped: a save waits for the push still running (HF queues it)
     // logging (HF's log levels; "passive|debug|info|warning|error|critical" in LogLevel's order, src/base/common.h)
     int log_level;                      // rank 0 ("passive": run_translation's info)
     int log_level_replica;              // the other ranks ("warning")

@@ -86,7 +86,6 @@ const ForeignKey CONFIG_FOREIGN_KEYS[] = {
      "not implemented: pytorch_model.bin (t5train saves model.safetensors always, as transformers 5 does)"},
     {"save_only_model", B, REFUSE, "", "not implemented yet: checkpoints always hold the optimizer state"},
     {"enable_jit_checkpoint", B, REFUSE, "", "not implemented yet: --enable_jit_checkpoint"},
-    {"hub_always_push", B, NOOP, "", "pushes are synchronous here: none is ever skipped for a push still running"},
     {"ignore_data_skip", B, REFUSE, "", "not implemented yet: a resume always restores the exact data position"},
     {"restore_callback_states_from_checkpoint", B, NOOP, "",
      "t5train has no callbacks; early stopping's state is always restored"},

@@ -178,6 +178,8 @@ const ConfigKey CONFIG_KEYS[] = {
     K_ENUM("hub_strategy", hub_strategy, "\"every_save\"", "end|every_save|checkpoint|all_checkpoints", 0,
            "when to push: at the end; at every save too; + the checkpoint as last-checkpoint/; + every checkpoint"),
     K_STR("hub_revision", hub_revision, "null", NUL, "the branch to push to (null: main)"),
+    K_BOOL("hub_always_push", hub_always_push, "false", 0,
+           "a save whose previous push still runs waits for it and pushes (false: its push is skipped, as HF)"),
     K_ENUM("log_level", log_level, "\"passive\"", "passive|debug|info|warning|error|critical", 0,
            "rank 0's log level: warning and above drop the info lines (passive: run_translation's info)"),
     K_ENUM("log_level_replica", log_level_replica, "\"warning\"", "passive|debug|info|warning|error|critical", 0,

@@ -472,6 +472,7 @@ static void args_reporting(const RunConfig* c, TrainerArgs* a) {
     copy_str(a->push.revision, sizeof a->push.revision, c->hub_revision);
     a->push.private_repo = c->hub_private_repo;
     a->push.strategy = c->hub_strategy;  // the config's choices are in HubStrategy's order
+    a->push.always_push = c->hub_always_push;
     a->num_input_tokens = c->include_num_input_tokens_seen;
     a->inject_inf_step = env_int("T5TRAIN_INJECT_INF_STEP");
     a->stop_after_steps = env_int("T5TRAIN_STOP_AFTER_STEPS");

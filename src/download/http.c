@@ -46,11 +46,16 @@ static double retry_base(const HttpOptions* o) {
     return o->retry_base_s > 0 ? o->retry_base_s : 1.0;
 }
 
+// (in slices of 0.1 s when the caller may cancel: an abandoned push does not sleep out its back-off)
 static void backoff_sleep(const HttpOptions* o, int attempt) {
     double s = retry_base(o) * pow(2.0, attempt);
     if (s > 30.0) s = 30.0;
-    struct timespec ts = {(time_t)s, (long)((s - floor(s)) * 1e9)};
-    nanosleep(&ts, NULL);
+    while (s > 0 && !(o->cancel && *o->cancel)) {
+        const double d = o->cancel && s > 0.1 ? 0.1 : s;
+        struct timespec ts = {(time_t)d, (long)((d - floor(d)) * 1e9)};
+        nanosleep(&ts, NULL);
+        s -= d;
+    }
 }
 
 // strips W/ and surrounding quotes: W/"abc" -> abc
@@ -487,6 +492,7 @@ typedef struct {
     HttpResponse* resp;
     size_t cap;
     Sink bar;          // upload progress (written = bytes sent), printed as the downloads' bar
+    bool show;         // the bar is printed (else the callback only watches opt->cancel)
 } ReqCtx;
 
 static size_t req_read_cb(char* buf, size_t size, size_t nitems, void* user) {
@@ -520,13 +526,16 @@ static size_t req_write_cb(char* data, size_t size, size_t nmemb, void* user) {
     return n;
 }
 
+static bool cancelled(const HttpOptions* o) { return o->cancel && *o->cancel; }
+
 static int req_xferinfo_cb(void* user, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow) {
     (void)dltotal;
     (void)dlnow;
     (void)ultotal;
     ReqCtx* r = (ReqCtx*)user;
+    if (cancelled(r->bar.opt)) return 1;  // libcurl aborts the transfer (CURLE_ABORTED_BY_CALLBACK)
     r->bar.written = (int64_t)ulnow;
-    progress_print(&r->bar, false);
+    if (r->show) progress_print(&r->bar, false);
     return 0;
 }
 
@@ -547,6 +556,7 @@ int http_request(const char* url, const HttpOptions* opt, const HttpRequest* req
     const bool is_put = strcmp(req->method, "PUT") == 0;
     const double t0 = now_s();
     for (int attempt = 0;; attempt++) {
+        if (cancelled(&o)) return t5_set_err(err, errlen, "cancelled: %s was not sent", url);
         ReqCtx r;
         memset(&r, 0, sizeof r);
         r.req = req;
@@ -602,7 +612,8 @@ int http_request(const char* url, const HttpOptions* opt, const HttpRequest* req
         } else if (strcmp(req->method, "GET") != 0) {
             c->easy_setopt(h, CURLOPT_CUSTOMREQUEST, req->method);
         }
-        if (show) {
+        r.show = show;
+        if (show || o.cancel) {  // (libcurl calls it about once a second even when no byte moves)
             c->easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
             c->easy_setopt(h, CURLOPT_XFERINFOFUNCTION, req_xferinfo_cb);
             c->easy_setopt(h, CURLOPT_XFERINFODATA, &r);
@@ -616,6 +627,7 @@ int http_request(const char* url, const HttpOptions* opt, const HttpRequest* req
         c->slist_free_all(hdrs);
         if (r.f) fclose(r.f);
         resp->status = resp->meta.status = status;
+        if (cancelled(&o)) return t5_set_err(err, errlen, "cancelled: %s was not sent to the end", url);
         if (rc != CURLE_OK) {
             if (r.bar.printed && r.bar.tty) fputc('\n', stderr);
             bool no_name = rc == CURLE_COULDNT_RESOLVE_HOST || rc == CURLE_COULDNT_RESOLVE_PROXY;

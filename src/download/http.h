@@ -27,6 +27,9 @@ typedef struct {
     double retry_base_s;  // 1.0 ($T5TRAIN_HTTP_RETRY_BASE_S overrides; tests use 0.05)
     bool quiet;           // no progress bar
     const char* label;    // name shown in the progress bar (the file name)
+    // http_request only: when set and *cancel turns non-zero (another thread: a background push abandoned), the
+    // transfer in flight is aborted within about a second and no retry follows; the call fails with "cancelled"
+    const volatile int* cancel;
 } HttpOptions;
 
 void http_options_default(HttpOptions* o);

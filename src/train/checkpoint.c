@@ -820,6 +820,11 @@ int checkpoint_keep_only(const char* output_dir, int64_t keep_step, FILE* report
 
 int checkpoint_rotate(const char* output_dir, int limit, int64_t keep_step, int64_t best_step, FILE* report,
                       char* err, size_t errcap) {
+    return checkpoint_rotate_sparing(output_dir, limit, keep_step, best_step, -1, report, err, errcap);
+}
+
+int checkpoint_rotate_sparing(const char* output_dir, int limit, int64_t keep_step, int64_t best_step,
+                              int64_t spare_step, FILE* report, char* err, size_t errcap) {
     if (limit <= 0) return 0;
     int n;
     Candidate* c = list_checkpoints(output_dir, &n, NULL);
@@ -836,7 +841,7 @@ int checkpoint_rotate(const char* output_dir, int limit, int64_t keep_step, int6
     int deleted = 0, remaining = m;
     for (int i = 0; i < m && remaining > limit; i++) {
         int64_t s = done[i].step;
-        if (s == keep_step || s == best_step || i == m - 1) continue;
+        if (s == keep_step || s == best_step || (spare_step >= 0 && s == spare_step) || i == m - 1) continue;
         if (delete_checkpoint(done[i].path, report, err, errcap)) {
             free(done);
             free_candidates(c, n);

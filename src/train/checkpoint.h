@@ -175,6 +175,9 @@ char* checkpoint_resolve_resume(const char* arg, const char* output_dir, FILE* r
 int checkpoint_keep_only(const char* output_dir, int64_t keep_step, FILE* report, char* err, size_t errcap);
 int checkpoint_rotate(const char* output_dir, int limit, int64_t keep_step, int64_t best_step, FILE* report,
                       char* err, size_t errcap);
+// The same, sparing spare_step too (-1: none): the checkpoint a background push still reads (src/train/trainer_push.h).
+int checkpoint_rotate_sparing(const char* output_dir, int limit, int64_t keep_step, int64_t best_step,
+                              int64_t spare_step, FILE* report, char* err, size_t errcap);
 // Settles leftover checkpoint-*.tmp-* / .old-* directories (rank 0, at start, before this run saves): a
 // complete leftover whose checkpoint-<N> is missing or incomplete is renamed back to checkpoint-<N> (.tmp-
 // first: the newer save); every other leftover is deleted. Returns how many were settled.

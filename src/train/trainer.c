@@ -24,6 +24,7 @@
 #include "../../model/t5.h"
 #include "../../model/t5_weights.h"
 #include "checkpoint.h"
+#include "trainer_push.h"
 #include "best_model.h"
 #include "../base/common.h"
 #include "lr_schedule.h"
@@ -224,6 +225,7 @@ typedef struct {
     json_t* dump;                // --dump_batches: array of updates (arrays of micro-batches)
     double peak_mem_gib;
     int64_t last_saved_step;
+    TrainerPush push;            // --push_to_hub at saves, in the background (rank 0; trainer_push.h)
     // several ranks (a->zero.world > 1): rank 0 logs and writes the run's files (HF's main process); every rank
     // writes its own optimizer state; the logged loss is the mean over the ranks
     int rank, world;
@@ -566,16 +568,26 @@ static int sink_write(void* ctx, const void* data, size_t n, char* err, size_t e
 }
 static int sink_end(void* ctx, char* err, size_t errlen) { return checkpoint_state_blob_end(ctx, err, errlen); }
 
-// HF's _push_from_checkpoint, synchronous (src/upload/push_to_hub.h): a failed push is a warning, the run goes on
+// HF's _push_from_checkpoint, in the background (trainer_push.h): a failed push is a warning, the run goes on
 static void push_after_save(Trainer* t, const char* ckpt_dir) {
-    static char err[TRAINER_ERR_LEN];
     char msg[128];
     if (t->a->save_strategy == TRAINER_INTERVAL_EPOCH)
         snprintf(msg, sizeof msg, "Training in progress, epoch %d", (int)t->hf.epoch);
     else
         snprintf(msg, sizeof msg, "Training in progress, step %lld", (long long)t->st.global_step);
-    if (push_to_hub_save(&t->a->push, t->a->output_dir, ckpt_dir, msg, err, sizeof err))
-        t5_warn("push_to_hub: %s; %s is saved, training goes on and the next push sends everything", err, ckpt_dir);
+    trainer_push_after_save(&t->push, &t->log, t->a->output_dir, ckpt_dir, msg);
+}
+
+// save_total_limit: the oldest complete checkpoints go, never the one just saved (step), the best, nor the one a
+// background push still reads (it goes at a later rotation: trainer_push.h)
+static void rotate_checkpoints(Trainer* t, int64_t step) {
+    const TrainerArgs* a = t->a;
+    static char err[TRAINER_ERR_LEN];
+    if (a->save_total_limit <= 0 || !t->writer) return;
+    const int64_t spare = t->main ? trainer_push_spared_step(&t->push) : -1;
+    if (checkpoint_rotate_sparing(a->output_dir, (int)a->save_total_limit, step,
+                                  t->best.has_best ? t->best.best_step : -1, spare, stdout, err, sizeof err) < 0)
+        t5_warn("%s", err);
 }
 
 static void save_checkpoint(Trainer* t) {
@@ -622,10 +634,7 @@ static void save_checkpoint(Trainer* t) {
     snprintf(line, sizeof line, "Saving model checkpoint to %s (%.1f s)", w.final_dir, trainer_log_now() - t0);
     trainer_log_line(&t->log, line);
     t->last_saved_step = step;
-    if (a->save_total_limit > 0 && t->writer &&
-        checkpoint_rotate(a->output_dir, (int)a->save_total_limit, step, t->best.has_best ? t->best.best_step : -1,
-                          stdout, err, sizeof err) < 0)
-        t5_warn("%s", err);
+    rotate_checkpoints(t, step);
     // --push_to_hub with hub_strategy every_save / checkpoint / all_checkpoints (not the save a stop request makes)
     if (a->push.enabled && t->main && !signals_stop_requested()) push_after_save(t, w.final_dir);
     checkpoint_writer_free(&w);
@@ -1013,6 +1022,7 @@ static void run_setup(Trainer* t, const TrainerArgs* a) {
     t->comm = a->zero.comm;
     t->main = t->rank == 0;
     t->writer = a->save_on_each_node && t->comm ? comm_local_rank(t->comm) == 0 : t->main;
+    t->push.args = &a->push;
     trainer_log_init(&t->log, stdout, a->output_dir, t->rank);
     trainer_state_init(&t->hf);
     t->comms = comms_logger_start(&a->comms_logger, t->world, &t->log);  // before the engine's first collectives
@@ -1168,6 +1178,7 @@ static bool after_update(Trainer* t, int64_t step, double epoch_f, bool epoch_en
         note_best(t, m, step, &early_stop);
         json_decref(m);
     }
+    if (t->main) trainer_push_poll(&t->push, &t->log);  // a background push that ended: its lines or its warning
     bool stop_now = signals_stop_requested() || (a->stop_after_steps > 0 && step >= a->stop_after_steps);
     // several ranks: a signal may reach the ranks at different steps; every rank stops after the same one
     if (t->world > 1) stop_now = !comm_agree(t->comm, !stop_now, t->s);
@@ -1256,6 +1267,14 @@ static void log_engine_end(Trainer* t) {
     if (es.line[0]) trainer_log_line(&t->log, es.line);
 }
 
+// The end of the training loop (rank 0): the background push at the last save waited for (HF's _finish_current_push
+// at the end of train()), or abandoned on a stop request, before anything else is written into or deleted from
+// output_dir (the best model's load, save_total_limit 1's deletions, the final model, README.md, the results); a
+// checkpoint the push kept from its rotation goes now.
+static void push_finish(Trainer* t, bool abandon) {
+    if (t->main && trainer_push_finish(&t->push, &t->log, abandon)) rotate_checkpoints(t, t->last_saved_step);
+}
+
 // Training completed: the best model loaded back (load_best_model_at_end), the other checkpoints gone with
 // save_total_limit 1, HF's train metrics. Returns them (new reference).
 static json_t* train_finish(Trainer* t, int64_t gas) {
@@ -1314,6 +1333,7 @@ int trainer_run(const TrainerArgs* a) {
         const int64_t gas = T5_MAX(a->gradient_accumulation_steps, (int64_t)1);
         train_setup(t, gas);
         const bool stopped = train_loop(t, gas);
+        push_finish(t, stopped);  // a stop request abandons the push: the process exits promptly
         if (a->zero.stage > 0) log_engine_end(t);
         comms_logger_end(t->comms, t->st.global_step);  // DeepSpeed's log_summary at the end of training
         t->comms = NULL;

@@ -118,7 +118,8 @@ typedef struct {
     char report_to[64];          // --report_to as resolved ("none", "csv", "tensorboard", "csv,tensorboard")
     char logging_dir[4096];      // TensorBoard's folder (src/report/report_to.h)
     // --push_to_hub (src/upload/push_to_hub.h): the repo was created by src/cli before the run (push.repo_id is its
-    // full id there); rank 0 pushes after each checkpoint (hub_strategy other than end) and at the end
+    // full id there); rank 0 pushes after each checkpoint in the background (hub_strategy other than end;
+    // src/train/trainer_push.h) and at the end
     PushToHubArgs push;
     // output_dir/README.md at the end (run_translation's create_model_card, or push_to_hub's before its upload):
     // what the card says of the run, filled by src/cli/run.c; rank 0 adds the log history and writes it

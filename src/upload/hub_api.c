@@ -201,25 +201,23 @@ static int read_samples(PushList* l, char* err, size_t errlen) {
         PushFile* f = &l->v[i];
         FILE* fp = fopen(f->local, "rb");
         if (!fp) return t5_set_err(err, errlen, "cannot read %s: %s", f->local, strerror(errno));
-        f->nsample = fread(f->sample, 1, PUSH_SAMPLE, fp);
+        f->nsample = fread(f->sample, 1, (size_t)T5_MIN(f->size, (int64_t)PUSH_SAMPLE), fp);  // (the recorded bytes)
         fclose(fp);
     }
     return 0;
 }
 
 // the oid the Hub gives a file of this mode: sha256 of an LFS file, the git blob id of a regular one
-static int local_oid(PushFile* f, char* oid, size_t len, char* err, size_t errlen) {
+static int local_oid(HubConn* h, PushFile* f, char* oid, size_t len, char* err, size_t errlen) {
     if (f->lfs) {
-        if (!f->sha256[0] && sha256_file_hex(f->local, f->sha256) != 0)
-            return t5_set_err(err, errlen, "cannot read %s: %s", f->local, strerror(errno));
+        if (push_file_sha256(f, h->http.cancel, err, errlen)) return -1;
         snprintf(oid, len, "%s", f->sha256);
         return 0;
     }
-    size_t n = 0;
-    char* data = t5_read_file(f->local, &n);
-    if (!data && f->size > 0) return t5_set_err(err, errlen, "cannot read %s: %s", f->local, strerror(errno));
+    char* data = push_file_read(f, err, errlen);
+    if (!data) return -1;
     char hex[41];
-    sha1_git_blob_hex(data ? data : "", n, hex);
+    sha1_git_blob_hex(data, (size_t)f->size, hex);
     free(data);
     snprintf(oid, len, "%s", hex);
     return 0;
@@ -263,7 +261,7 @@ int hub_api_preupload(HubConn* h, const char* repo_id, PushList* l, char* err, s
             f->unchanged = false;
             if (json_is_string(roid)) {
                 char oid[80];
-                if (local_oid(f, oid, sizeof oid, err, errlen)) {
+                if (local_oid(h, f, oid, sizeof oid, err, errlen)) {
                     json_decref(ans);
                     return -1;
                 }
@@ -307,13 +305,12 @@ int hub_api_commit(HubConn* h, const char* repo_id, const PushList* l, const cha
                                                  (json_int_t)f->size));
             res->n_lfs++;
         } else {
-            size_t len = 0;
-            char* data = t5_read_file(f->local, &len);
-            if (!data && f->size > 0) {
+            char* data = push_file_read(f, err, errlen);
+            if (!data) {
                 free(buf);
-                return t5_set_err(err, errlen, "cannot read %s: %s", f->local, strerror(errno));
+                return -1;
             }
-            char* b64 = hub_base64(data ? data : "", len);
+            char* b64 = hub_base64(data, (size_t)f->size);
             free(data);
             ndjson_add(&buf, &n, &cap, json_pack("{s:s, s:{s:s, s:s, s:s}}", "key", "file", "value", "content", b64,
                                                  "path", f->path, "encoding", "base64"));

@@ -32,6 +32,7 @@ int hub_push_files(const HubPushOptions* o, const char* repo_id, PushList* l, co
     if (hub_offline_from_env()) return offline_refused("push to the Hub", err, errlen);
     HubConn h;
     int rc = hub_conn_init(&h, o->endpoint, o->token, o->revision, o->quiet, err, errlen);
+    h.http.cancel = o->cancel;
     if (rc == 0) rc = hub_api_preupload(&h, repo_id, l, err, errlen);
     int changed = 0;
     for (int i = 0; rc == 0 && i < l->n; i++) {

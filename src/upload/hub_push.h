@@ -23,6 +23,7 @@ typedef struct {
     const char* token;     // NULL or "": $HF_TOKEN, else the token file
     const char* revision;  // the branch to commit to (NULL: "main")
     bool quiet;            // no progress lines
+    const volatile int* cancel;  // NULL, or non-zero once the push is abandoned: its transfers and hashes stop
 } HubPushOptions;
 
 // Creates the model repo (exist_ok; private when asked) and writes the Hub's full id of it ("user/name") into

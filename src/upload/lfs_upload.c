@@ -111,9 +111,9 @@ int lfs_upload_files(HubConn* h, const char* repo_id, PushList* l, PushResult* r
         for (; start < l->n && n < 256; start++) {
             PushFile* f = &l->v[start];
             if (!f->lfs || f->ignore || f->unchanged) continue;
-            if (!f->sha256[0] && sha256_file_hex(f->local, f->sha256) != 0) {
+            if (push_file_sha256(f, h->http.cancel, err, errlen)) {
                 json_decref(objs);
-                return t5_set_err(err, errlen, "cannot read %s: %s", f->local, strerror(errno));
+                return -1;
             }
             // one object per content: a second file with the same sha256 (a copy) needs no upload of its own
             bool dup = false;

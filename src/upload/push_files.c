@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "../base/common.h"
+#include "../download/sha256.h"
 
 // huggingface_hub's DEFAULT_IGNORE_PATTERNS (never pushed, whatever the caller asks)
 static const char* const DEFAULT_IGNORE[] = {".git", ".git/*", "*/.git", "**/.git/**", ".cache/huggingface",
@@ -113,4 +114,50 @@ void push_list_free(PushList* l) {
     }
     free(l->v);
     memset(l, 0, sizeof *l);
+}
+
+static int changed_err(const PushFile* f, int64_t got, char* err, size_t errlen) {
+    if (got < 0) return t5_set_err(err, errlen, "cannot read %s: %s", f->local, strerror(errno));
+    return t5_set_err(err, errlen, "cannot read %s: it has %lld bytes, %lld when the push began (it changed while "
+                      "being pushed)", f->local, (long long)got, (long long)f->size);
+}
+
+int push_file_sha256(PushFile* f, const volatile int* cancel, char* err, size_t errlen) {
+    if (f->sha256[0]) return 0;
+    FILE* fp = fopen(f->local, "rb");
+    if (!fp) return changed_err(f, -1, err, errlen);
+    Sha256 s;
+    sha256_init(&s);
+    static __thread uint8_t buf[1 << 16];  // (each pushing thread its own)
+    int64_t left = f->size;
+    size_t n = 0;
+    while (left > 0 && !(cancel && *cancel) && (n = fread(buf, 1, (size_t)T5_MIN(left, (int64_t)sizeof buf), fp)) > 0) {
+        sha256_update(&s, buf, n);
+        left -= (int64_t)n;
+    }
+    const int bad = ferror(fp);
+    fclose(fp);
+    if (cancel && *cancel) return t5_set_err(err, errlen, "cancelled while hashing %s", f->local);
+    if (bad) return changed_err(f, -1, err, errlen);
+    if (left > 0) return changed_err(f, f->size - left, err, errlen);
+    sha256_final_hex(&s, f->sha256);
+    return 0;
+}
+
+char* push_file_read(const PushFile* f, char* err, size_t errlen) {
+    FILE* fp = fopen(f->local, "rb");
+    if (!fp) {
+        changed_err(f, -1, err, errlen);
+        return NULL;
+    }
+    char* data = malloc_check((size_t)f->size + 1);
+    const size_t got = fread(data, 1, (size_t)f->size, fp);
+    fclose(fp);
+    data[got] = 0;
+    if ((int64_t)got != f->size) {
+        changed_err(f, (int64_t)got, err, errlen);
+        free(data);
+        return NULL;
+    }
+    return data;
 }

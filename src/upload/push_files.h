@@ -58,6 +58,13 @@ int push_list_add_folder(PushList* l, const char* folder, const char* prefix, co
                          size_t errlen);
 void push_list_free(PushList* l);
 
+// A file's content as the list recorded it: its first f->size bytes (a log appended since the list was made, as the
+// trainer's logs are while a background push reads them, is sent as it was then; one that shrank or vanished is an
+// error). push_file_sha256 fills f->sha256 once (the LFS oid); cancel (NULL: none): a non-zero *cancel stops the
+// hash of a large file within 64 KiB. push_file_read: malloc'ed, NUL-terminated. 0 / the data, or -1 / NULL + err.
+int push_file_sha256(PushFile* f, const volatile int* cancel, char* err, size_t errlen);
+char* push_file_read(const PushFile* f, char* err, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

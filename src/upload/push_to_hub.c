@@ -77,25 +77,33 @@ int push_to_hub_init(PushToHubArgs* p, const char* output_dir, char* err, size_t
     return 0;
 }
 
-static void report(const char* repo_id, const char* message, const PushResult* r) {
-    if (!t5_log_info()) return;
+// the line of one push (what it committed, or that nothing changed)
+static void report_line(const char* repo_id, const char* message, const PushResult* r, char* line, size_t len) {
     char b[32];
     if (!r->committed)
-        printf("push_to_hub: %s: no file changed since the last commit (%d files on the Hub already): nothing "
-               "committed\n", repo_id, r->n_unchanged);
+        snprintf(line, len, "push_to_hub: %s: no file changed since the last commit (%d files on the Hub already): "
+                 "nothing committed", repo_id, r->n_unchanged);
     else
-        printf("push_to_hub: %s: commit %.12s \"%s\": %d regular + %d LFS files (%d LFS uploaded, %s; %d unchanged "
-               "left out)\n", repo_id, r->commit_oid, message, r->n_regular, r->n_lfs, r->n_lfs_uploaded,
-               http_format_bytes((double)r->lfs_bytes_uploaded, b, sizeof b), r->n_unchanged);
-    fflush(stdout);
+        snprintf(line, len, "push_to_hub: %s: commit %.12s \"%s\": %d regular + %d LFS files (%d LFS uploaded, %s; "
+                 "%d unchanged left out)", repo_id, r->commit_oid, message, r->n_regular, r->n_lfs, r->n_lfs_uploaded,
+                 http_format_bytes((double)r->lfs_bytes_uploaded, b, sizeof b), r->n_unchanged);
 }
 
-static int push_list(const PushToHubArgs* p, PushList* l, const char* message, char* err, size_t errlen) {
+// one commit of l; its line appended to lines (when given)
+static int push_list(const PushToHubArgs* p, PushList* l, const char* message, const volatile int* cancel,
+                     char* lines, size_t linelen, char* err, size_t errlen) {
     HubPushOptions o;
     options(p, &o);
+    o.cancel = cancel;
+    if (cancel) o.quiet = true;  // a background push prints no progress bar over the training's
     PushResult r;
     if (hub_push_files(&o, p->repo_id, l, message, &r, err, errlen)) return -1;
-    report(p->repo_id, message, &r);
+    if (lines && linelen) {
+        const size_t used = strlen(lines);
+        if (used && used + 1 < linelen) lines[used] = '\n', lines[used + 1] = 0;
+        const size_t at = strlen(lines);
+        if (at < linelen) report_line(p->repo_id, message, &r, lines + at, linelen - at);
+    }
     return 0;
 }
 
@@ -125,33 +133,65 @@ static int add_model_files(PushList* l, const char* ckpt_dir, char* err, size_t 
     return rc;
 }
 
+int push_to_hub_save_job(const PushToHubArgs* p, const char* output_dir, const char* ckpt_dir, const char* message,
+                         PushSaveJob* j, char* err, size_t errlen) {
+    memset(j, 0, sizeof *j);
+    snprintf(j->message, sizeof j->message, "%s", message);
+    snprintf(j->ckpt_dir, sizeof j->ckpt_dir, "%s", ckpt_dir);
+    int rc = push_list_add_folder(&j->model, output_dir, NULL, OUTPUT_IGNORE, err, errlen);
+    if (rc == 0) rc = add_model_files(&j->model, ckpt_dir, err, errlen);
+    if (rc == 0 && (p->strategy == HUB_STRATEGY_CHECKPOINT || p->strategy == HUB_STRATEGY_ALL_CHECKPOINTS)) {
+        // the checkpoint itself: last-checkpoint/ (HF resumes from it), or checkpoint-N/ with all_checkpoints
+        char* copy = strdup_check(ckpt_dir);
+        char prefix[256];
+        snprintf(prefix, sizeof prefix, "%s", p->strategy == HUB_STRATEGY_CHECKPOINT ? "last-checkpoint" : basename(copy));
+        free(copy);
+        rc = push_list_add_folder(&j->ckpt, ckpt_dir, prefix, NULL, err, errlen);
+    }
+    if (rc) push_to_hub_job_free(j);
+    return rc;
+}
+
+int push_to_hub_run_job(const PushToHubArgs* p, PushSaveJob* j, const volatile int* cancel, char* lines,
+                        size_t linelen, char* err, size_t errlen) {
+    if (lines && linelen) lines[0] = 0;
+    if (push_list(p, &j->model, j->message, cancel, lines, linelen, err, errlen)) return -1;
+    if (j->ckpt.n == 0) return 0;
+    char msg2[600];
+    snprintf(msg2, sizeof msg2, "%s, checkpoint", j->message);
+    return push_list(p, &j->ckpt, msg2, cancel, lines, linelen, err, errlen);
+}
+
+void push_to_hub_job_free(PushSaveJob* j) {
+    push_list_free(&j->model);
+    push_list_free(&j->ckpt);
+}
+
 int push_to_hub_save(const PushToHubArgs* p, const char* output_dir, const char* ckpt_dir, const char* message,
                      char* err, size_t errlen) {
     if (!p->enabled || p->strategy == HUB_STRATEGY_END) return 0;
-    PushList l = {0};
-    int rc = push_list_add_folder(&l, output_dir, NULL, OUTPUT_IGNORE, err, errlen);
-    if (rc == 0) rc = add_model_files(&l, ckpt_dir, err, errlen);
-    if (rc == 0) rc = push_list(p, &l, message, err, errlen);
-    push_list_free(&l);
-    if (rc || (p->strategy != HUB_STRATEGY_CHECKPOINT && p->strategy != HUB_STRATEGY_ALL_CHECKPOINTS)) return rc;
-    // the checkpoint itself: last-checkpoint/ (HF resumes from it), or checkpoint-N/ with all_checkpoints
-    char* copy = strdup_check(ckpt_dir);
-    char prefix[256];
-    snprintf(prefix, sizeof prefix, "%s", p->strategy == HUB_STRATEGY_CHECKPOINT ? "last-checkpoint" : basename(copy));
-    free(copy);
-    char msg2[600];
-    snprintf(msg2, sizeof msg2, "%s, checkpoint", message);
-    rc = push_list_add_folder(&l, ckpt_dir, prefix, NULL, err, errlen);
-    if (rc == 0) rc = push_list(p, &l, msg2, err, errlen);
-    push_list_free(&l);
+    PushSaveJob j;
+    if (push_to_hub_save_job(p, output_dir, ckpt_dir, message, &j, err, errlen)) return -1;
+    char lines[2048];
+    int rc = push_to_hub_run_job(p, &j, NULL, lines, sizeof lines, err, errlen);
+    push_to_hub_job_free(&j);
+    if (t5_log_info() && lines[0]) {
+        printf("%s\n", lines);
+        fflush(stdout);
+    }
     return rc;
 }
 
 int push_to_hub_end(const PushToHubArgs* p, const char* output_dir, char* err, size_t errlen) {
     if (!p->enabled) return 0;
     PushList l = {0};
+    char line[1024] = "";
     int rc = push_list_add_folder(&l, output_dir, NULL, OUTPUT_IGNORE, err, errlen);
-    if (rc == 0) rc = push_list(p, &l, "End of training", err, errlen);
+    if (rc == 0) rc = push_list(p, &l, "End of training", NULL, line, sizeof line, err, errlen);
     push_list_free(&l);
+    if (t5_log_info() && line[0]) {
+        printf("%s\n", line);
+        fflush(stdout);
+    }
     return rc;
 }
