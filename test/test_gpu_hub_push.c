@@ -180,8 +180,8 @@ static void test_push_skipped(void** state) {
     if (rc) fail_msg("exit %d:\n%s", rc, g_text);
     if (strncmp(commits, "Training in progress, step 2|", 29) != 0) fail_msg("commits: %s", commits);
     if (strstr(commits, "step 4")) fail_msg("the step-4 push was not skipped: %s", commits);
-    const size_t n = strlen(commits);
-    if (n < 17 || strcmp(commits + n - 17, "End of training|") != 0) fail_msg("commits: %s", commits);
+    const size_t n = strlen(commits), m = strlen("End of training|");  // 17 here failed on an H200 (session 6)
+    if (n < m || strcmp(commits + n - m, "End of training|") != 0) fail_msg("commits: %s", commits);
     assert_contains(g_text, "/checkpoint-2 is still running: \"Training in progress, step 4\" is not pushed");
     assert_contains(g_text, "skipped while one was running");
     // the card and the final model reached the Hub with the last push
