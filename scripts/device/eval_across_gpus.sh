@@ -11,7 +11,8 @@
 #          predict_runtime and samples/s from predict_results.json, the ratio to one GPU (targets: 2 GPUs >= 1.8x,
 #          4 GPUs >= 3.5x);
 #   zinf   t5-11b of random weights, bf16, --do_eval on newsdev2016: one GPU (stage 0) against ZINF_GPUS (2) at stage 3
-#          gathering on demand (ZeRO inference, T5TRAIN_EVAL_NO_HOLD=1): eval_loss within 1e-3 relative.
+#          gathering on demand (ZeRO inference, T5TRAIN_EVAL_NO_HOLD=1): eval_loss within 1e-3 relative; ZINF_BATCH
+#          (default 4: at 32 an evaluation-only run asks for the training activations, 117 GiB; docs/multi_gpu.md).
 # Needs (carried): .devdata/shared (t5-spiece/, wmt16-ro-en/), .devlibs, .devrun-final/t5train.
 # PARTS (default "same sorted speed"); SPEED_GPUS (default "1 2 4": the GPU counts of the speed part); GEN_LEN (generation_max_length, default 64); SORT_OFF (default
 # "--eval_sort_by_length false").
@@ -117,7 +118,7 @@ if want zinf; then
     if [ "$n" != 1 ]; then ds=(--deepspeed "$z3"); env="T5TRAIN_EVAL_NO_HOLD=1"; fi
     timeout 300 env $env $(launch $n) --model_name_or_path t5-11b --init random --seed 11 "${data[@]}" --bf16 "${ds[@]}" \
         --validation_file "$D/wmt16-ro-en/validation.en" --do_eval --max_target_length 128 \
-        --per_device_eval_batch_size 32 --output_dir "$OUT/t5-11b_${n}gpu" > "$OUT/t5-11b_${n}gpu.log" 2>&1
+        --per_device_eval_batch_size ${ZINF_BATCH:-4} --output_dir "$OUT/t5-11b_${n}gpu" > "$OUT/t5-11b_${n}gpu.log" 2>&1
     echo "t5-11b bf16 eval on $n GPU(s): exit $? in $((SECONDS - t)) s"
     grep -h -i -E 'error|peak|eval_loss|eval_runtime' "$OUT/t5-11b_${n}gpu.log" | tail -6
   done
