@@ -8,7 +8,9 @@
 #   profile  (issue 32) DeepSpeed's flops_profiler on t5-3b bf16 stage 0 8 x (128+128), profile_step 3;
 #   afbs     (issue 32 item 4) --auto_find_batch_size from micro-batch 2048 on t5-3b: stage 0 bf16 and the homework
 #            ZeRO-3 config fp16; 4 updates each; prints the batch chosen, the measured GPU peak against the
-#            estimate, and the next batch up (2048 x 0.9^k) through --dry_run, which the plan check must refuse.
+#            estimate, and the next batch up (2048 x 0.9^k) through --dry_run, which the plan check must refuse;
+#            AFBS_CASES (default "s0:bf16 hw:fp16") adds z11:bf16, t5-11b with the plan --zero_plan auto picks on an
+#            H200 with 125 GiB of host (stage 3, both offloads, ratio 0.40, gradient checkpointing; issue 32's Show).
 # Needs (carried): .devdata/hw (spiece.model, wmt16-ro-en/train.*), .devlibs, .devrun-after/t5train and, for
 # engine, .devrun-before/t5train. PARTS (default "engine pageable profile afbs") picks parts; STEPS (default 10);
 # PAGEABLE (default "false:fp16 true:bf16 false:bf16") the pageable part's PIN:DTYPE runs, TAG a suffix of their names.
@@ -98,27 +100,34 @@ if want profile; then
   sed -n '/DeepSpeed Flops Profiler/,/^------------------------------------------------------------------------------$/p' "$OUT/profile.log" > "$OUT/profile.txt"; head -60 "$OUT/profile.txt"
 fi
 if want afbs; then
-  for v in "s0 bf16" "hw fp16"; do
-    set -- $v
-    if [ "$1" = s0 ]; then ds='{"bf16": {"enabled": "auto"}, "zero_optimization": {"stage": 0}}'; else ds=configs/ds_config_zero3.json; fi
+  for v in ${AFBS_CASES:-s0:bf16 hw:fp16}; do  # CASE:DTYPE; z11: t5-11b with --zero_plan auto's plan for this host
+    set -- ${v/:/ }
+    extra=()
+    case $1 in
+      s0) ds='{"bf16": {"enabled": "auto"}, "zero_optimization": {"stage": 0}}' ;;
+      hw) ds=configs/ds_config_zero3.json ;;
+      z11) ds='{"bf16": {"enabled": "auto"}, "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 0.4}, "offload_param": {"device": "cpu"}}}'
+           extra=(--model_name_or_path t5-11b --gradient_checkpointing) ;;  # after common's t5-3b: the last wins
+    esac
     name=afbs_$1
     t=$SECONDS
-    timeout 200 "$BIN" --deepspeed "$ds" "${common[@]}" --"$2" --per_device_train_batch_size 2048 --auto_find_batch_size \
-        --max_steps 4 --output_dir "$OUT/$name" > "$OUT/$name.log" 2>&1
+    timeout 300 "$BIN" --deepspeed "$ds" "${common[@]}" "${extra[@]}" --"$2" --per_device_train_batch_size 2048 \
+        --auto_find_batch_size --max_steps 4 --output_dir "$OUT/$name" > "$OUT/$name.log" 2>&1
     echo "$name: exit $? in $((SECONDS - t)) s"
     drop_models
     grep -E "auto_find_batch_size|predicted|estimate" "$OUT/$name.log" | head -5
     summary "$name" "$OUT/$name" "$OUT/$name.log"
     b=$(grep -oE "per_device_train_batch_size 2048 -> [0-9]+" "$OUT/$name.log" | awk '{print $NF}')
     if [ -n "$b" ]; then  # the estimate of the plan at b (its GPU column against gpu_peak_gib above)
-      if [ "$1" = s0 ]; then row='^stage 0 '; else row='^stage 3, offload_optimizer cpu \(ratio 1.00\), offload_param cpu'; fi
-      "$BIN" estimate --deepspeed "$ds" "${common[@]}" --"$2" --per_device_train_batch_size "$b" 2>&1 | grep -E "$row" |
+      case $1 in s0) row='^stage 0 ' ;; hw) row='^stage 3, offload_optimizer cpu \(ratio 1.00\), offload_param cpu' ;;
+                 *) row='^stage 3, offload_optimizer cpu \(ratio 0.40\), offload_param cpu' ;; esac
+      "$BIN" estimate --deepspeed "$ds" "${common[@]}" "${extra[@]}" --"$2" --per_device_train_batch_size "$b" 2>&1 | grep -E "$row" |
           sed "s/^/$name estimate at micro-batch $b: /"
       # the batch before b in accelerate's sequence: the plan check must refuse it
       up=$(python3 -c "b = 2048
 while int(b * 0.9) > $b: b = int(b * 0.9)
 print(b)")
-      "$BIN" --deepspeed "$ds" "${common[@]}" --"$2" --per_device_train_batch_size "$up" --max_steps 4 --dry_run \
+      "$BIN" --deepspeed "$ds" "${common[@]}" "${extra[@]}" --"$2" --per_device_train_batch_size "$up" --max_steps 4 --dry_run \
           --output_dir "$OUT/${name}_up" > "$OUT/${name}_up.log" 2>&1
       echo "${name} micro-batch $up (next up) --dry_run: exit $?"; grep -E "predicted|fit" "$OUT/${name}_up.log" | head -3
     fi
