@@ -232,8 +232,8 @@ def main():
                 if logs:
                     groups.append((f"{s if s == 't5train' else hf_label} (failed: stopped)", logs))
             plot_loss.plot(groups, os.path.join(a.img, f"{name}.png"),
-                           title=f"{name}: t5-small shape from random init, "
-                                 f"{max(len(runs['t5train']), len(runs['hf']))} seeds a side")
+                           title=f"{name}: t5-small shape from random init, seeds: "
+                                 f"t5train {len(runs['t5train'])}, HF {len(runs['hf'])}")
     recipe = [g for g in alone if g[0].endswith(("_t5recipe", "_t5recipe_5k"))]
     if a.img and recipe:  # T5's Adafactor recipe, where the tasks are learned
         plot_loss.plot(recipe, os.path.join(a.img, "tasks_t5recipe_t5train.png"),
