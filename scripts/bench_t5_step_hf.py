@@ -14,6 +14,9 @@ Modes (what each times; CUDA events around each step, back to back after `warmup
   pure        model.to(dtype): parameters, activations and .grad all in dtype; forward + loss.backward().
   pure_adamw  pure + torch.optim.AdamW(lr 1e-4).step() (foreach, the default) after the backward: the
               "fwd+bwd+AdamW step, random weights, bf16" reference point of the issue.
+  amp_compile amp on torch.compile(model) with the Trainer's --torch_compile defaults (backend "inductor", mode
+              None: transformers' Trainer compiles the model so); the compilation runs in the warm-up steps (issue 30:
+              "HF + torch.compile beside it"). Not yet run on the device.
 Every step starts with model.zero_grad(set_to_none=True) (HF Trainer). No GradScaler for fp16 (a constant
 loss scale costs one multiply; overflow checks are not timed on either side).
 Memory: torch.cuda.max_memory_allocated and max_memory_reserved over the timed steps (peak stats reset after
@@ -59,7 +62,7 @@ def time_steps(model, mode, dt, B, Ts, Tt, warmup, iters):
 
     def step():
         model.zero_grad(set_to_none=True)
-        if mode == "amp":
+        if mode in ("amp", "amp_compile"):
             with torch.autocast("cuda", dtype=dt):
                 out = model(input_ids=ids, attention_mask=mask, labels=labels)
         else:
@@ -109,7 +112,9 @@ def main():
         for dname in a.dtypes.split(","):
             dt = DTYPES[dname]
             for mode in a.modes.split(","):
-                model = build(name, None if mode == "amp" else dt)
+                model = build(name, None if mode in ("amp", "amp_compile") else dt)
+                if mode == "amp_compile":
+                    model = torch.compile(model, backend="inductor", mode=None)
                 for (B, Ts, Tt) in shapes:
                     torch.cuda.empty_cache()
                     r = time_steps(model, mode, dt, B, Ts, Tt, a.warmup, a.iters)
