@@ -4,6 +4,7 @@
 #include "t5test.h"
 
 #include "../src/base/common.h"
+#include "../src/base/safetensors.h"
 
 #include <cuda_runtime.h>
 #include <math.h>
@@ -156,6 +157,40 @@ int t5test_jsonl_doubles(const char* out, const char* key, double* v, int cap) {
     }
     free(text);
     return n;
+}
+
+size_t t5test_weights_compare(const char* a, const char* b, double* rel_l2) {
+    char err[1024];
+    char* pa = t5_path_join(a, "model.safetensors");
+    char* pb = t5_path_join(b, "model.safetensors");
+    SafeTensors *sa = NULL, *sb = NULL;
+    if (safetensors_open(&sa, pa, err, sizeof err) || safetensors_open(&sb, pb, err, sizeof err)) fail_msg("%s", err);
+    double num = 0, den = 0;
+    size_t diff = 0;
+    for (int i = 0; i < safetensors_count(sa); i++) {
+        const char* name = safetensors_name(sa, i);
+        const SafeTensorInfo* ia = NULL;
+        if (safetensors_info(sa, name, &ia, err, sizeof err)) fail_msg("%s", err);
+        float* x = malloc_check(ia->numel * sizeof(float) + 1);
+        float* y = malloc_check(ia->numel * sizeof(float) + 1);
+        if (safetensors_read(sa, name, x, DT_F32, NULL, -1, err, sizeof err) ||
+            safetensors_read(sb, name, y, DT_F32, NULL, -1, err, sizeof err))
+            fail_msg("%s", err);
+        for (size_t k = 0; k < ia->numel; k++) {
+            const double d = (double)x[k] - (double)y[k];
+            num += d * d;
+            den += (double)x[k] * (double)x[k];
+            diff += memcmp(&x[k], &y[k], sizeof(float)) != 0;
+        }
+        free(x);
+        free(y);
+    }
+    safetensors_close(sa);
+    safetensors_close(sb);
+    free(pa);
+    free(pb);
+    if (rel_l2) *rel_l2 = sqrt(num / (den > 0 ? den : 1));
+    return diff;
 }
 
 const char* t5test_tail(const char* text, size_t n) {

@@ -43,6 +43,10 @@ bool t5test_have_gpu(void);
 // The values of `key` on the step lines (those with "max_steps") of OUT/trainer_log.jsonl, in order, at most cap
 // (JSON null: NAN). Fails the test when the file is missing.
 int t5test_jsonl_doubles(const char* out, const char* key, double* v, int cap);
+// A/model.safetensors against B/model.safetensors, every tensor of A read as fp32: returns the number of elements
+// whose fp32 bits differ (0: bit-identical) and sets *rel_l2 (if not NULL) to ||b - a|| / ||a|| over all tensors.
+// Fails the test when a file or a tensor of A is missing from B.
+size_t t5test_weights_compare(const char* a, const char* b, double* rel_l2);
 
 // Skip the current test when the shared data folder is missing.
 #define T5_REQUIRE_DATA()                                                          \

@@ -32,7 +32,6 @@
 #include <math.h>
 
 #include "../src/base/common.h"
-#include "../src/base/safetensors.h"
 
 static char g_text[1 << 18];
 
@@ -99,32 +98,7 @@ static double worst_rel(const char* a, const char* b, const char* key, int n, in
 }
 
 // every tensor of both model.safetensors, as fp32: the number of elements that differ (0: bit-identical)
-static size_t weights_diff(const char* a, const char* b) {
-    char err[1024];
-    char* pa = t5_path_join(a, "model.safetensors");
-    char* pb = t5_path_join(b, "model.safetensors");
-    SafeTensors *sa = NULL, *sb = NULL;
-    if (safetensors_open(&sa, pa, err, sizeof err) || safetensors_open(&sb, pb, err, sizeof err)) fail_msg("%s", err);
-    size_t diff = 0;
-    for (int i = 0; i < safetensors_count(sa); i++) {
-        const char* name = safetensors_name(sa, i);
-        const SafeTensorInfo* ia = NULL;
-        if (safetensors_info(sa, name, &ia, err, sizeof err)) fail_msg("%s", err);
-        float* x = malloc(ia->numel * sizeof(float));
-        float* y = malloc(ia->numel * sizeof(float));
-        if (safetensors_read(sa, name, x, DT_F32, NULL, -1, err, sizeof err) ||
-            safetensors_read(sb, name, y, DT_F32, NULL, -1, err, sizeof err))
-            fail_msg("%s", err);
-        for (size_t k = 0; k < ia->numel; k++) diff += memcmp(&x[k], &y[k], sizeof(float)) != 0;
-        free(x);
-        free(y);
-    }
-    safetensors_close(sa);
-    safetensors_close(sb);
-    free(pa);
-    free(pb);
-    return diff;
-}
+static size_t weights_diff(const char* a, const char* b) { return t5test_weights_compare(a, b, NULL); }
 
 // a against b, bit for bit: losses, gradient norms, final weights
 static void expect_identical(const char* what, const char* a, const char* b, int n, bool weights) {

@@ -99,34 +99,9 @@ static double result_value(const char* dir, const char* file, const char* key) {
 
 // relative L2 of all tensors of b/model.safetensors against a/model.safetensors
 static double weights_rel_l2(const char* a, const char* b) {
-    char err[1024];
-    char* pa = t5_path_join(a, "model.safetensors");
-    char* pb = t5_path_join(b, "model.safetensors");
-    SafeTensors *sa = NULL, *sb = NULL;
-    if (safetensors_open(&sa, pa, err, sizeof err) || safetensors_open(&sb, pb, err, sizeof err)) fail_msg("%s", err);
-    double num = 0, den = 0;
-    for (int i = 0; i < safetensors_count(sa); i++) {
-        const char* name = safetensors_name(sa, i);
-        const SafeTensorInfo* ia = NULL;
-        if (safetensors_info(sa, name, &ia, err, sizeof err)) fail_msg("%s", err);
-        float* x = malloc(ia->numel * sizeof(float));
-        float* y = malloc(ia->numel * sizeof(float));
-        if (safetensors_read(sa, name, x, DT_F32, NULL, -1, err, sizeof err) ||
-            safetensors_read(sb, name, y, DT_F32, NULL, -1, err, sizeof err))
-            fail_msg("%s", err);
-        for (size_t k = 0; k < ia->numel; k++) {
-            double d = (double)x[k] - (double)y[k];
-            num += d * d;
-            den += (double)x[k] * (double)x[k];
-        }
-        free(x);
-        free(y);
-    }
-    safetensors_close(sa);
-    safetensors_close(sb);
-    free(pa);
-    free(pb);
-    return sqrt(num / (den > 0 ? den : 1));
+    double r = 0;
+    (void)t5test_weights_compare(a, b, &r);
+    return r;
 }
 
 // loss trajectories: max relative difference; also checks the skipped counts agree step by step
