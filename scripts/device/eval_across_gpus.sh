@@ -10,11 +10,23 @@
 #   speed  t5-3b of random weights, bf16, --do_predict --predict_with_generate on newsdev2016 on 1, 2 and 4 GPUs:
 #          predict_runtime and samples/s from predict_results.json, the ratio to one GPU (targets: 2 GPUs >= 1.8x,
 #          4 GPUs >= 3.5x);
+#   hf_speed  the HF side of speed (scripts/device/hf_eval_speed.py): transformers' Seq2SeqTrainer.predict
+#          (predict_with_generate, bf16, per-device batch 32, max_length GEN_LEN, greedy) on the same sources, t5-3b of
+#          random weights (transformers' init, seed 11), on HF_SPEED_GPUS (default "1 2 4") GPUs, launched with
+#          torchrun (HF_LAUNCHER=deepspeed: `deepspeed --num_gpus N`), in each of HF_SPEED_MODES (default "zero3":
+#          DeepSpeed 0.19.8 ZeRO-3 predict-only, "ZeRO inference"; "ddp": no DeepSpeed, DDP / one GPU, autocast over
+#          fp32 weights as run_translation --bf16); the first HF_SPEED_SAMPLES pairs (default 0: all 1,999); each run
+#          under `timeout HF_SPEED_TIMEOUT` (default 540 s); HF_SPEED_EXTRA: more hf_eval_speed.py run flags (the CPU
+#          check of the part: HF_SPEED_EXTRA="--device cpu --model tiny --bf16 0"). Installs the carried .whl into /tmp/site as
+#          test/bench/long_run/device.sh does. Prints a table of both sides (ratios to one GPU; t5train / HF
+#          samples/s at each GPU count where both ran: the sample counts may differ, samples/s is compared);
 #   zinf   t5-11b of random weights, bf16, --do_eval on newsdev2016: one GPU (stage 0) against ZINF_GPUS (2) at stage 3
 #          gathering on demand (ZeRO inference, T5TRAIN_EVAL_NO_HOLD=1): eval_loss within 1e-3 relative; ZINF_BATCH
 #          (default 4: at 32 an evaluation-only run asks for the training activations, 117 GiB; docs/multi_gpu.md).
-# Needs (carried): .devdata/shared (t5-spiece/, wmt16-ro-en/), .devlibs, .devrun-final/t5train.
-# PARTS (default "same sorted speed"); SPEED_GPUS (default "1 2 4": the GPU counts of the speed part); GEN_LEN (generation_max_length, default 64); SORT_OFF (default
+# Needs (carried): .devdata/shared (t5-spiece/, wmt16-ro-en/), .devlibs, .devrun-final/t5train; hf_speed: .whl and
+# python3 with torch, transformers 5.x, accelerate, sentencepiece (sacrebleu if there: predict_bleu).
+# PARTS (default "same sorted speed"; hf_speed and zinf only when named); SPEED_GPUS (default "1 2 4": the GPU counts of the speed part);
+# SPEED_SAMPLES (the speed part's --max_predict_samples; default: all 1,999; set it to HF_SPEED_SAMPLES for the same sources); GEN_LEN (generation_max_length, default 64); SORT_OFF (default
 # "--eval_sort_by_length false").
 set -u
 OUT=${1:?usage: eval_across_gpus.sh OUT}
@@ -90,7 +102,8 @@ if want speed; then
     t=$SECONDS
     timeout 300 $(launch $n) --model_name_or_path t5-3b --init random --seed 11 "${data[@]}" --bf16 \
         --test_file "$D/wmt16-ro-en/validation.en" --do_predict --predict_with_generate --generation_max_length "$GEN_LEN" \
-        --max_target_length 128 --per_device_eval_batch_size 32 --output_dir "$OUT/t5-3b_${n}gpu" > "$OUT/t5-3b_${n}gpu.log" 2>&1
+        --max_target_length 128 --per_device_eval_batch_size 32 ${SPEED_SAMPLES:+--max_predict_samples $SPEED_SAMPLES} \
+        --output_dir "$OUT/t5-3b_${n}gpu" > "$OUT/t5-3b_${n}gpu.log" 2>&1
     echo "t5-3b bf16 predict on $n GPU(s): exit $? in $((SECONDS - t)) s"
   done
   python3 - "$OUT" <<'PY'
@@ -133,5 +146,44 @@ rel = abs(a["eval_loss"] - b["eval_loss"]) / abs(a["eval_loss"])
 print(json.dumps({"zinf_eval_loss_1gpu": a["eval_loss"], f"zinf_eval_loss_{n}gpu": b["eval_loss"], "rel_diff": rel,
                   "within_1e-3": rel <= 1e-3, "runtime_1gpu": a.get("eval_runtime"), f"runtime_{n}gpu": b.get("eval_runtime")}))
 PY
+fi
+if want hf_speed; then
+  HW=${HF_SPEED_WORK:-/tmp/hf_speed}
+  mkdir -p "$HW"
+  # python without t5train's .devlibs on its library path (t5train's libraries, for t5train alone)
+  PYLIBS=${LD_LIBRARY_PATH#"$PWD/.devlibs"}; PYLIBS=${PYLIBS#:}
+  t=$SECONDS
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    > "$HW/pip.log" 2>&1
+  rc=$?
+  echo "hf_speed: pip install of .whl into /tmp/site: exit $rc in $((SECONDS - t)) s"
+  [ $rc = 0 ] || tail -5 "$HW/pip.log"
+  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} PATH=/tmp/site/bin:$PATH DS_BUILD_OPS=0 TORCH_CUDA_ARCH_LIST=9.0
+  export TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+  HPY=scripts/device/hf_eval_speed.py
+  LD_LIBRARY_PATH="$PYLIBS" python3 $HPY prepare --spiece "$D/t5-spiece/spiece.model" --work "$HW"
+  for mode in ${HF_SPEED_MODES:-zero3}; do
+    ds=(); [ "$mode" = zero3 ] && ds=(--deepspeed "$HW/ds_zero3_inference.json")
+    for n in ${HF_SPEED_GPUS:-1 2 4}; do
+      vis=$(seq -s, 0 $((n - 1)))
+      if [ "${HF_LAUNCHER:-torchrun}" = deepspeed ]; then
+        launcher=(deepspeed --num_gpus "$n" --master_port $((29600 + n)))
+      else
+        launcher=(python3 -m torch.distributed.run --standalone --nproc_per_node "$n")
+      fi
+      t=$SECONDS
+      CUDA_VISIBLE_DEVICES=$vis LD_LIBRARY_PATH="$PYLIBS" timeout -k 10 ${HF_SPEED_TIMEOUT:-540} "${launcher[@]}" $HPY run \
+          --data "$D" --tokenizer_dir "$HW/tokenizer" --out "$OUT/hf_${mode}_${n}gpu" --model t5-3b --seed 11 --bf16 1 \
+          --batch 32 --gen_len "$GEN_LEN" --max_source_length 128 --max_target_length 128 \
+          --samples "${HF_SPEED_SAMPLES:-0}" "${ds[@]}" ${HF_SPEED_EXTRA:-} > "$OUT/hf_${mode}_${n}gpu.log" 2>&1
+      echo "HF t5-3b bf16 predict ($mode) on $n GPU(s): exit $? in $((SECONDS - t)) s"
+      grep -h '^hf_eval_speed:' "$OUT/hf_${mode}_${n}gpu.log" || \
+        { grep -E 'Error|error' "$OUT/hf_${mode}_${n}gpu.log" | sort -u | tail -5; tail -5 "$OUT/hf_${mode}_${n}gpu.log"; }
+    done
+  done
+fi
+if want speed || want hf_speed; then
+  # both sides' speed lines (hf_eval_speed.py table: also run here on folders fetched from separate calls)
+  python3 scripts/device/hf_eval_speed.py table "$OUT"
 fi
 find "$OUT" \( -name "*.safetensors" -o -name "spiece.model" \) -delete
