@@ -9,7 +9,7 @@ transformers' Seq2SeqTrainer.predict with predict_with_generate on newsdev2016, 
         WORK/ds_zero3_inference.json (below);
     torchrun --standalone --nproc_per_node N hf_eval_speed.py run --data DATA --tokenizer_dir WORK/tokenizer \
             --out DIR [--deepspeed WORK/ds_zero3_inference.json] [--model t5-3b|tiny|PATH] [--samples K] ...
-    (or `deepspeed --num_gpus N hf_eval_speed.py run ...`: its --local_rank is taken and ignored, LOCAL_RANK is read)
+    (or `deepspeed --num_gpus N hf_eval_speed.py run ...`: its --local_rank=N is dropped from argv, LOCAL_RANK is read)
         one predict: DIR/hf_eval_speed.json (rank 0) and one JSON line on stdout (rank 0);
     python3 hf_eval_speed.py tokenize --data DATA --tokenizer_dir WORK/tokenizer [--samples K] [--target]
         the first K sources (prefixed, truncated) or targets as run tokenizes them, one line of ids each (the format
@@ -59,6 +59,12 @@ concatenation and compute_metrics, LESS model_preparation_time = the accelerator
 DeepSpeed's engine construction and partitioning; rank 0's clock; predict_samples_per_second = num_samples /
 predict_runtime). wall_predict_s is this script's time.time() around trainer.predict() after a barrier and a
 device synchronize, on rank 0 (so it includes model preparation). Both are written.
+
+Tried on a CPU host only (torch 2.15, transformers 5.17, DeepSpeed 0.19.8 with DS_ACCELERATOR=cpu, gloo), --model tiny
+--device cpu --bf16 0, 8 / 16 / 40 sources: one process, 2 processes of DDP, 2 processes of ZeRO-3 (torchrun and the
+deepspeed launcher): the same predictions; rank 0's ZeRO-3 partition half of the parameters. `tokenize` of all 1,999
+sources and targets equals `./t5train tokenize` and test/fixtures/tokenizer/val.enro.{src,tgt}.128.ids. Not run on a
+GPU, and not with t5-3b.
 """
 import argparse
 import json
@@ -182,6 +188,7 @@ def cmd_run(a):
     import transformers
     from transformers import (AutoTokenizer, DataCollatorForSeq2Seq, Seq2SeqTrainer, Seq2SeqTrainingArguments)
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    import torch.distributed  # noqa: F401  (for is_initialized below)
     if a.device == "cuda":
         torch.cuda.set_device(local_rank)
         device = torch.device("cuda", local_rank)
@@ -248,6 +255,11 @@ def cmd_run(a):
     preds = np.where(res.predictions != -100, res.predictions, tokenizer.pad_token_id)[:len(test)]
     texts = [p.strip() for p in tokenizer.batch_decode(preds, skip_special_tokens=True, clean_up_tokenization_spaces=True)]
     engine = trainer.model_wrapped
+    # ZeRO-3: how much of the model rank 0 holds as its partition (ds_tensor), against the whole
+    ds_params = [p for p in model.parameters() if hasattr(p, "ds_tensor")]
+    partition = {"zero3_params": len(ds_params), "params": len(list(model.parameters())),
+                 "rank0_partition_numel": sum(p.ds_tensor.numel() for p in ds_params),
+                 "zero3_params_numel": sum(p.ds_numel for p in ds_params)} if ds_params else None
     summary = {
         "mode": "deepspeed_zero3" if a.deepspeed else ("ddp" if args.world_size > 1 else "single"),
         "world_size": args.world_size, "model": a.model, "parameters": n_params, "samples": len(test),
@@ -262,7 +274,7 @@ def cmd_run(a):
         "wall_samples_per_second": round(len(test) / wall, 3) if wall else None,
         "prediction_rows_returned": rows_returned, "model_init_s": round(init_s, 3), "process_s": round(time.time() - T0, 3),
         "engine": f"{type(engine).__module__}.{type(engine).__name__}",
-        "engine_optimizer": type(getattr(engine, "optimizer", None)).__name__,
+        "engine_optimizer": type(getattr(engine, "optimizer", None)).__name__, "zero3_partition": partition,
         "ds_config": args.hf_deepspeed_config.config if a.deepspeed else None,
         "torch": torch.__version__, "transformers": transformers.__version__,
         "max_memory_allocated_gib": round(torch.cuda.max_memory_allocated(device) / 2**30, 3)
@@ -305,7 +317,6 @@ def main():
     r.add_argument("--seed", type=int, default=11)
     r.add_argument("--bf16", type=int, default=1)
     r.add_argument("--bf16_full_eval", type=int, default=0)
-    r.add_argument("--local_rank", type=int, default=None, help="the deepspeed launcher's; LOCAL_RANK is what is read")
     k = sub.add_parser("tokenize")
     for q in (k,):
         q.add_argument("--data", required=True)
@@ -316,7 +327,19 @@ def main():
         q.add_argument("--target", action="store_true", help="the targets (validation.ro) instead of the sources")
     tb = sub.add_parser("table")
     tb.add_argument("dirs", nargs="+")
-    a = ap.parse_args()
+    # the deepspeed launcher puts --local_rank=N right after the script, before the subcommand; LOCAL_RANK (which it
+    # also sets) is what is read
+    argv, skip = [], False
+    for x in sys.argv[1:]:
+        if skip:
+            skip = False
+        elif x.startswith("--local_rank=") or x.startswith("--local-rank="):
+            pass
+        elif x in ("--local_rank", "--local-rank"):
+            skip = True
+        else:
+            argv.append(x)
+    a = ap.parse_args(argv)
     a.bf16 = bool(getattr(a, "bf16", 0))
     a.bf16_full_eval = bool(getattr(a, "bf16_full_eval", 0))
     if a.cmd == "prepare":
