@@ -373,20 +373,6 @@ static void model_setup(Trainer* t) {
                          .label_smoothing = (float)a->label_smoothing_factor,
                          .gradient_checkpointing = a->gradient_checkpointing};
     t->M = t5_model_create(&t->T, engine_params(t->E), &mo, err, sizeof err);
-    if (!t->M && !a->do_train && !mo.gradient_checkpointing && strstr(err, "out of GPU memory for activations")) {
-        // evaluation only, and the layout for a backward (every layer's activations) does not fit: no backward
-        // runs, so one block's activations, as gradient_checkpointing lays them out, serve the same forward
-        // (t5-11b at eval batch 32 asked for 117 GiB: docs/multi_gpu.md). Runs that fit keep today's layout.
-        static char first[TRAINER_ERR_LEN];
-        snprintf(first, sizeof first, "%s", err);
-        mo.gradient_checkpointing = true;
-        t->M = t5_model_create(&t->T, engine_params(t->E), &mo, err, sizeof err);
-        if (t->M && t->main) {
-            printf("evaluation only: %s; the activations are laid out for one block instead (as with "
-                   "gradient_checkpointing: no backward runs)\n", first);
-            fflush(stdout);
-        }
-    }
     if (!t->M) die_alloc(a, err);
     t5_model_set_train(t->M, true);
 
