@@ -328,7 +328,8 @@ static void model_layout(T5Model* M, Arena* a) {
     const size_t xs = M->xs, ps = dtype_size(M->PX), Ns = (size_t)B * Ts, Nt = (size_t)B * Tt, Nmax = T5_MAX(Ns, Nt);
     const int D = M->D, H = M->H, HD = M->HD, F = M->F, V = M->V;
     const bool drop = M->opt.dropout_rate > 0;
-    const bool ckpt = M->opt.gradient_checkpointing;
+    const bool one = M->opt.gradient_checkpointing || M->opt.forward_only;  // one block's activations
+    const bool fwd = M->opt.forward_only;  // no backward: none of the gradient buffers below
 
     M->input_ids = arena_take(a, Ns * 4);
     M->attn_mask = arena_take(a, Ns * 4);
@@ -340,7 +341,7 @@ static void model_layout(T5Model* M, Arena* a) {
 
     for (int l = 0; l <= M->L; l++) M->resid_enc[l] = arena_take(a, Ns * D * 4);
     for (int l = 0; l <= M->Ld; l++) M->resid_dec[l] = arena_take(a, Nt * D * 4);
-    int ne = ckpt ? 1 : M->L, nd = ckpt ? 1 : M->Ld;
+    int ne = one ? 1 : M->L, nd = one ? 1 : M->Ld;
     M->npslots = 0;
     for (int l = 0; l < ne; l++) {
         layout_attn(M, a, &M->enc_acts[l].sa, ATTN_ENC_SELF, xs, ps, B, H, Ts, Ts, D, HD, drop);
@@ -359,9 +360,9 @@ static void model_layout(T5Model* M, Arena* a) {
     M->enc_out = arena_take(a, Ns * D * xs);
     M->lm_in32 = arena_take(a, Nt * D * 4);
     M->lm_in = arena_take(a, Nt * D * xs);
-    M->dlm32 = arena_take(a, Nt * D * 4);
+    M->dlm32 = fwd ? NULL : arena_take(a, Nt * D * 4);
     M->logits = arena_take(a, Nt * V * xs);
-    M->dlogits = M->opt.keep_logits ? arena_take(a, Nt * V * xs) : M->logits;
+    M->dlogits = M->opt.keep_logits && !fwd ? arena_take(a, Nt * V * xs) : M->logits;
     M->loss = arena_take(a, 4);
     M->seed_dev = arena_take(a, sizeof(uint64_t));
     M->losses = arena_take(a, Nt * 4);
@@ -370,11 +371,23 @@ static void model_layout(T5Model* M, Arena* a) {
     size_t NHD = Nmax * (size_t)HD;
     M->lin = arena_take(a, Nmax * T5_MAX(HD, D) * xs);
     M->scores = arena_take(a, (size_t)B * H * TT * 4);
+    // the forward's scratch: lin, scores (fp32 Q K^T) and dS (Q K^T in X); the rest is the backward's
+    M->dS = arena_take(a, (size_t)B * H * TT * T5_MAX(ps, xs));
+    for (int kd = 0; kd < ATTN_KINDS; kd++) {
+        int tq, tk;
+        attn_kind_codes((AttnKind)kd, &tq, &tk);
+        M->sslot[kd] = (ScratchSlots){.scores = pslot_add(M, M->scores, 4, false, 0, tq, tk),
+                                      .dS = pslot_add(M, M->dS, xs, false, 0, tq, tk),
+                                      .dP = -1, .dctx = -1, .dq = -1, .dk = -1, .dv = -1};
+    }
+    if (fwd) {
+        M->ce_scratch = arena_take(a, cross_entropy_scratch_bytes((int)Nt));
+        return;
+    }
     M->dbranch = arena_take(a, Nmax * D * xs);
     M->dctx = arena_take(a, NHD * xs);
     M->dOh = M->noperm ? NULL : arena_take(a, NHD * xs);
     M->dP = arena_take(a, (size_t)B * H * TT * T5_MAX(ps, xs));
-    M->dS = arena_take(a, (size_t)B * H * TT * T5_MAX(ps, xs));
     M->dqh = M->noperm ? NULL : arena_take(a, NHD * xs);
     M->dkh = M->noperm ? NULL : arena_take(a, NHD * xs);
     M->dvh = M->noperm ? NULL : arena_take(a, NHD * xs);
@@ -386,8 +399,6 @@ static void model_layout(T5Model* M, Arena* a) {
         int tq, tk;
         attn_kind_codes((AttnKind)kd, &tq, &tk);
         ScratchSlots* ss = &M->sslot[kd];
-        ss->scores = pslot_add(M, M->scores, 4, false, 0, tq, tk);
-        ss->dS = pslot_add(M, M->dS, xs, false, 0, tq, tk);
         ss->dP = pslot_add(M, M->dP, ps, false, 0, tq, tk);
         ss->dctx = pslot_add(M, M->dctx, xs, true, HD, tq, tq);
         if (M->fuse_qkv && kd != ATTN_CROSS) {  // d(q|k|v) (N, 3HD): one dX and one dW GEMM for the three
@@ -462,7 +473,8 @@ size_t t5_model_activation_bytes_for(const ParamTable* t, const T5ModelOptions* 
     M->fuse_qkv = noperm && fuse_qkv;
     M->resid_enc = calloc_check((size_t)M->L + 1, sizeof(float*));
     M->resid_dec = calloc_check((size_t)M->Ld + 1, sizeof(float*));
-    int ne = opt->gradient_checkpointing ? 1 : M->L, nd = opt->gradient_checkpointing ? 1 : M->Ld;
+    const bool one = opt->gradient_checkpointing || opt->forward_only;
+    int ne = one ? 1 : M->L, nd = one ? 1 : M->Ld;
     M->enc_acts = calloc_check((size_t)T5_MAX(ne, 1), sizeof(BlockActs));
     M->dec_acts = calloc_check((size_t)T5_MAX(nd, 1), sizeof(BlockActs));
     Arena a = {0};
@@ -654,7 +666,8 @@ T5Model* t5_model_create(const ParamTable* t, ZeroEngine* Z, const T5ModelOption
 
     M->resid_enc = calloc_check((size_t)M->L + 1, sizeof(float*));
     M->resid_dec = calloc_check((size_t)M->Ld + 1, sizeof(float*));
-    int ne = opt->gradient_checkpointing ? 1 : M->L, nd = opt->gradient_checkpointing ? 1 : M->Ld;
+    const bool one = opt->gradient_checkpointing || opt->forward_only;
+    int ne = one ? 1 : M->L, nd = one ? 1 : M->Ld;
     M->enc_acts = calloc_check((size_t)T5_MAX(ne, 1), sizeof(BlockActs));
     M->dec_acts = calloc_check((size_t)T5_MAX(nd, 1), sizeof(BlockActs));
 
@@ -675,7 +688,7 @@ T5Model* t5_model_create(const ParamTable* t, ZeroEngine* Z, const T5ModelOption
                  "out of GPU memory for activations: %.2f GiB needed for batch %d x (%d, %d) in %s, %.2f GiB free%s",
                  (double)a.used / (1 << 30), opt->max_B, opt->max_Ts, opt->max_Tt, dtype_name(opt->dtype),
                  (double)free_b / (1 << 30),
-                 opt->gradient_checkpointing ? "" : " (gradient_checkpointing would keep only block inputs)");
+                 opt->gradient_checkpointing || opt->forward_only ? "" : " (gradient_checkpointing would keep only block inputs)");
         t5_model_destroy(M);
         return NULL;
     }
@@ -1093,8 +1106,9 @@ static void ff_backward(T5Model* M, void* wb, void* gb, const BlockParamIdx* pi,
 static AttnIdx sa_idx(const BlockParamIdx* b) { return (AttnIdx){b->q, b->k, b->v, b->o, b->ln}; }
 static AttnIdx ca_idx(const BlockParamIdx* b) { return (AttnIdx){b->cq, b->ck, b->cv, b->co, b->cln}; }
 
-static BlockActs* enc_acts(T5Model* M, int l) { return &M->enc_acts[M->opt.gradient_checkpointing ? 0 : l]; }
-static BlockActs* dec_acts(T5Model* M, int l) { return &M->dec_acts[M->opt.gradient_checkpointing ? 0 : l]; }
+static bool one_block(const T5Model* M) { return M->opt.gradient_checkpointing || M->opt.forward_only; }
+static BlockActs* enc_acts(T5Model* M, int l) { return &M->enc_acts[one_block(M) ? 0 : l]; }
+static BlockActs* dec_acts(T5Model* M, int l) { return &M->dec_acts[one_block(M) ? 0 : l]; }
 
 // encoder block l: resid_enc[l] -> resid_enc[l+1] (write_out false: recompute activations only)
 static void enc_block_forward(T5Model* M, int l, void* wb, bool write_out, cudaStream_t s) {
@@ -1239,6 +1253,8 @@ static void forward_body(T5Model* M, float grad_scale, cudaStream_t s) {
 }
 
 void t5_model_forward(T5Model* M, bool with_grad, float grad_scale, uint64_t seed, cudaStream_t s) {
+    if (with_grad && M->opt.forward_only)
+        t5_die(T5_EXIT_FAILURE, "internal: t5_model_forward with_grad on a forward_only model (no gradient buffers)");
     M->seed = seed;
     M->p = M->train ? M->opt.dropout_rate : 0.0f;
     M->fwd_with_grad = with_grad && M->has_labels;

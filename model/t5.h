@@ -45,6 +45,8 @@ typedef struct {
     int max_B, max_Ts, max_Tt;     // activation buffers are sized for these maxima
     DType dtype;                   // X
     bool gradient_checkpointing;   // keep only block inputs; recompute each block in backward
+    bool forward_only;             // evaluation only: one block's activations and no gradient buffers; forward
+                                   // with_grad, backward and forward_backward refuse (an eval-only run's model)
     bool keep_logits;              // keep the logits after a training forward (else dlogits overwrite them)
     float dropout_rate;            // rate used in train mode (normally cfg.dropout_rate)
     float label_smoothing;         // the Trainer's LabelSmoother epsilon, in [0, 1); 0 = plain cross-entropy. Applies

@@ -2,7 +2,8 @@
  * test_estimate.c: the memory planner on the CPU (issue 17):
  *   - the activation twin (model/t5.c t5_model_activation_bytes_for) against a closed form: what gradient
  *     checkpointing saves is exactly (L-1) encoder + (Ld-1) decoder blocks' activations, each block's buffers
- *     written out here from their shapes;
+ *     written out here from their shapes; an evaluation-only model (forward_only) keeps checkpointing's one block
+ *     and drops exactly the backward's buffers, written out here too;
  *   - src/zero/estimate.c for every preset and plan: the byte identities (16 bytes per fp16 parameter wherever
  *     the optimizer lives, host + GPU optimizer elements = the model), and the engine reports of docs/zero.md
  *     (t5-3b homework config: 42.49 GiB host; ratio 0.5: 13.0 GiB host);
@@ -19,6 +20,8 @@
 #include "../model/params.h"
 #include "../model/t5.h"
 #include "../model/t5_config.h"
+#include "../cuda/embedding.cuh"
+#include "../cuda/rmsnorm.cuh"
 #include "../src/base/common.h"
 #include "../src/cli/config.h"
 #include "../src/cli/planner.h"
@@ -67,6 +70,27 @@ static void test_activation_twin(void** state) {
         assert_true(ptr_full > ptr_ck && ptr_ck > 0);  // one pointer array per attention operand and block kept
         // the residual stream (fp32, L+1 + Ld+1 block inputs) and the logits are in both
         assert_true(ck > (size_t)(c.num_layers + 1) * B * Ts * c.d_model * 4 + (size_t)B * Tt * c.vocab_size * 2);
+        // evaluation only: checkpointing's one block without the backward's buffers (pointer-array path, fused
+        // q|k|v, fp16 so the X and fp32-probability gradients are max(4, 2) bytes, no keep_logits)
+        o.forward_only = true;
+        size_t ptr_fwd = 0;
+        const size_t fwd = t5_model_activation_bytes_for(&T, &o, true, true, &ptr_fwd);
+        o.gradient_checkpointing = false;  // forward_only alone lays out one block
+        assert_int_equal(t5_model_activation_bytes_for(&T, &o, true, true, NULL), fwd);
+        o.forward_only = false;
+        const size_t D = c.d_model, H = c.num_heads, HD = (size_t)c.num_heads * c.d_kv, F = c.d_ff, xs = 2;
+        const size_t Ns = (size_t)B * Ts, Nt = (size_t)B * Tt, Nmax = Ns > Nt ? Ns : Nt, NHD = Nmax * HD;
+        const size_t TT = (size_t)Ts * Ts;  // Ts >= Tt: the largest score matrix
+        const size_t grads = r256(Nt * D * 4) /* dlm32 */ + r256(Nmax * D * xs) /* dbranch */ +
+                             r256(NHD * xs) /* dctx */ + r256(B * H * TT * 4) /* dP */ + r256(NHD * xs) /* dqm */ +
+                             r256(3 * NHD * xs) /* dqkv */ + r256(Nmax * D * xs) /* dln */ +
+                             3 * r256(Nmax * F * xs) /* dff, dfa, dfb */ + r256(Ns * D * 4) + r256(Nt * D * 4) +
+                             r256(Ns * D * 4) /* dres_enc, dres_dec, d_enc */ + r256(H * Ts * Ts * 4) +
+                             r256(H * Tt * Tt * 4) /* dbias */ +
+                             r256(rmsnorm_backward_scratch_floats((int)Nmax, (int)D) * 4) +
+                             r256(embedding_backward_scratch_bytes((int)Nmax));
+        assert_int_equal(ck - fwd, grads);
+        assert_true(ptr_fwd > 0 && ptr_fwd < ptr_ck);  // the backward's pointer arrays (dP, dctx, dq, dk, dv) gone
         // the permuted path holds four more (B*T, HD) gradients: never smaller
         o.gradient_checkpointing = false;
         assert_true(t5_model_activation_bytes_for(&T, &o, false, false, NULL) >= full - 4 * r256((size_t)B * Ts * c.num_heads * c.d_kv * 2));

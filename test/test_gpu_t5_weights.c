@@ -243,8 +243,13 @@ static void test_random_init(void** state) {
     params_free(&t);
 }
 
-// t5-small-sized model, random weights, awkward lengths: finite loss and gradients, checkpointing identical
-static void run_small(DType dt, bool ckpt, const char* preset, float* loss_out, float** grads_out, size_t* n_out) {
+// t5-small-sized model, random weights, awkward lengths: finite loss and gradients, checkpointing identical; an
+// evaluation-only model (forward_only: one block's activations, no gradient buffers) gives the same eval logits and
+// the same dropout loss. mode 0: full, 1: gradient checkpointing, 2: forward_only (no gradients: *grads_out NULL).
+// *logits_out: the eval-mode logits (B*Tt*V X values, as bytes), *logit_bytes their size.
+static void run_small(DType dt, int mode, const char* preset, float* loss_out, float** grads_out, size_t* n_out,
+                      unsigned char** logits_out, size_t* logit_bytes) {
+    const bool ckpt = mode == 1;
     T5Config c;
     assert_true(t5_config_preset(preset, &c));
     ParamTable t;
@@ -271,12 +276,37 @@ static void run_small(DType dt, bool ckpt, const char* preset, float* loss_out, 
     }
     T5Batch batch = {.B = B, .Ts = Ts, .Tt = Tt, .input_ids = ids, .attention_mask = mask, .labels = lab};
     T5ModelOptions opt = {.max_B = B, .max_Ts = 40, .max_Tt = 24, .dtype = dt, .gradient_checkpointing = ckpt,
-                          .dropout_rate = 0.1f};
+                          .forward_only = mode == 2, .dropout_rate = 0.1f};
     T5Model* M = t5_model_create(&t, Z, &opt, err, sizeof err);
     if (!M) fail_msg("%s", err);
     cudaStream_t s;
     CUDA_CHECK(cudaStreamCreate(&s));
     if (t5_model_set_batch(M, &batch, s, err, sizeof err)) fail_msg("%s", err);
+    // evaluation: no dropout, logits kept
+    t5_model_set_train(M, false);
+    t5_model_forward(M, false, 1.0f, 5, s);
+    *logit_bytes = (size_t)B * Tt * c.vocab_size * dtype_size(dt);
+    *logits_out = malloc(*logit_bytes);
+    CUDA_CHECK(cudaMemcpyAsync(*logits_out, t5_model_logits(M), *logit_bytes, cudaMemcpyDeviceToHost, s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    t5_model_set_train(M, true);
+    if (mode == 2) {  // the training-mode forward (dropout) without a backward: its loss only
+        t5_model_forward(M, false, 1.0f, 77, s);
+        *loss_out = t5_model_loss(M, s);
+        assert_true(zero_all_released(Z));
+        *grads_out = NULL;
+        *n_out = 0;
+        print_message("# %s %s forward_only: loss %.6f, activations %.1f MiB\n", preset, dtype_name(dt), *loss_out,
+                      t5_model_activation_bytes(M) / 1048576.0);
+        CUDA_CHECK(cudaStreamDestroy(s));
+        t5_model_destroy(M);
+        zero_destroy(Z);
+        params_free(&t);
+        free(ids);
+        free(mask);
+        free(lab);
+        return;
+    }
     zero_begin_grads(Z, s);
     t5_model_forward(M, true, 1.0f, 77, s);
     t5_model_backward(M, s);
@@ -300,11 +330,19 @@ static void run_small(DType dt, bool ckpt, const char* preset, float* loss_out, 
 }
 
 static void check_small(const char* preset, DType dt) {
-    float l0, l1;
-    float *g0, *g1;
-    size_t n0, n1;
-    run_small(dt, false, preset, &l0, &g0, &n0);
-    run_small(dt, true, preset, &l1, &g1, &n1);
+    float l0, l1, l2;
+    float *g0, *g1, *g2;
+    size_t n0, n1, n2, b0, b1, b2;
+    unsigned char *x0, *x1, *x2;
+    run_small(dt, 0, preset, &l0, &g0, &n0, &x0, &b0);
+    run_small(dt, 1, preset, &l1, &g1, &n1, &x1, &b1);
+    run_small(dt, 2, preset, &l2, &g2, &n2, &x2, &b2);
+    assert_memory_equal(x0, x1, b0);
+    assert_memory_equal(x0, x2, b0);  // forward_only: the same eval logits to the bit
+    assert_memory_equal(&l0, &l2, sizeof l0);  // and the same dropout loss
+    free(x0);
+    free(x1);
+    free(x2);
     assert_true(isfinite(l0) && l0 > 0);
     size_t nonfinite = 0, nonzero = 0;
     for (size_t i = 0; i < n0; i++) {

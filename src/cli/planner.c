@@ -118,7 +118,7 @@ int planner_row(const PlanInput* in, int stage, bool off_opt, bool off_param, do
     if (rc == 0) {
         T5ModelOptions mo = {.max_B = T5_MAX(in->batch, in->arena_batch), .max_Ts = in->src_len, .max_Tt = in->tgt_len, .dtype = in->dtype,
                              .gradient_checkpointing = in->gradient_checkpointing,
-                             .dropout_rate = in->model.dropout_rate};
+                             .forward_only = in->forward_only, .dropout_rate = in->model.dropout_rate};
         size_t ptr = 0;
         r->g_act = t5_model_activation_bytes_for(&T, &mo, true, t5_model_qkv_contiguous(&T), &ptr);
         // several ranks: NCCL's own buffers; measured: t5-3b stage 0 bf16 8 x (128+128) peaked 1.55 GiB higher on each

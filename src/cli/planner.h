@@ -30,6 +30,7 @@ typedef struct {
     int arena_batch;         // the activations are sized for max(batch, arena_batch) (evaluation's batch; 0: none)
     int src_len, tgt_len;    // token lengths the activations are sized for
     bool gradient_checkpointing;
+    bool forward_only;       // evaluation only: the activations of one block, no gradient buffers (t5.h)
     int grad_accum_steps;
     int gpus_per_node, num_nodes;
     ZeroOptions knobs;       // bucket sizes, sub_group_size, stage 3 limits, pin_memory (stage/offload/ratio ignored)

@@ -283,6 +283,7 @@ void planner_input_from_args(const TrainerArgs* a, PlanInput* in) {
     in->src_len = a->plan_src_len > 0 ? a->plan_src_len : (o->max_source_length + 7) / 8 * 8;
     in->tgt_len = a->plan_tgt_len > 0 ? a->plan_tgt_len : (T5_MAX(o->max_target_length, o->val_max_target_length) + 7) / 8 * 8;
     in->gradient_checkpointing = a->gradient_checkpointing;
+    in->forward_only = !a->do_train;
     in->grad_accum_steps = (int)a->gradient_accumulation_steps;
     plan_world(a->zero.world, in);
     in->knobs = a->zero;

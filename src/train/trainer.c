@@ -371,7 +371,8 @@ static void model_setup(Trainer* t) {
     T5ModelOptions mo = {.max_B = maxB, .max_Ts = maxTs, .max_Tt = maxTt,
                          .dtype = a->dtype, .dropout_rate = a->dropout_rate,
                          .label_smoothing = (float)a->label_smoothing_factor,
-                         .gradient_checkpointing = a->gradient_checkpointing};
+                         .gradient_checkpointing = a->gradient_checkpointing,
+                         .forward_only = !a->do_train};  // evaluation only: no backward runs (one block's acts)
     t->M = t5_model_create(&t->T, engine_params(t->E), &mo, err, sizeof err);
     if (!t->M) die_alloc(a, err);
     t5_model_set_train(t->M, true);
