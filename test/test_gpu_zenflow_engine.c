@@ -2,7 +2,7 @@
  * test_gpu_zenflow_engine.c: ZenFlow (deepspeed zero_optimization.zenflow) in the ZeRO engine, through the binary
  * (src/zero/zenflow.c; docs/zero.md "ZenFlow in the engine"). One GPU. Every run trains a random-init t5-small shape
  * (60M parameters; d_model 512, so topk_ratio 0.1 selects 51 columns of most 2-D tensors) on real WMT16 validation
- * pairs, dropout off, --save_strategy no (ZenFlow refuses checkpoints), with a deepspeed section whose
+ * pairs, dropout off, --save_strategy no (unless a test saves), with a deepspeed section whose
  * zero_optimization has offload_optimizer cpu and, or not, a zenflow section:
  *   (a) full_warm_up_rounds 100 >= max_steps 20 (update_interval 1), fp32, stage 2: every micro-step is a CPU AdamW
  *       update of every element with step id n, no selection, no selective step: the losses, gradient norms and
@@ -23,8 +23,16 @@
  *       stage 2: finite, falling, within 30% of the bf16 plain run's end;
  * Every zenflow run must print the engine's "ZenFlow: ..." start-up line (and no other run), so that a bit-identical
  * comparison cannot pass because ZenFlow was silently off.
- *   (d) the refusals through the binary, before any GPU work: update_interval "auto", overlap_step, offload_param,
- *       a checkpointing save_strategy: exit 2 and the one-line "not implemented yet: ..." naming the key.
+ *   (d) the refusals through the binary, before any GPU work: update_interval "auto", overlap_step, offload_param:
+ *       exit 2 and the one-line "not implemented yet: ..." naming the key;
+ *   (e) checkpoints (test_resume_bit_identical; written on branch zenflow-ckpt, not yet run on a GPU): bf16,
+ *       the realistic config of (c), 24 steps: a run saving every 10 steps equals the run that never saves (losses,
+ *       gradient norms, final weights, bit for bit); stopped at step 10 (mid-interval: the accumulated gradient is
+ *       in the checkpoint, blob zenflow_gacc) and at step 12 (an update boundary: no such blob) and resumed, each
+ *       equals the uninterrupted run bit for bit, and checkpoint-10's weights equal the saving run's; stage 3
+ *       stopped at 10 and resumed equals its straight run;
+ *   (f) resume refusals (test_resume_refusals): a checkpoint of update_interval 4 resumed with 2, the same resumed
+ *       without zenflow, and a checkpoint without zenflow resumed with it: exit 2 and the one line of each.
  * Skipped without a GPU or without the shared data.
  */
 #include "t5test.h"
@@ -43,9 +51,11 @@ static char g_text[1 << 18];
                 "\"select_interval\": 8, \"full_warm_up_rounds\": 0}"
 #define ZF_AUTO "\"zenflow\": {\"topk_ratio\": 0.1, \"update_interval\": 4, \"select_strategy\": \"auto\"}"
 
-// one run: stage, precision ("fp32" | "bf16" | "fp16"), clipping, the zenflow entry ("" for none), steps; returns
-// the output dir (malloc'd)
-static char* zf_run(const char* tag, int stage, const char* precision, double clip, const char* zenflow, int steps) {
+// one run: stage, precision ("fp32" | "bf16" | "fp16"), clipping, the zenflow entry ("" for none), steps; env: a
+// prefix of environment settings, more: flags after the common ones (later flags win), want_rc: the exit status
+// expected (0; 2 for a refusal, whose output stays in g_text); returns the output dir (malloc'd)
+static char* zf_run_ex(const char* tag, int stage, const char* precision, double clip, const char* zenflow, int steps,
+                       const char* env, const char* more, int want_rc) {
     char* out = t5_path_join(t5test_tmpdir(), tag);
     char ds[2048], dspath[600];
     const char* prec = !strcmp(precision, "bf16") ? "\"bf16\": {\"enabled\": true}, "
@@ -59,14 +69,15 @@ static char* zf_run(const char* tag, int stage, const char* precision, double cl
     const char* d = t5test_data_dir();
     const char* flag = !strcmp(precision, "bf16") ? "--bf16" : !strcmp(precision, "fp16") ? "--fp16" : "";
     int rc = t5test_run(g_text, sizeof g_text,
-                        "%s --model_name_or_path t5-small --init random --tokenizer_name %s/t5-spiece/spiece.model "
+                        "%s %s --model_name_or_path t5-small --init random --tokenizer_name %s/t5-spiece/spiece.model "
                         "--train_file %s/wmt16-ro-en/validation.en --source_lang en --target_lang ro "
                         "--max_source_length 32 --max_target_length 32 --max_train_samples 200 "
                         "--per_device_train_batch_size 4 --do_train --max_steps %d --learning_rate 1e-3 "
                         "--warmup_steps 5 --weight_decay 0.01 --max_grad_norm %g --dropout_rate 0 --save_strategy no "
-                        "--logging_steps 1 --seed 11 --output_dir %s --overwrite_output_dir --deepspeed %s %s 2>&1",
-                        t5test_bin(), d, d, steps, clip, out, dspath, flag);
-    if (rc) fail_msg("%s: exit %d:\n%s", tag, rc, t5test_tail(g_text, 3000));
+                        "--logging_steps 1 --seed 11 --output_dir %s --overwrite_output_dir --deepspeed %s %s %s 2>&1",
+                        env, t5test_bin(), d, d, steps, clip, out, dspath, flag, more);
+    if (rc != want_rc) fail_msg("%s: exit %d (expected %d):\n%s", tag, rc, want_rc, t5test_tail(g_text, 3000));
+    if (want_rc) return out;
     // ZenFlow engaged exactly when asked for (else a bit-identical comparison would prove nothing)
     const char* line = strstr(g_text, "ZenFlow: ");
     if (zenflow[0] && !line) fail_msg("%s: no \"ZenFlow: \" line in the output:\n%s", tag, t5test_tail(g_text, 3000));
@@ -76,6 +87,10 @@ static char* zf_run(const char* tag, int stage, const char* precision, double cl
         print_message("%s: %.*s\n", tag, (int)(end ? end - line : (long)strlen(line)), line);
     }
     return out;
+}
+
+static char* zf_run(const char* tag, int stage, const char* precision, double clip, const char* zenflow, int steps) {
+    return zf_run_ex(tag, stage, precision, clip, zenflow, steps, "", "", 0);
 }
 
 // key's values of both runs' step lines; the number of steps (asserted equal to n)
@@ -200,9 +215,6 @@ static void test_refusals(void** state) {
         {"\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\"}, \"offload_param\": {\"device\": \"cpu\"}, "
          "\"zenflow\": {\"update_interval\": 2, \"select_strategy\": \"step\", \"select_interval\": 4}",
          "--save_strategy no", "not implemented yet: zero_optimization.zenflow with offload_param"},
-        {"\"stage\": 1, \"offload_optimizer\": {\"device\": \"cpu\"}, \"zenflow\": {\"update_interval\": 2, "
-         "\"select_strategy\": \"step\", \"select_interval\": 4}",
-         "--save_strategy steps --save_steps 10", "not implemented yet: checkpoints of a run with zero_optimization.zenflow"},
     };
     char* out = t5_path_join(t5test_tmpdir(), "zf_refused");
     for (size_t i = 0; i < T5_ARRAY_LEN(cases); i++) {
@@ -219,11 +231,92 @@ static void test_refusals(void** state) {
     free(out);
 }
 
+// whether dir/checkpoint-N's state file holds the blob tag (its 64-byte record names it)
+static bool ckpt_has_blob(const char* out, int step, const char* tag) {
+    const int rc = t5test_run(g_text, sizeof g_text, "grep -a -c '%s' %s/checkpoint-%d/t5train_state.bin 2>&1", tag, out,
+                              step);
+    return rc == 0;
+}
+
+// (e) checkpoints: a bf16 stage 2 run of 24 steps (topk_ratio 0.1, update_interval 4, "step" / 8: updates at steps
+// 4, 8, ..., selections at steps 1, 9, 17) saved at step 10 (two micro-steps into an interval: the accumulated
+// gradient is saved, blob zenflow_gacc) and at step 12 (an update boundary: no gradient blob), stopped there
+// (T5TRAIN_STOP_AFTER_STEPS, the SIGTERM path) and resumed with --resume_from_checkpoint last: every step's loss and
+// gradient norm and the final weights bit-identical to the uninterrupted run; a run saving every 10 steps equals the
+// run that never saves (a save does not change the run: the master is not synced); the stopped run's checkpoint-10
+// weights equal the saving run's; stage 3 stopped at 10 and resumed equals its own straight run.
+static void test_resume_bit_identical(void** state) {
+    (void)state;
+    T5_REQUIRE_GPU();
+    T5_REQUIRE_DATA();
+    char* straight = zf_run("zr_s2_straight", 2, "bf16", 1.0, ZF_REAL, 24);
+    char* saving = zf_run_ex("zr_s2_saving", 2, "bf16", 1.0, ZF_REAL, 24, "", "--save_strategy steps --save_steps 10", 0);
+    expect_identical("(e) saving every 10 steps vs never saving, bf16 stage 2", saving, straight, 24, true);
+    const int stops[] = {10, 12};
+    for (size_t i = 0; i < T5_ARRAY_LEN(stops); i++) {
+        char tag[64], env[64];
+        snprintf(tag, sizeof tag, "zr_s2_stop%d", stops[i]);
+        snprintf(env, sizeof env, "T5TRAIN_STOP_AFTER_STEPS=%d", stops[i]);
+        char* b = zf_run_ex(tag, 2, "bf16", 1.0, ZF_REAL, 24, env, "", 0);
+        if (!strstr(g_text, "stopped after step")) fail_msg("%s: no stop line:\n%s", tag, t5test_tail(g_text, 2000));
+        const bool gacc = ckpt_has_blob(b, stops[i], "zenflow_gacc");
+        print_message("(e) checkpoint-%d: blob zenflow_gacc %s (expected %s)\n", stops[i], gacc ? "present" : "absent",
+                      stops[i] % 4 ? "present" : "absent");
+        if (gacc != (stops[i] % 4 != 0)) fail_msg("%s: blob zenflow_gacc %s", tag, gacc ? "present" : "absent");
+        if (stops[i] == 10) {
+            char ca[4200], cb[4200];
+            snprintf(ca, sizeof ca, "%s/checkpoint-10", saving);
+            snprintf(cb, sizeof cb, "%s/checkpoint-10", b);
+            const size_t wd = t5test_weights_compare(ca, cb, NULL);
+            print_message("(e) checkpoint-10 of the stopped run vs the saving run: %zu elements differ (expected 0)\n", wd);
+            if (wd) fail_msg("checkpoint-10's weights differ between the stopped and the saving run");
+        }
+        free(zf_run_ex(tag, 2, "bf16", 1.0, ZF_REAL, 24, "", "--resume_from_checkpoint last", 0));
+        char what[128];
+        snprintf(what, sizeof what, "(e) stopped at %d and resumed vs straight, bf16 stage 2", stops[i]);
+        expect_identical(what, b, straight, 24, true);
+        free(b);
+    }
+    // stage 3 (the partition is the working copy the selective step writes)
+    char* s3 = zf_run("zr_s3_straight", 3, "bf16", 1.0, ZF_REAL, 24);
+    char* b3 = zf_run_ex("zr_s3_stop10", 3, "bf16", 1.0, ZF_REAL, 24, "T5TRAIN_STOP_AFTER_STEPS=10", "", 0);
+    free(zf_run_ex("zr_s3_stop10", 3, "bf16", 1.0, ZF_REAL, 24, "", "--resume_from_checkpoint last", 0));
+    expect_identical("(e) stopped at 10 and resumed vs straight, bf16 stage 3", b3, s3, 24, true);
+    free(s3), free(b3), free(saving), free(straight);
+}
+
+// (f) a checkpoint of another zenflow config, or of none, is refused before a step: exit 2 and one line
+static void test_resume_refusals(void** state) {
+    (void)state;
+    T5_REQUIRE_GPU();
+    T5_REQUIRE_DATA();
+    char* zf = zf_run_ex("zr_ref_zf", 2, "bf16", 1.0, ZF_REAL, 4, "T5TRAIN_STOP_AFTER_STEPS=2", "", 0);
+    char* plain = zf_run_ex("zr_ref_plain", 2, "bf16", 1.0, "", 4, "T5TRAIN_STOP_AFTER_STEPS=2", "", 0);
+    char more[4200];
+    const char* other = "\"zenflow\": {\"topk_ratio\": 0.1, \"update_interval\": 2, \"select_strategy\": \"step\", "
+                        "\"select_interval\": 8, \"full_warm_up_rounds\": 0}";
+    snprintf(more, sizeof more, "--resume_from_checkpoint %s/checkpoint-2", zf);
+    free(zf_run_ex("zr_ref_other", 2, "bf16", 1.0, other, 4, "", more, 2));
+    if (!strstr(g_text, "zero_optimization.zenflow.update_interval 4, this run has 2"))
+        fail_msg("another update_interval: %s", t5test_tail(g_text, 2000));
+    free(zf_run_ex("zr_ref_none", 2, "bf16", 1.0, "", 4, "", more, 2));
+    if (!strstr(g_text, "was saved by a run with zero_optimization.zenflow, this run has none"))
+        fail_msg("no zenflow: %s", t5test_tail(g_text, 2000));
+    snprintf(more, sizeof more, "--resume_from_checkpoint %s/checkpoint-2", plain);
+    free(zf_run_ex("zr_ref_plain_to_zf", 2, "bf16", 1.0, ZF_REAL, 4, "", more, 2));
+    if (!strstr(g_text, "was saved by a run without zero_optimization.zenflow, this run has it"))
+        fail_msg("a plain checkpoint: %s", t5test_tail(g_text, 2000));
+    print_message("(f) refused, exit 2: another update_interval, no zenflow, a checkpoint without zenflow\n");
+    free(zf), free(plain);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_warm_up_is_plain_offload),
         cmocka_unit_test(test_realistic_bf16),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_resume_bit_identical),
+        cmocka_unit_test(test_resume_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -11,7 +11,11 @@
  *     ZenFlow's own order (updates every 3rd step) and in DeepSpeed >= 0.18.3's (never);
  *   - the reference step: topk_ratio 1 with update_interval 1, and any 1-D tensor, equal plain AdamW bit for bit;
  *     topk_ratio 0 equals AdamW on the summed gradient at the boundaries with step id = micro-step + 1 (bit for
- *     bit); a mixed case against an independent fp64 transcription of DeepSpeed's algorithm in this file.
+ *     bit); a mixed case against an independent fp64 transcription of DeepSpeed's algorithm in this file;
+ *   - the checkpoint's host side (zenflow_state.c): the schedule and the selective AdamW's step state saved mid-run
+ *     (mid-interval, update_interval "auto" with its arrays) and restored into a fresh schedule continue with the
+ *     same plans, sums and bias corrections; every header / tensor check with its one line; the blob sizes; a
+ *     streamed blob routed to its regions under any cut into pieces.
  */
 #include "t5test.h"
 
@@ -22,6 +26,7 @@
 #include "../src/zero/zenflow_ref.h"
 #include "../src/zero/zenflow_sched.h"
 #include "../src/zero/zenflow_select.h"
+#include "../src/zero/zenflow_state.h"
 #include "../model/params.h"
 #include "../model/t5.h"
 #include "../model/t5_config.h"
@@ -575,6 +580,201 @@ static void test_engine_table_and_estimate(void** state) {
     params_free(&T);
 }
 
+// ---------------------------------------------------------------------------------------------
+// the checkpoint's host side (zenflow_state.c)
+
+// the selective AdamW as zenflow.c steps it: one begin_step per selective micro-step
+static void sel_adam_step(CpuAdam* a, int64_t* steps) {
+    (*steps)++;
+    cpu_adam_begin_step(a, *steps, 0.9f, 0.999f);
+}
+
+// sched A runs `first` micro-steps, is saved (header + its auto arrays) and restored into a fresh B; both then run
+// `more` micro-steps with the same gradient sums: the same plans, auto sums and bias corrections, bit for bit
+static void round_trip(ZenflowOpts o, int64_t spe, int num_2d, int first, int more, const char* what) {
+    ZenflowSched a, b;
+    char err[512];
+    if (zenflow_sched_init(&a, &o, spe, num_2d, false, err, sizeof err) ||
+        zenflow_sched_init(&b, &o, spe, num_2d, false, err, sizeof err))
+        fail_msg("%s: %s", what, err);
+    CpuAdam ca, cb;
+    cpu_adam_init(&ca, 0.9f, 0.999f, 1e-8f, true);
+    cpu_adam_init(&cb, 0.9f, 0.999f, 1e-8f, true);
+    int64_t sa = 0, sb = 0;
+    uint64_t seed = 7;
+    for (int m = 0; m < first + more; m++) {
+        if (m == first) {  // save A, restore into B
+            const ZenflowStateHeader h = zenflow_state_header(&o, &a, &ca, sa, 3, true, 5, 100);
+            if (zenflow_state_header_check(&h, &o, &b, 5, "ckpt", err, sizeof err))
+                fail_msg("%s: a checkpoint of the same config refused: %s", what, err);
+            double* arrays = num_2d ? malloc(2 * (size_t)num_2d * sizeof(double)) : NULL;
+            if (num_2d) {
+                memcpy(arrays, a.avg, (size_t)num_2d * sizeof(double));
+                memcpy(arrays + num_2d, a.non, (size_t)num_2d * sizeof(double));
+            }
+            zenflow_state_restore(&h, arrays, arrays ? arrays + num_2d : NULL, &b, &cb);
+            free(arrays);
+            sb = h.selective_steps;
+            assert_int_equal(h.since_update, 3);
+            assert_int_equal(h.gacc_floats, 100);
+            assert_int_equal(h.w_ahead, 1);
+        }
+        const ZenflowStepPlan pa = zenflow_sched_begin(&a);
+        if (m < first) {
+            if (pa.selective) sel_adam_step(&ca, &sa);
+            for (int t = 0; t < num_2d; t++) {
+                seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+                const double tot = 10.0 + (double)(seed >> 40) / 1e6, sel = tot * 0.2;
+                if (pa.selective) zenflow_sched_observe(&a, t, tot, sel);
+            }
+            continue;
+        }
+        const ZenflowStepPlan pb = zenflow_sched_begin(&b);
+        if (pa.warm_up != pb.warm_up || pa.select != pb.select || pa.sync_master != pb.sync_master ||
+            pa.selective != pb.selective || pa.update != pb.update || pa.micro_step != pb.micro_step ||
+            pa.cpu_step != pb.cpu_step)
+            fail_msg("%s: micro-step %d: the restored schedule plans update %d select %d, the original %d %d", what, m,
+                     pb.update, pb.select, pa.update, pa.select);
+        if (pa.selective) {
+            sel_adam_step(&ca, &sa);
+            sel_adam_step(&cb, &sb);
+            if (ca.bias_correction1 != cb.bias_correction1 || ca.bias_correction2 != cb.bias_correction2 ||
+                ca.beta1_t != cb.beta1_t || ca.beta2_t != cb.beta2_t || sa != sb)
+                fail_msg("%s: micro-step %d: the selective AdamW's bias corrections differ after the restore", what, m);
+        }
+        for (int t = 0; t < num_2d; t++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            const double tot = 10.0 + (double)(seed >> 40) / 1e6, sel = tot * 0.2;
+            if (pa.selective) {
+                zenflow_sched_observe(&a, t, tot, sel);
+                zenflow_sched_observe(&b, t, tot, sel);
+            }
+            if (a.avg[t] != b.avg[t] || a.non[t] != b.non[t])
+                fail_msg("%s: micro-step %d: tensor %d's auto sums differ", what, m, t);
+        }
+    }
+    print_message("%s: saved after %d micro-steps, %d more identical\n", what, first, more);
+    zenflow_sched_free(&a);
+    zenflow_sched_free(&b);
+}
+
+// a header that differs from the run in one thing: the check's code and line
+static void expect_header_refused(const ZenflowStateHeader* h, const ZenflowOpts* o, const ZenflowSched* s, int nt,
+                                  int code, const char* want) {
+    char err[1024] = "";
+    const int rc = zenflow_state_header_check(h, o, s, nt, "/c/checkpoint-10/t5train_state.bin", err, sizeof err);
+    if (rc != code || !strstr(err, want) || strchr(err, '\n') || !strstr(err, "checkpoint-10"))
+        fail_msg("header check: rc %d '%s', expected %d and '%s'", rc, err, code, want);
+    print_message("refused as expected: %s\n", err);
+}
+
+static void test_state_round_trip(void** state) {
+    (void)state;
+    ZenflowOpts o = zenflow_opts_default();
+    // the GPU test's schedule: step 8 / 4, saved at micro-step 10 (mid-interval) and 12 (an update boundary)
+    o.select_strategy = ZENFLOW_SELECT_STEP, o.select_interval = 8, o.update_interval = 4;
+    round_trip(o, 0, 0, 10, 14, "step 8 / 4 at 10");
+    round_trip(o, 0, 0, 12, 12, "step 8 / 4 at 12");
+    // warm-up: saved inside it and at its end
+    o.full_warm_up_rounds = 3;
+    round_trip(o, 0, 0, 2, 10, "warm-up 3 at 2");
+    round_trip(o, 0, 0, 3, 10, "warm-up 3 at 3");
+    // update_interval "auto" (refused by the engine today): the flags, u, count and the avg / non arrays carry over
+    o = zenflow_opts_default();
+    o.auto_ratio = 0.5;
+    round_trip(o, 6, 3, 7, 20, "auto at 7");
+    round_trip(o, 6, 3, 1, 20, "auto at 1");
+
+    // the checks: each difference its own line
+    o = zenflow_opts_default();
+    o.select_strategy = ZENFLOW_SELECT_STEP, o.select_interval = 8, o.update_interval = 4;
+    ZenflowSched s;
+    char err[512];
+    if (zenflow_sched_init(&s, &o, 0, 0, false, err, sizeof err)) fail_msg("%s", err);
+    CpuAdam c;
+    cpu_adam_init(&c, 0.9f, 0.999f, 1e-8f, true);
+    const ZenflowStateHeader h0 = zenflow_state_header(&o, &s, &c, 0, 0, false, 4, 0);
+    assert_int_equal(zenflow_state_header_check(&h0, &o, &s, 4, "x", err, sizeof err), 0);
+    ZenflowStateHeader h = h0;
+    h.version = 2;
+    expect_header_refused(&h, &o, &s, 4, T5_EXIT_USAGE, "ZenFlow state of version 2, this t5train reads version 1");
+    h = h0, h.topk_ratio = 0.2;
+    expect_header_refused(&h, &o, &s, 4, T5_EXIT_USAGE, "zero_optimization.zenflow.topk_ratio 0.2, this run has 0.1");
+    h = h0, h.update_interval = 2;
+    expect_header_refused(&h, &o, &s, 4, T5_EXIT_USAGE, "update_interval 2, this run has 4");
+    h = h0, h.select_strategy = ZENFLOW_SELECT_EPOCH;
+    expect_header_refused(&h, &o, &s, 4, T5_EXIT_USAGE, "select_strategy \"epoch\", this run has \"step\"");
+    h = h0, h.select_interval = 16;
+    expect_header_refused(&h, &o, &s, 4, T5_EXIT_USAGE, "select_interval 16, this run has 8");
+    h = h0, h.full_warm_up_rounds = 2;
+    expect_header_refused(&h, &o, &s, 4, T5_EXIT_USAGE, "full_warm_up_rounds 2, this run has 0");
+    h = h0, h.S = 10;
+    expect_header_refused(&h, &o, &s, 4, T5_EXIT_USAGE, "selected columns every 10 micro-steps, this run every 8");
+    expect_header_refused(&h0, &o, &s, 5, T5_EXIT_USAGE, "ZenFlow state of 4 tensors, this model has 5");
+    h = h0, h.since_update = 2;  // an accumulation without its gradient
+    expect_header_refused(&h, &o, &s, 4, T5_EXIT_FAILURE, "out of range");
+    zenflow_sched_free(&s);
+    // tensors
+    const ZenflowStateTensor rec = {64, 512, 51};
+    assert_int_equal(zenflow_state_tensor_check(&rec, 3, 64, 512, 51, "x", err, sizeof err), 0);
+    assert_int_equal(zenflow_state_tensor_check(&rec, 3, 64, 512, 25, "ck", err, sizeof err), T5_EXIT_USAGE);
+    assert_non_null(strstr(err, "ZenFlow tensor 3 (64 x 512) has 51 selected columns, this run 25"));
+    assert_int_equal(zenflow_state_tensor_check(&rec, 3, 64, 256, 25, "ck", err, sizeof err), T5_EXIT_USAGE);
+    assert_non_null(strstr(err, "ZenFlow tensor 3 is 64 x 512, this model's is 64 x 256"));
+    // sizes: the header has no padding; records, auto arrays; per tensor sel + m + v (+ the master's columns)
+    assert_int_equal(sizeof(ZenflowStateHeader), 160);
+    assert_int_equal(zenflow_state_meta_bytes(3, 2), 160 + 3 * 24 + 2 * 2 * 8);
+    assert_int_equal(zenflow_state_meta_bytes(0, 0), 160);
+    assert_int_equal(zenflow_state_tensor_bytes(4, 2, false), 2 * 4 + 2 * 4 * 2 * 4);
+    assert_int_equal(zenflow_state_tensor_bytes(4, 2, true), 2 * 4 + 3 * 4 * 2 * 4);
+    assert_int_equal(zenflow_state_tensor_bytes(7, 0, true), 0);
+}
+
+// the pieces of a streamed blob (any cut) land in their regions, in order; an empty region gets nothing
+typedef struct {
+    unsigned char got[4][16];
+    size_t filled[4];
+    int calls_empty;
+    bool unchecked;  // pieces out of order are fine (the call beyond the end)
+} RouteSink;
+
+static void route_put(void* ctx, int region, size_t off, const void* src, size_t bytes) {
+    RouteSink* r = ctx;
+    if (!r->unchecked && off != r->filled[region]) fail_msg("region %d: a piece at %zu after %zu bytes", region, off, r->filled[region]);
+    if (bytes == 0) r->calls_empty++;
+    memcpy(r->got[region] + off, src, bytes);
+    r->filled[region] += bytes;
+}
+
+static void test_state_route(void** state) {
+    (void)state;
+    const ZenflowRegion reg[4] = {{3}, {5}, {0}, {7}};
+    unsigned char blob[15];
+    for (int i = 0; i < 15; i++) blob[i] = (unsigned char)(i + 1);
+    uint64_t seed = 3;
+    for (int trial = 0; trial < 200; trial++) {
+        RouteSink r;
+        memset(&r, 0, sizeof r);
+        size_t off = 0;
+        while (off < 15) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            const size_t n = T5_MIN((size_t)(seed >> 60) + 1, 15 - off);
+            if (zenflow_state_route(reg, 4, off, blob + off, n, route_put, &r)) fail_msg("trial %d: route failed", trial);
+            off += n;
+        }
+        const size_t want[4] = {3, 5, 0, 7};
+        for (int q = 0; q < 4; q++) assert_int_equal(r.filled[q], want[q]);
+        assert_int_equal(r.calls_empty, 0);
+        assert_memory_equal(r.got[0], blob, 3);
+        assert_memory_equal(r.got[1], blob + 3, 5);
+        assert_memory_equal(r.got[3], blob + 8, 7);
+    }
+    RouteSink r;
+    memset(&r, 0, sizeof r);
+    r.unchecked = true;
+    assert_int_equal(zenflow_state_route(reg, 4, 14, blob, 2, route_put, &r), -1);  // one byte past the end
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_select_count),
@@ -587,6 +787,8 @@ int main(void) {
         cmocka_unit_test(test_ref_topk0_is_delayed_adamw),
         cmocka_unit_test(test_ref_mixed_vs_independent),
         cmocka_unit_test(test_engine_table_and_estimate),
+        cmocka_unit_test(test_state_round_trip),
+        cmocka_unit_test(test_state_route),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

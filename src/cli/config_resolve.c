@@ -721,7 +721,7 @@ int config_check_implemented(const RunConfig* c, char* err, size_t n) {
         MISSING("DeepSpeed scheduler other than WarmupLR/WarmupDecayLR");
     if (c->resume_from_checkpoint[0] && !T5_BUILD_FEATURES.resume) MISSING("resume_from_checkpoint");
     // ZenFlow in the engine (src/zero/zenflow.c; docs/zero.md "ZenFlow in the engine"): one rank, stages 1-3 with
-    // offload_optimizer cpu and no offload_param, AdamW, numeric update_interval, no checkpoints
+    // offload_optimizer cpu and no offload_param, AdamW, numeric update_interval (checkpoints and resume: zenflow.c)
     if (c->has_deepspeed && z->zenflow.present) {
         const DsZenflow* zf = &z->zenflow;
         const char* k = "zero_optimization.zenflow";
@@ -734,9 +734,6 @@ int config_check_implemented(const RunConfig* c, char* err, size_t n) {
         if (z->offload_optimizer.device == OFFLOAD_NVME) MISSING("%s with offload_optimizer device nvme", k);
         if (z->offload_optimizer.ratio < 1.0) MISSING("%s with offload_optimizer.ratio below 1", k);
         if (c->optim == OPTIM_ADAFACTOR && !c->ds.optimizer.present) MISSING("%s with Adafactor", k);
-        if (c->do_train && c->save_strategy != STRATEGY_NO)
-            MISSING("checkpoints of a run with %s (its selective state is not saved: use --save_strategy no)", k);
-        if (c->resume_from_checkpoint[0]) MISSING("resume_from_checkpoint with %s", k);
     }
 #undef MISSING
     if (count) return t5_errf(err, n, T5_EXIT_USAGE, "not implemented yet: %s", list);

@@ -139,16 +139,19 @@ int engine_load_weights(Engine* E, const char* path, uint64_t seed, cudaStream_t
                         : t5_weights_init_random(E->Z, E->o.T, seed, s, err, errlen);
     if (rc) return -1;
     zero_sync_working(E->Z, s);
+    if (E->zf) zenflow_engine_weights_loaded(E->Z);  // W = round(master) and the views = master again
     return 0;
 }
 
 int engine_save_weights(Engine* E, const char* dir, bool write, DType dtype, cudaStream_t s, char* err, size_t errlen) {
-    // ZenFlow: the selected columns' latest values live in the working weights only; the master takes them first
-    if (E->zf) zenflow_engine_sync_master(E->Z, s);
+    // ZenFlow: the selected columns' latest values live in the working weights only; the file takes them there, the
+    // master stays as it is (a checkpoint must not change the run: docs/zero.md "ZenFlow's checkpoint")
+    if (E->zf) zenflow_engine_save_begin(E->Z, s);
     zero_gather_masters(E->Z, write, s);
     const int rc = write ? t5_weights_save(E->Z, E->o.T, dir, dtype, SAFETENSORS_DEFAULT_SHARD_BYTES, s, err, errlen)
                          : 0;
     zero_gather_masters_free(E->Z);
+    if (E->zf) zenflow_engine_save_end(E->Z, s);
     return rc;
 }
 

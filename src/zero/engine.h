@@ -116,7 +116,8 @@ ZeroEngine* engine_params(Engine* E);
 int engine_load_weights(Engine* E, const char* path, uint64_t seed, cudaStream_t s, char* err, size_t errlen);
 // model.safetensors (+ shards) and config.json of the fp32 master into dir, as dtype (DT_F32, or a 16-bit type: the
 // master rounded to it); every rank calls it (several ranks at stages 1-3 gather the partitions), the ranks with
-// write write. Returns 0, or -1 with err set.
+// write write. ZenFlow: the selected columns come from the working weights (the weights the model runs with); the
+// engine's master is left as it was. Returns 0, or -1 with err set.
 int engine_save_weights(Engine* E, const char* dir, bool write, DType dtype, cudaStream_t s, char* err, size_t errlen);
 // Micro-batch `micro` of `n_micro` of one update begins: returns the scale of its backward (loss scale / n_micro).
 float engine_micro_begin(Engine* E, int micro, int n_micro, cudaStream_t s);

@@ -7,6 +7,7 @@
  *   adafactor         Adafactor's state (step0.h layout; stages 1-3 keep the same)
  *   scaler            LossScaler
  *   scheduler         EngineSched
+ *   zenflow, zenflow_tensors, zenflow_gacc   ZenFlow's (zenflow_state.h; zenflow.c writes and reads them)
  * Saved by another number of ranks, AdamW's m and v, and Adafactor's state, are re-cut into this rank's partition
  * (recut.h).
  */
@@ -18,6 +19,8 @@
 
 #include "../base/common.h"
 #include "recut.h"
+#include "zenflow.h"
+#include "zenflow_state.h"
 
 // the "adafactor_layout" blob: what the "adafactor" blob holds (HF's state["step"] is the scheduler blob's
 // applied_steps: every tensor steps on every applied update)
@@ -69,9 +72,6 @@ static int add_blob(const EngineStateSink* k, const char* b, const void* data, s
 }
 
 int engine_state_save(Engine* E, const EngineStateSink* k, char* err, size_t errlen) {
-    if (E->zf)  // the config refuses checkpoints with zenflow (src/cli/config_resolve.c); this keeps the rule local
-        return t5_errf(err, errlen, -1, "not implemented yet: checkpoints of a run with zero_optimization.zenflow "
-                                        "(its selective optimizer state and schedule are not saved)");
     const EngineAdafactorLayout lay = {.floats = (int64_t)E->ada_floats, .has_beta1 = E->o.zero.adafactor.has_beta1,
                                        .version = 1};
     // the optimizer's blob streamed through one bounded buffer: no full host copy of the state next to the engine's
@@ -91,7 +91,8 @@ int engine_state_save(Engine* E, const EngineStateSink* k, char* err, size_t err
         add_blob(k, BLOB_SCALER, &E->scaler, sizeof E->scaler, err, errlen) ||
         add_blob(k, BLOB_SCHEDULER, &E->sch, sizeof E->sch, err, errlen))
         return -1;
-    return 0;
+    // ZenFlow: the selective optimizer, the schedule, between update boundaries the accumulated gradient (zenflow.c)
+    return E->zf ? zenflow_engine_state_save(E->Z, k, err, errlen) : 0;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -257,6 +258,14 @@ static void load_recut(Engine* E, const EngineStateSource* src) {
 void engine_state_load(Engine* E, const EngineStateSource* src) {
     static char err[ENGINE_ERR_LEN];
     const bool has_beta1 = E->o.zero.adafactor.has_beta1;
+    // ZenFlow's state first: a checkpoint of another zenflow config (or none) is refused before anything is read
+    if (E->zf) zenflow_engine_state_load(E->Z, src);
+    else if (src->size(src->ctx, ZENFLOW_BLOB_META) >= 0)
+        t5_die(T5_EXIT_USAGE,
+               "resume: %s was saved by a run with zero_optimization.zenflow, this run has none (its selective state "
+               "and any gradient accumulated since its last update boundary would be dropped: resume with the same "
+               "zenflow section, or start a new run from the checkpoint's weights with --model_name_or_path %s)",
+               src->path, src->dir);
     if (E->ada) {
         EngineAdafactorLayout lay;
         read_small(src, BLOB_ADAFACTOR_LAYOUT, &lay, sizeof lay);

@@ -16,6 +16,8 @@
  *                       zenflow_engine_finish waits for it and restores W[:, sel], then the selective step
  *     otherwise:        zenflow_engine_finish: the selective AdamW on W[:, sel] only (no CPU step)
  *     overflow (fp16):  zenflow_engine_skip: nothing applied, the accumulation since the last update dropped
+ * Checkpoints (docs/zero.md "ZenFlow's checkpoint"; the layout in zenflow_state.h): any micro-step may be saved; a
+ * save between update boundaries carries the accumulated host gradient too.
  */
 #pragma once
 #include <cuda_runtime.h>
@@ -23,6 +25,7 @@
 #include <stdint.h>
 
 #include "../../model/zero.h"
+#include "engine.h"
 #include "zenflow_sched.h"
 
 #ifdef __cplusplus
@@ -52,10 +55,21 @@ void zenflow_engine_keep(ZeroEngine* Z, cudaStream_t s);
 // W[:, sel] (update), then the selective AdamW with lr (selective plans). loss_scale: the fp16 loss scale of this
 // micro-step's backward (1 without a scaler). Ends the micro-step.
 void zenflow_engine_finish(ZeroEngine* Z, float lr, float loss_scale, cudaStream_t s);
-// The fp32 master = the working weights (W widened; the fp32 views follow), as at a selection boundary: the
-// weights a save writes are the ones the model runs with (the selective updates since the last sync included).
+// engine_save_weights brackets its write with these: while a selective step is ahead of the master (w_ahead,
+// zenflow_state.h), save_begin swaps every tensor's master[:, sel] with fp32(W[:, sel]), so that model.safetensors
+// holds the weights the model runs with, and keeps the master's values in each tensor's sel_p scratch; save_end
+// swaps them back. The run's master is the same after the pair (a checkpoint does not change the run's numbers).
 // Synchronous.
-void zenflow_engine_sync_master(ZeroEngine* Z, cudaStream_t s);
+void zenflow_engine_save_begin(ZeroEngine* Z, cudaStream_t s);
+void zenflow_engine_save_end(ZeroEngine* Z, cudaStream_t s);
+// The weights were (re)loaded (the master from a file, W = round(master), the views): nothing is ahead of the master.
+void zenflow_engine_weights_loaded(ZeroEngine* Z);
+// The checkpoint (zenflow_state.h): blobs zenflow, zenflow_tensors and, between update boundaries, zenflow_gacc.
+// Returns 0, or -1 with err set.
+int zenflow_engine_state_save(ZeroEngine* Z, const EngineStateSink* sink, char* err, size_t errlen);
+// The same from a checkpoint, after its weights were loaded. A checkpoint without ZenFlow's state or saved with
+// another zenflow config ends the run with one line (exit 2); a damaged one with exit 1.
+void zenflow_engine_state_load(ZeroEngine* Z, const EngineStateSource* src);
 // An overflowing micro-step (fp16): nothing applied; the next micro-step starts a new accumulation.
 void zenflow_engine_skip(ZeroEngine* Z);
 
