@@ -22,7 +22,8 @@
 #          samples/s at each GPU count where both ran: the sample counts may differ, samples/s is compared);
 #   zinf   t5-11b of random weights, bf16, --do_eval on newsdev2016: one GPU (stage 0) against ZINF_GPUS (2) at stage 3
 #          gathering on demand (ZeRO inference, T5TRAIN_EVAL_NO_HOLD=1): eval_loss within 1e-3 relative; ZINF_BATCH
-#          (default 4: at 32 an evaluation-only run asks for the training activations, 117 GiB; docs/multi_gpu.md).
+#          (default 4; at 32 an evaluation-only run asked for the training activations, 117 GiB, before its model kept
+#          one block's activations (forward_only): docs/multi_gpu.md).
 # Needs (carried): .devdata/shared (t5-spiece/, wmt16-ro-en/), .devlibs, .devrun-final/t5train; hf_speed: .whl and
 # python3 with torch, transformers 5.x, accelerate, sentencepiece (sacrebleu if there: predict_bleu).
 # PARTS (default "same sorted speed"; hf_speed and zinf only when named); SPEED_GPUS (default "1 2 4": the GPU counts of the speed part);

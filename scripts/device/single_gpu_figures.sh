@@ -11,7 +11,7 @@
 #            estimate, and the next batch up (2048 x 0.9^k) through --dry_run, which the plan check must refuse;
 #            AFBS_CASES (default "s0:bf16 hw:fp16") adds z11:bf16, t5-11b with the plan --zero_plan auto picks on an
 #            H200 with 125 GiB of host (stage 3, both offloads, ratio 0.40, gradient checkpointing; issue 32's Show).
-# Needs (carried): .devdata/hw (spiece.model, wmt16-ro-en/train.*), .devlibs, .devrun-after/t5train and, for
+# Needs (carried): .devdata/hw (spiece.model, wmt16-ro-en/train.*), .devlibs, .devrun-after/t5train (or T5TRAIN_BIN) and, for
 # engine, .devrun-before/t5train. PARTS (default "engine pageable profile afbs") picks parts; STEPS (default 10);
 # PAGEABLE (default "false:fp16 true:bf16 false:bf16") the pageable part's PIN:DTYPE runs, TAG a suffix of their names.
 set -u
@@ -19,7 +19,7 @@ OUT=${1:?usage: single_gpu_figures.sh OUT}
 cd "$(dirname "$0")/../.."
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$PWD/.devlibs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" PYTHONUNBUFFERED=1
-BIN=$PWD/.devrun-after/t5train
+BIN=${T5TRAIN_BIN:-$PWD/.devrun-after/t5train}
 PARTS=${PARTS:-engine pageable profile afbs}
 STEPS=${STEPS:-10}
 want() { [[ " $PARTS " == *" $1 "* ]]; }

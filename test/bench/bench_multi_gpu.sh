@@ -21,6 +21,9 @@
 #                    weights ((N-1)/N x 2P each), stage 3 gathers the weights twice (forward, backward) and
 #                    reduce-scatters the gradients (3 x (N-1)/N x 2P), P the model's parameters (from
 #                    `t5train estimate`; t5-3b 2.85e9).
+# DTYPE (default bf16): DTYPE=fp16 runs every case with --fp16 and the config's "fp16" section (DeepSpeed's dynamic
+# loss scaling; the first steps may be skipped overflows, which the median after two steps leaves out mostly), as
+# issue 29's 4-GPU tables (t5-3b fp16 8 x (128+128), GPUS="2 4").
 # MODEL=t5-11b BATCH=... CASES=s3 GPUS=8 SKIP_ONE=1: issue 18's t5-11b at stage 3 without offload (too large for one GPU).
 # OPTIMS (default "adamw": the runs above, unchanged): OPTIMS="adamw adafactor" runs each case and count a second time
 # with `--optim adafactor` (HF Trainer's Adafactor: lr from the schedule, no parameter scale), right after AdamW's run
@@ -39,6 +42,8 @@ CASES=${CASES:-s0 s1 s2 s3 s3off}
 MODEL=${MODEL:-t5-3b}
 BATCH=${BATCH:-8}
 OPTIMS=${OPTIMS:-adamw}
+DTYPE=${DTYPE:-bf16}
+case "$DTYPE" in bf16|fp16) ;; *) echo "bench_multi_gpu.sh: DTYPE takes bf16 or fp16, not '$DTYPE'"; exit 2 ;; esac
 for o in $OPTIMS; do
   case "$o" in adamw|adafactor) ;; *) echo "bench_multi_gpu.sh: OPTIMS takes adamw and adafactor, not '$o'"; exit 2 ;; esac
 done
@@ -49,7 +54,7 @@ for n in $GPUS; do
   "$BIN" --num_gpus "$n" launch-check --bandwidth_mib 1024 2>&1 | tee "$OUT/bandwidth_${n}gpu.txt"
 done
 common=(--model_name_or_path "$MODEL" --init random --tokenizer_name "$DATA/t5-spiece/spiece.model"
-        --train_file "$DATA/wmt16-ro-en/validation.en" --source_lang en --target_lang ro --do_train --bf16
+        --train_file "$DATA/wmt16-ro-en/validation.en" --source_lang en --target_lang ro --do_train "--$DTYPE"
         --max_source_length 128 --max_target_length 128 --pad_to_max_length --max_steps "$STEPS" --logging_steps 1
         --save_strategy no --learning_rate 5e-5 --overwrite_output_dir --per_device_train_batch_size "$BATCH")
 # the model's parameter count (the collectives' volume) from the planner's first line
@@ -58,11 +63,11 @@ P=$("$BIN" estimate --model_name_or_path "$MODEL" --bf16 --per_device_train_batc
 echo "model $MODEL: ${P:-?} parameters"
 ds_of() {
   case "$1" in
-    s0) echo '{"bf16": {"enabled": "auto"}, "zero_optimization": {"stage": 0}}' ;;
-    s1) echo '{"bf16": {"enabled": "auto"}, "zero_optimization": {"stage": 1}}' ;;
-    s2) echo '{"bf16": {"enabled": "auto"}, "zero_optimization": {"stage": 2}}' ;;
-    s3) echo '{"bf16": {"enabled": "auto"}, "zero_optimization": {"stage": 3}}' ;;
-    s3off) echo '{"bf16": {"enabled": "auto"}, "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}}' ;;
+    s0) echo '{"'$DTYPE'": {"enabled": "auto"}, "zero_optimization": {"stage": 0}}' ;;
+    s1) echo '{"'$DTYPE'": {"enabled": "auto"}, "zero_optimization": {"stage": 1}}' ;;
+    s2) echo '{"'$DTYPE'": {"enabled": "auto"}, "zero_optimization": {"stage": 2}}' ;;
+    s3) echo '{"'$DTYPE'": {"enabled": "auto"}, "zero_optimization": {"stage": 3}}' ;;
+    s3off) echo '{"'$DTYPE'": {"enabled": "auto"}, "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}}' ;;
   esac
 }
 # SKIP_ONE=1: the N-GPU runs only (their memory against `t5train estimate --num_gpus N`)
