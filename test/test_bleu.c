@@ -310,6 +310,51 @@ static void test_streaming_matches_corpus(void** state) {
     assert_string_equal(sig, "nrefs:var|case:mixed|eff:no|tok:13a|smooth:exp|version:" BLEU_SACREBLEU_VERSION);
 }
 
+// the evaluator's threads: segments scored into separate statistics and merged give the one-pass totals, whatever
+// the cut (every count is a sum; nrefs "var" once two parts disagree, or within one part)
+static void test_stats_merge(void** state) {
+    (void)state;
+    const char* hyps[] = {"Vremea e frumoasă azi.", "", "Un test, cu 1.000 de lei.", "Ana are mere .", "x y z"};
+    const char* r1[] = {"Vremea este frumoasă azi.", "ceva", "Un test cu 1.000 de lei.", "Ana are mere.", "x y"};
+    const char* r2[] = {"Azi vremea e frumoasă.", NULL, "Un test, cu 1000 de lei.", NULL, NULL};
+    const int n = 5;
+    for (int nref = 1; nref <= 2; nref++) {
+        BleuStats whole;
+        bleu_stats_init(&whole, true);
+        for (int i = 0; i < n; i++) {
+            const char* seg[2] = {r1[i], r2[i]};
+            assert_int_equal(bleu_stats_add(&whole, hyps[i], seg, nref, NULL, 0), BLEU_OK);
+        }
+        for (int cut = 0; cut <= n; cut++) {
+            BleuStats a, b;
+            bleu_stats_init(&a, true);
+            bleu_stats_init(&b, true);
+            for (int i = 0; i < n; i++) {
+                const char* seg[2] = {r1[i], r2[i]};
+                assert_int_equal(bleu_stats_add(i < cut ? &a : &b, hyps[i], seg, nref, NULL, 0), BLEU_OK);
+            }
+            bleu_stats_merge(&a, &b);
+            assert_int_equal(a.sys_len, whole.sys_len);
+            assert_int_equal(a.ref_len, whole.ref_len);
+            assert_memory_equal(a.counts, whole.counts, sizeof a.counts);
+            assert_memory_equal(a.totals, whole.totals, sizeof a.totals);
+            assert_memory_equal(a.chrf, whole.chrf, sizeof a.chrf);
+            assert_int_equal(a.n_segments, n);
+            assert_int_equal(a.tok_period_lines, whole.tok_period_lines);
+            assert_int_equal(a.nrefs, whole.nrefs);
+            BleuResult ra, rw;
+            bleu_stats_compute(&a, &ra);
+            bleu_stats_compute(&whole, &rw);
+            assert_true(ra.score == rw.score);
+            bleu_stats_free(&a);
+            bleu_stats_free(&b);
+        }
+        assert_int_equal(whole.nrefs, nref == 1 ? 1 : -1);
+        assert_int_equal(whole.tok_period_lines, 1);
+        bleu_stats_free(&whole);
+    }
+}
+
 static void test_bad_input(void** state) {
     (void)state;
     // strict UTF-8, as Python's decoder
@@ -456,6 +501,7 @@ int main(void) {
         cmocka_unit_test(test_cli_json_matches_sacrebleu),
         cmocka_unit_test(test_cli_text),
         cmocka_unit_test(test_cli_errors),
+        cmocka_unit_test(test_stats_merge),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     if (g_fix) json_decref(g_fix);

@@ -372,6 +372,20 @@ void bleu_stats_init(BleuStats* st, bool with_chrf) {
     st->scratch = calloc_check(1, sizeof(Scratch));
 }
 
+void bleu_stats_merge(BleuStats* into, const BleuStats* from) {
+    into->sys_len += from->sys_len;
+    into->ref_len += from->ref_len;
+    for (int k = 0; k < BLEU_MAX_ORDER; k++) {
+        into->counts[k] += from->counts[k];
+        into->totals[k] += from->totals[k];
+    }
+    for (int k = 0; k < CHRF_CHAR_ORDER; k++)
+        for (int j = 0; j < 3; j++) into->chrf[k][j] += from->chrf[k][j];
+    into->n_segments += from->n_segments;
+    into->tok_period_lines += from->tok_period_lines;
+    if (from->nrefs != -2) into->nrefs = into->nrefs == -2 || into->nrefs == from->nrefs ? from->nrefs : -1;
+}
+
 void bleu_stats_free(BleuStats* st) {
     Scratch* sc = st->scratch;
     if (!sc) return;

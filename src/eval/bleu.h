@@ -87,6 +87,9 @@ void bleu_stats_free(BleuStats* st);
 // Returns BLEU_OK or an error with a message in err (may be NULL).
 BleuStatus bleu_stats_add(BleuStats* st, const char* hyp, const char* const* refs, int n_refs,
                           char* err, size_t err_cap);
+// Adds the statistics of `from` (segments scored apart, e.g. on another thread) into `into`: every count is a plain
+// sum, so any split of the segments gives the same totals; nrefs as if from's segments had been added after into's.
+void bleu_stats_merge(BleuStats* into, const BleuStats* from);
 // Final BLEU from the statistics (sacreBLEU BLEU.compute_bleu with smooth "exp").
 void bleu_stats_compute(const BleuStats* st, BleuResult* out);
 // Final chrF2 from the statistics (sacreBLEU CHRF._compute_f_score, eps_smoothing off).

@@ -43,6 +43,13 @@ void evaluate_sort_line(const EvalGenResult* r, char* buf, size_t cap) {
              "%lld)", r->prefix, (long long)r->src_positions, (long long)r->src_positions_input);
 }
 
+void evaluate_time_line(const EvalGenResult* r, char* buf, size_t cap) {
+    snprintf(buf, cap, "%s generation time (this rank): generating %.3f s (encoder %.0f ms, decoder %.0f ms on the GPU, "
+             "%lld CUDA graphs captured), gathering %.3f s, scoring %.3f s on %d threads", r->prefix, r->gen_s,
+             r->gen.encoder_ms, r->gen.decoder_ms, (long long)r->gen.graphs_captured, r->gather_s, r->score_s,
+             r->score_threads);
+}
+
 double evaluate_round4(double x) {
     if (!isfinite(x)) return x;
     char buf[64];

@@ -92,6 +92,8 @@ typedef struct {
     bool sorted;              // the batches were those of the length-sorted order (EvalGenConfig.sort_by_length)
     int64_t src_positions;    // padded source positions of the batches generated (eval_shard_padded_positions)
     int64_t src_positions_input; // the same for the input order's batches (equal when not sorted)
+    double gen_s, gather_s, score_s; // this rank's wall seconds of runtime: generating, all-gathering rows, scoring
+    int score_threads;        // threads that scored the rows (the most any piece used)
 } EvalGenResult;
 
 // Generates over `ds` with one GPU's eval batching (dataloader_open(ds, dopt, false) on one rank: sequential, or with
@@ -117,6 +119,9 @@ int evaluate_write_predictions(const char* output_dir, const EvalGenResult* r, c
 // One line saying how the batches were formed when sorted, e.g. "predict generation: batches sorted by source
 // length: 5120 padded source positions (input order: 9216)" ("" when not sorted).
 void evaluate_sort_line(const EvalGenResult* r, char* buf, size_t cap);
+// "<prefix> generation time (this rank): generating G s (encoder E ms, decoder D ms on the GPU, C CUDA graphs
+// captured), gathering X s, scoring S s on T threads": where runtime went.
+void evaluate_time_line(const EvalGenResult* r, char* buf, size_t cap);
 // One line saying how the ranks shared r's generation, e.g. "predict generation on 2 ranks, sharded in lockstep (steps
 // agreed): batches per rank 5 5 | padding 0 0 | decoder steps 96 96 | agreements 24 24 | unit gathers 960 960"
 // (written to buf, truncated to cap; "" for one rank).

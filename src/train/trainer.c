@@ -505,6 +505,12 @@ static json_t* run_eval_split(Trainer* t, Dataset* ds, DataLoader* dl, const cha
             printf("%s\n", line);
             fflush(stdout);
         }
+        if (t->main) {  // where the runtime went
+            char line[512];
+            evaluate_time_line(&r, line, sizeof line);
+            printf("%s\n", line);
+            fflush(stdout);
+        }
         if (t->main && t->world > 1) {  // how the ranks shared it (test_gpu_multi_eval reads this line)
             char line[1024];
             evaluate_shard_line(&r, line, sizeof line);
