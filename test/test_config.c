@@ -347,6 +347,18 @@ static void test_nvme_keys(void** state) {
     assert_int_equal(config_check_implemented(&cfg, err, sizeof err), T5_EXIT_USAGE);
     assert_contains(err, "not implemented yet: aio.use_gds true (GPUDirect Storage");
     cfg.ds.aio.use_gds = false;
+    // DeepSpeed's averaging knobs: a no-op on one rank, refused on several
+    cfg.ds.gradient_predivide_factor = 2.0;
+    if ((rc = config_check_implemented(&cfg, err, sizeof err))) fail_msg("one rank: %s", err);
+    cfg.world_size = 2;
+    assert_int_equal(config_check_implemented(&cfg, err, sizeof err), T5_EXIT_USAGE);
+    assert_contains(err, "not implemented yet: prescale_gradients true / gradient_predivide_factor 2 on 2 ranks");
+    cfg.ds.gradient_predivide_factor = 1.0;
+    cfg.ds.prescale_gradients = true;
+    assert_int_equal(config_check_implemented(&cfg, err, sizeof err), T5_EXIT_USAGE);
+    cfg.ds.prescale_gradients = false;
+    if ((rc = config_check_implemented(&cfg, err, sizeof err))) fail_msg("defaults on two ranks: %s", err);
+    cfg.world_size = 1;
     cfg.optim = OPTIM_ADAFACTOR;
     cfg.ds.optimizer.present = false;
     assert_int_equal(config_check_implemented(&cfg, err, sizeof err), T5_EXIT_USAGE);

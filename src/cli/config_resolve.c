@@ -697,6 +697,13 @@ int config_check_implemented(const RunConfig* c, char* err, size_t n) {
             MISSING("zero_optimization.load_from_fp32_weights false (resume always restores the fp32 master)");
         if (z->round_robin_gradients) MISSING("zero_optimization.round_robin_gradients true");
     }
+    // DeepSpeed's gradient averaging knobs. One rank reduces nothing: any value is a no-op there. Several ranks:
+    // DeepSpeed's stage 0 honours them (engine.allreduce_bucket: divide by the factor, sum, scale to the mean);
+    // its ZeRO 1-3 assert them away ("not yet supported with reduce scatter enabled"); t5train has neither.
+    if (c->has_deepspeed && c->world_size > 1 && (c->ds.prescale_gradients || c->ds.gradient_predivide_factor != 1.0))
+        MISSING("prescale_gradients true / gradient_predivide_factor %g on %d ranks (the ranks' gradients are "
+                "pre-divided by the world size and summed; DeepSpeed's ZeRO stages 1-3 refuse these too)",
+                c->ds.gradient_predivide_factor, c->world_size);
     if (c->has_deepspeed && c->ds.optimizer.present && c->ds.optimizer.type != DS_OPTIM_ADAM &&
         c->ds.optimizer.type != DS_OPTIM_ADAMW) {
         char name[64];

@@ -460,7 +460,8 @@ void zero_master_read(ZeroEngine* Z, int unit, size_t offset, float* host, size_
 void zero_dp_allreduce_mean(ZeroEngine* Z, void* buf, DType dt, size_t n, cudaStream_t s) {
     if (Z->coll.world == 1) return;
     if (Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_dp_allreduce_mean at ZeRO stage %d (the engine reduces)", Z->stage);
-    // DeepSpeed's order: pre-divided by the world size, then summed
+    // pre-divided by the world size, then summed: the order of DeepSpeed's ZeRO 1-3 reductions (its stage 0,
+    // engine.allreduce_bucket, sums first and scales after: the same mean, rounded in another place; docs/multi_gpu.md)
     scale_inplace(buf, dt, n, 1.0f / (float)Z->coll.world, s);
     zcoll_all_reduce(&Z->coll, buf, n, dt, ncclSum, s, "the gradient all-reduce");
 }
