@@ -480,6 +480,11 @@ static json_t* run_eval_split(Trainer* t, Dataset* ds, DataLoader* dl, const cha
     const bool held = engine_eval_begin(t->E, t->s);
     int64_t nbatches = 0;
     const double loss = eval_loss_sharded(t, dl, nex, &nbatches);
+    if (t->main) {  // where the runtime goes (the generation's share: evaluate_time_line below)
+        printf("%s loss pass (this rank): %.3f s, %lld steps over %lld examples on %d rank(s)\n", prefix,
+               trainer_log_now() - t0, (long long)nbatches, (long long)nex, t->world);
+        fflush(stdout);
+    }
     char key[64];
     snprintf(key, sizeof key, "%s_loss", prefix);
     json_t* m = json_object();
