@@ -290,35 +290,25 @@ static void run_small(DType dt, int mode, const char* preset, float* loss_out, f
     CUDA_CHECK(cudaMemcpyAsync(*logits_out, t5_model_logits(M), *logit_bytes, cudaMemcpyDeviceToHost, s));
     CUDA_CHECK(cudaStreamSynchronize(s));
     t5_model_set_train(M, true);
+    *grads_out = NULL;
+    *n_out = 0;
     if (mode == 2) {  // the training-mode forward (dropout) without a backward: its loss only
         t5_model_forward(M, false, 1.0f, 77, s);
         *loss_out = t5_model_loss(M, s);
         assert_true(zero_all_released(Z));
-        *grads_out = NULL;
-        *n_out = 0;
-        print_message("# %s %s forward_only: loss %.6f, activations %.1f MiB\n", preset, dtype_name(dt), *loss_out,
-                      t5_model_activation_bytes(M) / 1048576.0);
-        CUDA_CHECK(cudaStreamDestroy(s));
-        t5_model_destroy(M);
-        zero_destroy(Z);
-        params_free(&t);
-        free(ids);
-        free(mask);
-        free(lab);
-        return;
+    } else {
+        zero_begin_grads(Z, s);
+        t5_model_forward(M, true, 1.0f, 77, s);
+        t5_model_backward(M, s);
+        *loss_out = t5_model_loss(M, s);
+        assert_true(zero_all_released(Z));
+        assert_int_equal(zero_num_grads_ready(Z), t.num_units);
+        *n_out = zero_flat_numel(Z);
+        *grads_out = malloc(*n_out * 4);
+        zero_grads_to_host_f32(Z, *grads_out, s);
     }
-    zero_begin_grads(Z, s);
-    t5_model_forward(M, true, 1.0f, 77, s);
-    t5_model_backward(M, s);
-    *loss_out = t5_model_loss(M, s);
-    assert_true(zero_all_released(Z));
-    assert_int_equal(zero_num_grads_ready(Z), t.num_units);
-    size_t n = zero_flat_numel(Z);
-    float* g = malloc(n * 4);
-    zero_grads_to_host_f32(Z, g, s);
-    *grads_out = g;
-    *n_out = n;
-    print_message("# %s %s ckpt %d: loss %.6f, activations %.1f MiB\n", preset, dtype_name(dt), ckpt, *loss_out,
+    print_message("# %s %s %s: loss %.6f, activations %.1f MiB\n", preset, dtype_name(dt),
+                  mode == 0 ? "full" : mode == 1 ? "ckpt" : "forward_only", *loss_out,
                   t5_model_activation_bytes(M) / 1048576.0);
     CUDA_CHECK(cudaStreamDestroy(s));
     t5_model_destroy(M);
