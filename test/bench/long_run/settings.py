@@ -72,6 +72,14 @@ SETTINGS = {
                              "max_train_samples": 22016},
     "exact_2gpu_stage2_div": {"dropout": 0.0, "ds": "zero2_no_offload_hf_schedule", "gpus": 2, "batch": 16,
                               "sides": ("t5train",), "against": "exact_stage0_ga2_div", "max_train_samples": 22016},
+    # docs/training_results.md finding 16: the _div pair kept its gradient norms equal to step 1,050 and parted by
+    # step 1,100 (session 7). The same pair logged at every step (max_steps unchanged: the schedule decays over it)
+    # names the first step that differs; logging does not change training, so its norms are the _div runs'.
+    "exact_stage0_ga2_div_fine": {"dropout": 0.0, "batch": 16, "ga": 2, "sides": ("t5train",), "against": None,
+                                  "max_train_samples": 22016, "logging_steps": 1},
+    "exact_2gpu_stage2_div_fine": {"dropout": 0.0, "ds": "zero2_no_offload_hf_schedule", "gpus": 2, "batch": 16,
+                                   "sides": ("t5train",), "against": "exact_stage0_ga2_div_fine",
+                                   "max_train_samples": 22016, "logging_steps": 1},
 }
 
 # The task search (t5train alone; docs/training_results.md section 6): at lr 5e-4 no task was learned in 3,000
