@@ -255,6 +255,26 @@ static void test_estimate_command(void** state) {
     // a bad shape: one line, exit 2
     rc = t5test_run(out, sizeof out, "%s estimate --model t5-small --batch 0 --flops_profile 2>&1", t5test_bin());
     assert_int_equal(rc, 2);
+    // evaluation only (--do_eval without --do_train): the run's model keeps one block's activations (forward_only),
+    // and the estimate sizes it so; with --do_train the same batch needs every layer's (t5-11b at eval batch 32:
+    // 117 GiB of activations before session 7's fix)
+    double act[2];
+    for (int k = 0; k < 2; k++) {
+        rc = t5test_run(out, sizeof out, "%s estimate --model t5-11b --bf16 %s --per_device_eval_batch_size 32 "
+                        "--per_device_train_batch_size 32 --source_len 128 --target_len 128 --gpu_mem 139.8 "
+                        "--host_mem 125 2>&1", t5test_bin(), k ? "--do_train --do_eval" : "--do_eval");
+        if (rc) fail_msg("exit %d: %s", rc, out);
+        const char* row = strstr(out, "\nstage 0 ");
+        assert_non_null(row);
+        double v[7];
+        assert_int_equal(sscanf(row + 8, "%lf %lf %lf %lf %lf %lf %lf", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+                                &v[6]), 7);
+        act[k] = v[4];  // params grads optim comm act work GPU
+    }
+    print_message("t5-11b bf16 32 x (128+128), stage 0 activations: %.2f GiB evaluation only, %.2f GiB training\n",
+                  act[0], act[1]);
+    assert_true(act[1] > 100.0);
+    assert_true(act[0] < act[1] / 10);
 }
 
 // a dry run refuses an output_file or results_dir that cannot be written (one line, exit 2) and accepts good ones

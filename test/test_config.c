@@ -347,16 +347,27 @@ static void test_nvme_keys(void** state) {
     assert_int_equal(config_check_implemented(&cfg, err, sizeof err), T5_EXIT_USAGE);
     assert_contains(err, "not implemented yet: aio.use_gds true (GPUDirect Storage");
     cfg.ds.aio.use_gds = false;
-    // DeepSpeed's averaging knobs: a no-op on one rank, refused on several
-    cfg.ds.gradient_predivide_factor = 2.0;
+    // DeepSpeed's averaging knobs: a no-op on one rank; on several, what t5train's reduction is, else refused
+    const int64_t stage = cfg.ds.zero_optimization.stage;  // 2 here
+    cfg.ds.gradient_predivide_factor = 3.0;
     if ((rc = config_check_implemented(&cfg, err, sizeof err))) fail_msg("one rank: %s", err);
     cfg.world_size = 2;
     assert_int_equal(config_check_implemented(&cfg, err, sizeof err), T5_EXIT_USAGE);
-    assert_contains(err, "not implemented yet: prescale_gradients true / gradient_predivide_factor 2 on 2 ranks");
+    assert_contains(err, "not implemented yet: gradient_predivide_factor 3 on 2 ranks (DeepSpeed refuses it at ZeRO");
     cfg.ds.gradient_predivide_factor = 1.0;
     cfg.ds.prescale_gradients = true;
     assert_int_equal(config_check_implemented(&cfg, err, sizeof err), T5_EXIT_USAGE);
-    cfg.ds.prescale_gradients = false;
+    assert_contains(err, "prescale_gradients true at ZeRO stage 2 on 2 ranks");
+    cfg.ds.zero_optimization.stage = 0;  // stage 0: prescale is t5train's order, any factor unused
+    cfg.ds.gradient_predivide_factor = 3.0;
+    if ((rc = config_check_implemented(&cfg, err, sizeof err))) fail_msg("stage 0 prescale: %s", err);
+    cfg.ds.prescale_gradients = false;  // postscale: the factor must be 1.0 or the world size
+    assert_int_equal(config_check_implemented(&cfg, err, sizeof err), T5_EXIT_USAGE);
+    assert_contains(err, "gradient_predivide_factor 3 on 2 ranks (stage 0 divides by the world size");
+    cfg.ds.gradient_predivide_factor = 2.0;
+    if ((rc = config_check_implemented(&cfg, err, sizeof err))) fail_msg("stage 0 factor = world: %s", err);
+    cfg.ds.gradient_predivide_factor = 1.0;
+    cfg.ds.zero_optimization.stage = stage;
     if ((rc = config_check_implemented(&cfg, err, sizeof err))) fail_msg("defaults on two ranks: %s", err);
     cfg.world_size = 1;
     cfg.optim = OPTIM_ADAFACTOR;

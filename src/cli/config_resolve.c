@@ -697,13 +697,23 @@ int config_check_implemented(const RunConfig* c, char* err, size_t n) {
             MISSING("zero_optimization.load_from_fp32_weights false (resume always restores the fp32 master)");
         if (z->round_robin_gradients) MISSING("zero_optimization.round_robin_gradients true");
     }
-    // DeepSpeed's gradient averaging knobs. One rank reduces nothing: any value is a no-op there. Several ranks:
-    // DeepSpeed's stage 0 honours them (engine.allreduce_bucket: divide by the factor, sum, scale to the mean);
-    // its ZeRO 1-3 assert them away ("not yet supported with reduce scatter enabled"); t5train has neither.
-    if (c->has_deepspeed && c->world_size > 1 && (c->ds.prescale_gradients || c->ds.gradient_predivide_factor != 1.0))
-        MISSING("prescale_gradients true / gradient_predivide_factor %g on %d ranks (the ranks' gradients are "
-                "pre-divided by the world size and summed; DeepSpeed's ZeRO stages 1-3 refuse these too)",
-                c->ds.gradient_predivide_factor, c->world_size);
+    // DeepSpeed's gradient averaging knobs. One rank reduces nothing: any value is a no-op there. Several ranks,
+    // stage 0 (DeepSpeed's engine.allreduce_bucket): prescale_gradients true divides by the world size, then sums
+    // (the factor unused): t5train's order (zero_dp_allreduce_mean); false divides by the factor, sums, then scales
+    // by factor / world: t5train's order when the factor is the world size, the default 1.0 the same mean rounded
+    // in another place (docs/multi_gpu.md); other factors are not built. ZeRO stages 1-3: DeepSpeed asserts both
+    // away ("not yet supported with reduce scatter enabled").
+    if (c->has_deepspeed && c->world_size > 1) {
+        const double f = c->ds.gradient_predivide_factor;
+        const bool zero = z->stage > 0;
+        if (zero && c->ds.prescale_gradients)
+            MISSING("prescale_gradients true at ZeRO stage %d on %d ranks (DeepSpeed refuses it there too)",
+                    (int)z->stage, c->world_size);
+        else if (f != 1.0 && (zero || (!c->ds.prescale_gradients && f != (double)c->world_size)))
+            MISSING("gradient_predivide_factor %g on %d ranks (%s)", f, c->world_size,
+                    zero ? "DeepSpeed refuses it at ZeRO stages 1-3 too"
+                         : "stage 0 divides by the world size before the all-reduce; 1.0 or the world size only");
+    }
     if (c->has_deepspeed && c->ds.optimizer.present && c->ds.optimizer.type != DS_OPTIM_ADAM &&
         c->ds.optimizer.type != DS_OPTIM_ADAMW) {
         char name[64];

@@ -155,7 +155,10 @@ int estimate_main(int argc, char** argv) {
                      : config_run_dtype(c);
     in.grad_dtype = in.dtype;
     if (c->has_deepspeed && c->ds.data_types.grad_accum_dtype == COMM_DTYPE_FP32) in.grad_dtype = DT_F32;
-    int b = (int)c->per_device_train_batch_size;
+    // a job that only evaluates (--do_eval / --do_predict without --do_train) is sized as its run sizes it: the
+    // evaluation batch and one block's activations (forward_only); anything else is estimated as training
+    const bool eval_only = !c->do_train && (c->do_eval || c->do_predict);
+    int b = eval_only ? 1 : (int)c->per_device_train_batch_size;
     if ((c->do_eval || c->do_predict) && c->per_device_eval_batch_size > b) b = (int)c->per_device_eval_batch_size;
     in.batch = batch ? batch : b;
     in.src_len = src ? src : ((int)c->max_source_length + 7) / 8 * 8;  // rounded up to 8, as the run's buffers
@@ -163,6 +166,7 @@ int estimate_main(int argc, char** argv) {
     if ((c->do_eval || c->do_predict) && c->val_max_target_length > t) t = (int)c->val_max_target_length;
     in.tgt_len = tgt ? tgt : (t + 7) / 8 * 8;
     in.gradient_checkpointing = c->gradient_checkpointing;
+    in.forward_only = eval_only;
     in.grad_accum_steps = gas ? gas : (int)c->gradient_accumulation_steps;
     in.gpus_per_node = gpn;
     in.num_nodes = nodes;

@@ -22,13 +22,13 @@
  */
 #include "evaluate.h"
 
-#include <omp.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
 #include "../base/common.h"
 #include "../launch/comm.h"
+#include "score.h"
 #include "shard.h"
 
 #define GATHER_BYTES ((size_t)64 << 20)  // one piece's all-gathered rows, at most (one step at least)
@@ -133,96 +133,26 @@ static int gen_steps(GenRun* g, int64_t k0, int64_t nk, cudaStream_t s, char* er
     return 0;
 }
 
-// Scores one gathered row (batch i, row j: example e) into st: gen_len's counts, BLEU, the prediction. 0, or -1 with
-// err. Touches only example e's entries of g, so rows are scored on several threads at once.
-static int score_row(GenRun* g, BleuStats* st, int64_t i, const int32_t* row, int64_t e, char* err, size_t errlen) {
-    const int width = row[0];
-    if (width < 0 || width > g->ML) {
-        snprintf(err, errlen, "internal: example %lld (batch %lld) is not in the gathered results", (long long)e,
-                 (long long)i);
-        return -1;
-    }
-    // gen_len's count, independent of this batch's width: the row's own part, the fill past it checked
-    const int len = evaluate_row_length(row + 1, width, g->eos);
-    for (int x = len; x < width; x++)
-        if (row[1 + x] != g->fill) {
-            snprintf(err, errlen, "internal: example %lld: position %d of %d holds %d after the row's end at %d, not "
-                     "the fill %d", (long long)e, x, width, row[1 + x], len, g->fill);
-            return -1;
-        }
-    g->own_len[e] = len;
-    g->own_nonpad[e] = (int32_t)evaluate_count_nonpad(row + 1, len, g->pad);
-    const int32_t *src, *tgt;
-    int n_src, n_tgt;
-    dataset_get(g->ds, e, &src, &n_src, &tgt, &n_tgt);
-    char* hyp = evaluate_postprocess(g->tok, row + 1, width, false);
-    char* ref = evaluate_postprocess(g->tok, tgt, n_tgt, false);
-    const char* refs[1] = {ref};
-    char berr[256];
-    const bool bad = bleu_stats_add(st, hyp, refs, 1, berr, sizeof berr) != BLEU_OK;
-    free(hyp);
-    free(ref);
-    if (bad) {
-        snprintf(err, errlen, "BLEU of example %lld (line %lld): %s", (long long)e, (long long)dataset_line(g->ds, e),
-                 berr);
-        return -1;
-    }
-    if (g->preds) g->preds[e] = evaluate_postprocess(g->tok, row + 1, width, true);
-    return 0;
-}
-
-// rows per scoring thread, at least (below it one thread scores them all)
-#define SCORE_ROWS_PER_THREAD 64
-#define SCORE_MAX_THREADS 16
-
-// Scores the batches of the gathered steps [k0, k0 + nk), each row as its example (input index), on up to
-// SCORE_MAX_THREADS threads: the rows in batch order are cut into one contiguous run per thread, each with its own
-// BLEU statistics (numbered from its run's first segment, so an error names the segment one thread would), merged in
-// run order; every count is an integer sum, so the result is the one thread's. The first failing row in batch order
-// gives the error. *threads: raised to the threads used. 0, or -1 with err.
+// Scores the batches of the gathered steps [k0, k0 + nk), each row as its example (input index), in batch order
+// (score.h: on several threads, the one thread's result). *threads: raised to the threads used. 0, or -1 with err.
 static int gen_score(GenRun* g, int64_t k0, int64_t nk, int* threads, char* err, size_t errlen) {
     const int64_t W = g->sh.world, i0 = k0 * W, i1 = T5_MIN((k0 + nk) * W, g->sh.n_batches);
     if (i1 <= i0) return 0;
-    // position p of the rows in batch order -> (batch, row): batches are full but the split's last
+    // position p of the rows in batch order -> (batch i0 + p / B, row p % B): batches are full but the split's last
     int64_t first0, count0, firstL, countL;
     eval_shard_examples(&g->sh, i0, &first0, &count0);
     eval_shard_examples(&g->sh, i1 - 1, &firstL, &countL);
     const int64_t n = firstL + countL - first0;
-    int T = (int)T5_MIN(T5_MAX(n / SCORE_ROWS_PER_THREAD, (int64_t)1), (int64_t)SCORE_MAX_THREADS);
-    T = T5_MIN(T, omp_get_max_threads());
-    *threads = T5_MAX(*threads, T);
-    BleuStats* st = calloc_check((size_t)T, sizeof *st);
-    int64_t* bad_at = malloc_check((size_t)T * sizeof(int64_t));
-    char(*msg)[512] = calloc_check((size_t)T, sizeof *msg);
-    const int64_t seg0 = g->st.n_segments;
-    for (int t = 0; t < T; t++) {
-        bleu_stats_init(&st[t], false);
-        st[t].n_segments = seg0 + n * t / T;  // error messages number segments as one thread would
-        bad_at[t] = -1;
+    EvalScoreItem* items = malloc_check((size_t)n * sizeof *items);
+    for (int64_t p = 0; p < n; p++) {
+        const int64_t i = i0 + p / g->B, j = p % g->B;
+        const int32_t* rows = g->all + (size_t)eval_shard_slot(&g->sh, i, k0, nk) * g->B * g->RS;
+        items[p] = (EvalScoreItem){.row = rows + (size_t)j * g->RS, .example = gen_example(g, first0 + p), .batch = i};
     }
-#pragma omp parallel num_threads(T) if (T > 1)
-    {
-        const int t = omp_get_thread_num();
-        for (int64_t p = n * t / T; p < n * (t + 1) / T && bad_at[t] < 0; p++) {
-            const int64_t i = i0 + p / g->B, j = p % g->B;
-            const int32_t* rows = g->all + (size_t)eval_shard_slot(&g->sh, i, k0, nk) * g->B * g->RS;
-            if (score_row(g, &st[t], i, rows + (size_t)j * g->RS, gen_example(g, first0 + p), msg[t], sizeof msg[t]))
-                bad_at[t] = p;
-        }
-    }
-    int rc = 0;
-    for (int t = 0; t < T; t++) {
-        if (rc == 0 && bad_at[t] >= 0) {
-            snprintf(err, errlen, "%s", msg[t]);
-            rc = -1;
-        }
-        st[t].n_segments -= seg0 + n * t / T;
-        bleu_stats_merge(&g->st, &st[t]);
-        bleu_stats_free(&st[t]);
-    }
-    free(st);
-    free(bad_at);
-    free(msg);
+    const EvalScorer sc = {.tok = g->tok, .ds = g->ds, .max_length = g->ML, .eos = g->eos, .pad = g->pad,
+                           .fill = g->fill, .own_len = g->own_len, .own_nonpad = g->own_nonpad, .preds = g->preds};
+    const int rc = eval_score_rows(&sc, &g->st, items, n, threads, err, errlen);
+    free(items);
     if (rc == 0) g->n_done += n;
     return rc;
 }

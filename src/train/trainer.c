@@ -479,10 +479,11 @@ static json_t* run_eval_split(Trainer* t, Dataset* ds, DataLoader* dl, const cha
     // not training's); otherwise each forward fetches on demand
     const bool held = engine_eval_begin(t->E, t->s);
     int64_t nbatches = 0;
+    const double t_loss = trainer_log_now();
     const double loss = eval_loss_sharded(t, dl, nex, &nbatches);
-    if (t->main) {  // where the runtime goes (the generation's share: evaluate_time_line below)
-        printf("%s loss pass (this rank): %.3f s, %lld steps over %lld examples on %d rank(s)\n", prefix,
-               trainer_log_now() - t0, (long long)nbatches, (long long)nex, t->world);
+    if (t->main) {  // where the runtime goes (stage 3's gather of the held units before it; generation's share below)
+        printf("%s loss pass (this rank): %.3f s, %lld steps over %lld examples on %d rank(s); %.3f s before it\n",
+               prefix, trainer_log_now() - t_loss, (long long)nbatches, (long long)nex, t->world, t_loss - t0);
         fflush(stdout);
     }
     char key[64];
