@@ -73,6 +73,8 @@ import os
 import sys
 import time
 
+from ds_adafactor_zero2 import read_pairs  # newsdev2016's first n pairs (0: all), same folder
+
 T0 = time.time()
 PRESETS = {  # d_model, d_kv, d_ff, layers, heads (scripts/bench_t5_step_hf.py)
     "t5-3b": (1024, 128, 16384, 24, 32),
@@ -101,15 +103,6 @@ def cmd_prepare(a):
     print(f"prepare: {tok}/, {a.work}/ds_zero3_inference.json")
 
 
-def read_pairs(data, n):
-    out = []
-    with open(os.path.join(data, "wmt16-ro-en", "validation.en"), encoding="utf-8") as fe, \
-            open(os.path.join(data, "wmt16-ro-en", "validation.ro"), encoding="utf-8") as fr:
-        for en, ro in zip(fe, fr):
-            out.append((en.rstrip("\n"), ro.rstrip("\n")))
-            if n and len(out) == n:
-                break
-    return out
 
 
 def build_model(a, device):
