@@ -321,10 +321,10 @@ static int alloc_device(ZeroPart* P, const ZeroOptions* o, const ZeroMemEstimate
     const size_t bucket = E->bucket_elems;
     const size_t d_w = o->stage == 3 ? 0 : E->gpu_weights;  // stages 1/2: every unit resident (W = 1)
     const size_t d_wpart = o->stage == 3 ? E->gpu_weights : 0;
-    if (dev_alloc(P, (void**)&P->d_master, E->gpu_numel * 4, "fp32 master weights", err, errlen) ||
+    if (dev_alloc(P, (void**)&P->d_master, E->gpu_master, "fp32 master weights", err, errlen) ||
         dev_alloc(P, (void**)&P->d_m, E->gpu_m, ada ? "Adafactor state" : "Adam first moments", err, errlen) ||
         dev_alloc(P, (void**)&P->d_v, E->gpu_v, "Adam second moments", err, errlen) ||
-        dev_alloc(P, &P->d_gacc, E->gpu_numel * P->as, "accumulated gradients", err, errlen) ||
+        dev_alloc(P, &P->d_gacc, E->gpu_gacc, "accumulated gradients", err, errlen) ||
         dev_alloc(P, &P->d_wfull, d_w, "16-bit weights", err, errlen) ||
         dev_alloc(P, &P->d_wpart, d_wpart, "16-bit parameter partitions", err, errlen) ||
         dev_alloc(P, &P->d_grad, E->gpu_grads, "gradients", err, errlen) ||
