@@ -106,6 +106,16 @@ int t5_weights_load(ZeroEngine* Z, const ParamTable* t, const char* path, cudaSt
             const size_t a = T5_MAX(lo, p0->offset), b = T5_MIN(hi, p0->offset + p0->numel);
             float* sh = malloc_check(T5_MAX(b > a ? b - a : 0, (size_t)1) * sizeof(float));
             if (b > a) zero_master_read(Z, p0->unit, a, sh, b - a);
+            // an evaluation-only engine keeps no fp32 master (model/zero.h no_optimizer_state): it reads back the 16-bit
+            // working weights, so the alias is compared rounded the same way (a difference below that rounding passes)
+            if (b > a && !zero_has_master(Z)) {
+                const DType X = zero_working_dtype(Z);
+                float* q = tmp + (a - p0->offset);
+                void* x = malloc_check((b - a) * dtype_size(X));
+                safetensors_convert(x, X, q, DT_F32, b - a);
+                safetensors_convert(q, DT_F32, x, X, b - a);
+                free(x);
+            }
             if (b > a && memcmp(sh, tmp + (a - p0->offset), (b - a) * sizeof(float)) != 0)
                 t5_warn("checkpoint %s: '%s' differs from shared.weight; ignored (the model ties it to shared.weight, "
                         "as transformers does)",
@@ -168,7 +178,8 @@ int t5_weights_init_random(ZeroEngine* Z, const ParamTable* t, uint64_t seed, cu
                            size_t errlen) {
     // Each unit is drawn on the GPU (cuda/init_normal.cu: the same Box-Muller stream per tensor as a
     // sequential CPU loop, in double) into one device scratch, then this rank's part goes straight to its master
-    // (device, or pinned/pageable host memory for an offloaded optimizer): no host staging, no host RNG.
+    // (device, or pinned/pageable host memory for an offloaded optimizer): no host staging, no host RNG. An
+    // evaluation-only engine without a master rounds it into the working weights instead (zero_master_write_dev).
     float* d = NULL;
     const size_t maxn = max_unit_numel(t);
     if (cudaMalloc((void**)&d, maxn * sizeof(float)) != cudaSuccess) {
@@ -191,7 +202,7 @@ int t5_weights_init_random(ZeroEngine* Z, const ParamTable* t, uint64_t seed, cu
         }
         size_t lo, hi;
         zero_unit_owned(Z, u, &lo, &hi);
-        CUDA_CHECK(cudaMemcpyAsync(zero_master(Z, u), d + lo, (hi - lo) * sizeof(float), cudaMemcpyDefault, s));
+        zero_master_write_dev(Z, u, lo, d + lo, hi - lo, s);
     }
     CUDA_CHECK(cudaStreamSynchronize(s));
     CUDA_CHECK(cudaFree(d));

@@ -133,6 +133,14 @@ typedef struct {
     // estimate counts its selective state (ZeroMemEstimate.gpu_zenflow); the engine sets accum_dtype fp32
     bool zenflow;
     double zenflow_topk_ratio;
+    // Evaluation only (stages 1-3; engine_create sets it from !EngineOptions.train): the working partitions and
+    // what the forward needs (stage 3 gathers, the fp32 views); no optimizer state (Adam m, v, Adafactor's),
+    // no gradient buffers (accumulated partitions, stage 1's resident gradients, buckets, norm slots, the
+    // gradients in flight) and, with a 16-bit working dtype, no fp32 master: a load writes the working partitions
+    // and the views directly (zero_master_write / zero_master_write_dev), zero_master_read reads them back, and
+    // every gradient, optimizer, optimizer-state or master-gather call is an internal error. In fp32 the master
+    // stays (it is the working copy the load fills and publishes). Stage 0 ignores it (everything resident).
+    bool no_optimizer_state;
 } ZeroOptions;
 
 void zero_options_default(ZeroOptions* o);  // DeepSpeed's defaults, stage 0, one rank
@@ -181,6 +189,13 @@ float* zero_master(ZeroEngine* Z, int unit);
 // of the unit (inside this rank's owned range), wherever the master lives. Synchronous.
 void zero_master_write(ZeroEngine* Z, int unit, size_t offset, const float* host, size_t n);
 void zero_master_read(ZeroEngine* Z, int unit, size_t offset, float* host, size_t n);
+// zero_master_write from device memory (`dev`: n fp32 values), ordered on `stream`; the caller synchronises before it
+// frees or rewrites `dev`. Without a master (ZeroOptions.no_optimizer_state, 16-bit): rounds into the working
+// partition and fills the fp32 views, as zero_sync_working would from a master holding these values.
+void zero_master_write_dev(ZeroEngine* Z, int unit, size_t offset, const float* dev, size_t n, cudaStream_t stream);
+// False for an evaluation-only engine without an fp32 master (ZeroOptions.no_optimizer_state with a 16-bit working
+// dtype): zero_master_read then returns the working weights widened to fp32, zero_master is an internal error.
+bool zero_has_master(const ZeroEngine* Z);
 // This rank's owned element range [lo, hi) of the unit (stage 0 and one rank: [0, numel)).
 void zero_unit_owned(const ZeroEngine* Z, int unit, size_t* lo, size_t* hi);
 // Working := round(master) for every unit (after loading or an optimizer step). No-op in fp32 at stage 0.

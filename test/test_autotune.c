@@ -275,6 +275,25 @@ static void test_estimate_command(void** state) {
                   act[0], act[1]);
     assert_true(act[1] > 100.0);
     assert_true(act[0] < act[1] / 10);
+    // ZeRO inference (issue 29 item 3): an evaluation-only engine keeps no optimizer state, gradients or fp32 master
+    // (model/zero.h no_optimizer_state), so t5-11b at eval batch 32 fits 2 x 80 GB at stage 3 (98.7 GiB per GPU
+    // before: 13.7 params, 11.7 grads, 63.2 optim)
+    rc = t5test_run(out, sizeof out, "%s estimate --model t5-11b --bf16 --do_eval --per_device_eval_batch_size 32 "
+                    "--source_len 128 --target_len 128 --num_gpus 2 --gpu_mem 79.6 --host_mem 125 2>&1", t5test_bin());
+    if (rc) fail_msg("exit %d: %s", rc, out);
+    const char* row = strstr(out, "\nstage 3 ");
+    assert_non_null(row);
+    double g[7];
+    assert_int_equal(sscanf(row + 8, "%lf %lf %lf %lf %lf %lf %lf", &g[0], &g[1], &g[2], &g[3], &g[4], &g[5], &g[6]),
+                     7);
+    print_message("t5-11b bf16 eval 32 x (128+128), 2 GPUs, stage 3: %.2f GiB per GPU (params %.2f, act %.2f)\n", g[6],
+                  g[0], g[4]);
+    assert_true(g[1] == 0.0 && g[2] == 0.0 && g[3] == 0.0);  // grads, optim, comm
+    assert_true(g[0] > 13.67 && g[0] < 13.77 && g[6] < 79.6 / 1.05);
+    const char* end = strchr(row + 1, '\n');
+    assert_non_null(end);
+    assert_non_null(strstr(row, "| yes"));
+    assert_true(strstr(row, "| yes") < end);
 }
 
 // a dry run refuses an output_file or results_dir that cannot be written (one line, exit 2) and accepts good ones

@@ -228,6 +228,75 @@ static void test_engine_sizes(void** state) {
     assert_non_null(strstr(err, "offload_param needs ZeRO stage 3"));
 }
 
+// Evaluation only (PlanInput.forward_only; the engine's ZeroOptions.no_optimizer_state at stages 1-3): every row drops
+// exactly the gradient, optimizer-state and comm bytes; a 16-bit run also its fp32 master (the load writes the working
+// partitions); fp32 keeps the master (it is the working copy). The 16-bit weights, gathered peak and views stay.
+static void test_eval_only_sizes(void** state) {
+    (void)state;
+    char err[512];
+    const char* models[] = {"t5-small", "t5-3b", "t5-11b"};
+    const DType dts[] = {DT_BF16, DT_F32};
+    for (size_t i = 0; i < T5_ARRAY_LEN(models); i++)
+        for (size_t d = 0; d < T5_ARRAY_LEN(dts); d++)
+            for (int world = 1; world <= 2; world++) {
+                PlanInput tr = input(models[i], 4, 64, 64, dts[d], false);
+                tr.gpus_per_node = world;
+                PlanInput ev = tr;
+                ev.forward_only = true;
+                static PlanRow rt[PLANNER_MAX_ROWS], re[PLANNER_MAX_ROWS];
+                const int n = planner_table(&tr, 0.25, rt, PLANNER_MAX_ROWS, err, sizeof err);
+                assert_int_equal(planner_table(&ev, 0.25, re, PLANNER_MAX_ROWS, err, sizeof err), n);
+                ParamTable T;
+                assert_int_equal(params_build(&T, &tr.model, err, sizeof err), 0);
+                for (int k = 0; k < n; k++) {
+                    const PlanRow *t = &rt[k], *e = &re[k];
+                    assert_int_equal(e->cpu_numel, t->cpu_numel);
+                    if (t->stage == 0) {  // stage 0 keeps its resident buffers (not the engine's flag)
+                        assert_int_equal(e->g_optim, t->g_optim);
+                        assert_int_equal(e->g_grads, t->g_grads);
+                        continue;
+                    }
+                    assert_int_equal(e->g_params, t->g_params);
+                    assert_int_equal(e->g_grads, 0);
+                    assert_int_equal(e->g_comm, 0);
+                    // the GPU-stepped partition's fp32 master stays only in fp32
+                    const size_t gpu_part = t->g_optim / 12;  // master + Adam m, v: 12 bytes per GPU element
+                    assert_int_equal(t->g_optim, 12 * gpu_part);
+                    assert_int_equal(e->g_optim, dts[d] == DT_F32 ? 4 * gpu_part : 0);
+                    assert_int_equal(e->g_total, e->g_params + e->g_optim + e->g_act + e->g_work);
+                    // host per node: the offloaded 16-bit partitions the gathers read (offload_param), or the fp32
+                    // master; no m, v, gradients, and no fp32 gather for saving (nothing saves)
+                    const size_t host = dts[d] == DT_F32 ? 4 * e->cpu_numel : t->off_param ? 2 * e->cpu_numel : 0;
+                    assert_int_equal(e->h_total, host * (size_t)world);
+                }
+                params_free(&T);
+            }
+    // exactly, on the engine's own numbers: two units at stage 2, bf16, one sub-group on the CPU and one on the GPU
+    ZeroOptions o;
+    zero_options_default(&o);
+    o.stage = 2;
+    o.working_dtype = o.grad_dtype = o.comm_dtype = o.accum_dtype = DT_BF16;
+    o.offload_optimizer = true;
+    o.ratio = 0.5;
+    o.sub_group_size = 5000;
+    size_t nu[] = {5000, 1000};  // the trailing group (1000 elements, within ratio x total) on the CPU
+    ZeroMemEstimate et, ee;
+    if (zero_estimate(&o, 2, nu, &et, err, sizeof err)) fail_msg("%s", err);
+    o.no_optimizer_state = true;
+    if (zero_estimate(&o, 2, nu, &ee, err, sizeof err)) fail_msg("%s", err);
+    assert_int_equal(et.gpu_master + et.host_master, 4 * (et.gpu_numel + et.cpu_numel));
+    assert_true(et.gpu_comm > 0 && et.gpu_grad_peak > 0 && et.host_total > 0);
+    assert_int_equal(ee.gpu_numel, et.gpu_numel);
+    assert_int_equal(ee.cpu_numel, et.cpu_numel);
+    assert_int_equal(ee.gpu_master + ee.gpu_m + ee.gpu_v + ee.gpu_gacc + ee.gpu_grads + ee.gpu_comm, 0);
+    assert_int_equal(ee.gpu_grad_peak + ee.gpu_zenflow + ee.gpu_ada_scratch, 0);
+    assert_int_equal(ee.gpu_weights, et.gpu_weights);
+    assert_int_equal(ee.gpu_views, et.gpu_views);
+    assert_int_equal(ee.gpu_resident, ee.gpu_weights + ee.gpu_views);
+    assert_int_equal(ee.host_total, 0);  // no offload_param: the CPU units' 16-bit host weights go too
+    assert_int_equal(zero_estimate_gpu_peak(&ee), ee.gpu_weights + ee.gpu_views);
+}
+
 static void test_deepspeed_estimator(void** state) {
     (void)state;
     T5Config c;
@@ -543,6 +612,7 @@ int main(void) {
         cmocka_unit_test(test_fixed_plan_check),
         cmocka_unit_test(test_activation_twin),
         cmocka_unit_test(test_engine_sizes),
+        cmocka_unit_test(test_eval_only_sizes),
         cmocka_unit_test(test_deepspeed_estimator),
         cmocka_unit_test(test_auto_choice),
         cmocka_unit_test(test_auto_batch_and_checkpointing),

@@ -21,7 +21,10 @@
  * unsorted runs. test_sort_switch (one GPU) compares --eval_sort_by_length true against false, greedy and 2 beams:
  * the same generated_predictions.txt line for line and the same metrics (gen_len counted over the input-order batches
  * either way), and the sorted run's line shows fewer padded source positions than the input order.
- * Skipped unless two GPUs are visible (test_sort_switch: one).
+ * test_zinf_no_optimizer_state (one GPU, bf16): evaluation-only stage 3 engines without optimizer state (issue 29
+ * item 3), with and without both offloads, held and on demand, against stage 0: identical metrics and predictions,
+ * less resident GPU memory than the training engine. Written without a GPU: not run yet.
+ * Skipped unless two GPUs are visible (test_sort_switch, test_zinf_no_optimizer_state: one).
  */
 #include "t5test.h"
 
@@ -297,6 +300,66 @@ static void test_predict_only_offload_param(void** state) {
             0, 37, LOCKSTEP);
 }
 
+// "GPU X GiB resident" of the engine's start-up line in g_text (src/zero/engine.c print_plan)
+static double resident_gib(const char* tag) {
+    const char* p = strstr(g_text, "GiB pinned), GPU ");
+    double v = -1;
+    if (!p || sscanf(p + strlen("GiB pinned), GPU "), "%lf", &v) != 1) fail_msg("%s: no ZeRO plan line", tag);
+    return v;
+}
+
+// ZeRO inference without optimizer state (model/zero.h no_optimizer_state; issue 29 item 3), one GPU, bf16 (the
+// 16-bit path: no fp32 master, the load writes the working partitions and views): stage 3, and stage 3 with both
+// offloads (the partitions on the host), give eval_loss, predict metrics and generated_predictions.txt identical to
+// stage 0's (the same rounding of the same fp32 checkpoint), and the engine keeps less GPU memory resident than the
+// same stage 3 engine built for training (which holds master, Adam m, v, gradient partitions and buckets).
+static void test_zinf_no_optimizer_state(void** state) {
+    (void)state;
+    T5_REQUIRE_GPUS(1);
+    ensure_model();
+    char ref[512], out[512], flags[4096];
+    snprintf(ref, sizeof ref, "%s/meval_zinf_s0", t5test_tmpdir());
+    eval_flags(flags, sizeof flags, 35, 37, "--bf16");
+    run("zinf stage 0", "", 1, ref, flags);
+    const char* cases[][2] = {
+        {"s3", S3},
+        {"s3_offload", "--deepspeed '{\"zero_optimization\": {\"stage\": 3, \"stage3_param_persistence_threshold\": 0, "
+                       "\"offload_optimizer\": {\"device\": \"cpu\"}, \"offload_param\": {\"device\": \"cpu\"}}}'"},
+    };
+    for (size_t c = 0; c < T5_ARRAY_LEN(cases); c++) {
+        char tag[64], more[1024];
+        snprintf(tag, sizeof tag, "zinf_%s", cases[c][0]);
+        snprintf(out, sizeof out, "%s/meval_%s", t5test_tmpdir(), tag);
+        snprintf(more, sizeof more, "--bf16 %s", cases[c][1]);
+        eval_flags(flags, sizeof flags, 35, 37, more);
+        for (int hold = 0; hold < 2; hold++) {
+            run(tag, hold ? "" : NO_HOLD, 1, out, flags);
+            const double eval_gib = resident_gib(tag);
+            same_metrics(tag, ref, out, "eval");
+            same_metrics(tag, ref, out, "predict");
+            assert_int_equal(same_predictions(tag, ref, out), 37);
+            double a[8], b[8];
+            const int na = eval_log_values(ref, "eval_loss", a, 8), nb = eval_log_values(out, "eval_loss", b, 8);
+            assert_int_equal(na, nb);
+            for (int i = 0; i < na; i++)
+                if (a[i] != b[i]) fail_msg("%s: eval_loss %.17g at stage 0, %.17g here", tag, a[i], b[i]);
+            if (hold) continue;
+            // the same engine built for training (one update of learning rate 0): more resident GPU memory
+            static char tflags[8192];
+            char tout[600];
+            snprintf(tout, sizeof tout, "%s_train", out);
+            snprintf(tflags, sizeof tflags, "%s --do_train --train_file %s/wmt16-ro-en/validation.en "
+                     "--max_train_samples 8 --per_device_train_batch_size 4 --max_steps 1 --learning_rate 0 "
+                     "--save_strategy no", flags, t5test_data_dir());
+            run(tag, "", 1, tout, tflags);
+            const double train_gib = resident_gib(tag);
+            print_message("%s: engine resident %.3f GiB evaluation only, %.3f GiB for training\n", tag, eval_gib,
+                          train_gib);
+            assert_true(eval_gib < train_gib);
+        }
+    }
+}
+
 // training's in-loop evaluation (eval_steps) after 2 updates of learning rate 0 at stage 2: one GPU x 4 against
 // N GPUs x (4 / N); the logged eval_loss / eval_bleu of step 2 and the final eval_results.json agree
 static void test_in_loop_eval(void** state) {
@@ -395,6 +458,7 @@ int main(void) {
         cmocka_unit_test(test_stage3_on_demand),
         cmocka_unit_test(test_predict_only_offload_param),
         cmocka_unit_test(test_in_loop_eval),
+        cmocka_unit_test(test_zinf_no_optimizer_state),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

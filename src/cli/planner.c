@@ -111,6 +111,9 @@ int planner_row(const PlanInput* in, int stage, bool off_opt, bool off_param, do
     o.offload_optimizer = off_opt;
     o.ratio = off_opt ? ratio : 1.0;
     o.offload_param = off_param;
+    // evaluation only: the engine keeps no optimizer state, gradients or (16-bit) fp32 master at stages 1-3, as
+    // engine_create builds it from !train (model/zero.h no_optimizer_state); stage 0 keeps everything resident
+    o.no_optimizer_state = in->forward_only && stage > 0;
     t5_model_zero_describe(&T, &o);
     ZeroMemEstimate e;
     o.grad_accum_steps = in->grad_accum_steps;
@@ -136,8 +139,8 @@ int planner_row(const PlanInput* in, int stage, bool off_opt, bool off_param, do
         r->h_pageable = e.host_pageable * per_node;
         r->h_total = e.host_total * per_node;
         r->nvme_file_bytes = e.nvme_file_bytes;
-        if (o.world > 1 && stage > 0) {
-            // saving: the writer gathers the whole fp32 model into host memory (zero_gather_masters)
+        if (o.world > 1 && stage > 0 && !in->forward_only) {
+            // saving (training runs only): the writer gathers the whole fp32 model into host memory (zero_gather_masters)
             size_t P = 0;
             for (int u = 0; u < nu; u++) P += numel[u];
             r->h_pageable += P * 4;

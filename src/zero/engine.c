@@ -88,6 +88,10 @@ int engine_create(Engine** out, const EngineOptions* o, char* err, size_t errlen
         names[u] = T->units[u].name;
     }
     t5_model_zero_describe(T, &E->o.zero);  // the tensors and traces, kept for stage 0's optimizer
+    // evaluation only (stages 1-3): the working partitions and the views; no optimizer state, gradient buffers or
+    // 16-bit run's fp32 master (model/zero.h no_optimizer_state; ZeRO inference, issue 29 item 3). Stage 0 keeps its
+    // resident buffers.
+    E->o.zero.no_optimizer_state = !o->train && o->zero.stage > 0;
     if (o->train && o->zenflow) {
         // ZenFlow sums every micro-step's gradient on the host in fp32 until its update boundary (DeepSpeed's
         // accumulation over update_interval micro-steps)
@@ -144,6 +148,10 @@ int engine_load_weights(Engine* E, const char* path, uint64_t seed, cudaStream_t
 }
 
 int engine_save_weights(Engine* E, const char* dir, bool write, DType dtype, cudaStream_t s, char* err, size_t errlen) {
+    // an evaluation-only engine has no fp32 master to gather (no_optimizer_state); the trainer saves only when it trains
+    if (E->o.zero.no_optimizer_state)
+        return t5_set_err(err, errlen, "internal: saving weights from an evaluation-only ZeRO stage %d engine (it keeps "
+                          "no fp32 master; only a run with --do_train saves)", E->o.zero.stage);
     // ZenFlow: the selected columns' latest values live in the working weights only; the file takes them there, the
     // master stays as it is (a checkpoint must not change the run: docs/zero.md "ZenFlow's checkpoint")
     if (E->zf) zenflow_engine_save_begin(E->Z, s);

@@ -72,6 +72,8 @@ static int add_blob(const EngineStateSink* k, const char* b, const void* data, s
 }
 
 int engine_state_save(Engine* E, const EngineStateSink* k, char* err, size_t errlen) {
+    if (!E->o.train)  // evaluation only: no optimizer state exists (model/zero.h no_optimizer_state)
+        return t5_set_err(err, errlen, "internal: saving the optimizer state of an evaluation-only engine");
     const EngineAdafactorLayout lay = {.floats = (int64_t)E->ada_floats, .has_beta1 = E->o.zero.adafactor.has_beta1,
                                        .version = 1};
     // the optimizer's blob streamed through one bounded buffer: no full host copy of the state next to the engine's
@@ -257,6 +259,8 @@ static void load_recut(Engine* E, const EngineStateSource* src) {
 
 void engine_state_load(Engine* E, const EngineStateSource* src) {
     static char err[ENGINE_ERR_LEN];
+    if (!E->o.train)  // evaluation only: no optimizer state to load into (model/zero.h no_optimizer_state)
+        t5_die(T5_EXIT_FAILURE, "internal: loading optimizer state into an evaluation-only engine (%s)", src->path);
     const bool has_beta1 = E->o.zero.adafactor.has_beta1;
     // ZenFlow's state first: a checkpoint of another zenflow config (or none) is refused before anything is read
     if (E->zf) zenflow_engine_state_load(E->Z, src);

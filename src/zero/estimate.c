@@ -91,6 +91,10 @@ void zero_estimate_layout(const ZeroOptions* o, const ZeroLayout* L, ZeroMemEsti
     const size_t xs = dtype_size(o->working_dtype), gs = dtype_size(o->grad_dtype), cs = dtype_size(o->comm_dtype),
                  as = dtype_size(o->accum_dtype);
     const bool x32 = o->working_dtype == DT_F32;
+    // evaluation only (ZeroOptions.no_optimizer_state): no optimizer state, no gradient buffers, and no fp32 master
+    // unless it is the working copy (fp32); the 16-bit host weights only where gathers read them (offload_param)
+    const bool noopt = o->no_optimizer_state;
+    const bool keep_master = !noopt || x32;
     // a gathered unit and a unit's gradient are world x part elements (the unit padded to a multiple of the ranks:
     // in-place all-gathers and reduce-scatters); at one rank part = numel
     const size_t W = (size_t)L->world;
@@ -108,18 +112,19 @@ void zero_estimate_layout(const ZeroOptions* o, const ZeroLayout* L, ZeroMemEsti
     // a bucket's piece never exceeds a unit's part: the staging buffers need min(bucket, largest part)
     e->bucket_elems = T5_MIN((size_t)T5_MAX(o->reduce_bucket_size, (int64_t)8), max_part);
     // host: master, m, v, gacc of the CPU units; their 16-bit weights (the offloaded partitions with offload_param)
-    e->host_master = e->host_m = e->host_v = e->cpu_numel * 4;
+    e->host_master = keep_master ? e->cpu_numel * 4 : 0;
+    e->host_m = e->host_v = noopt ? 0 : e->cpu_numel * 4;
     if (o->nvme_path[0] && o->optimizer != ZERO_OPTIM_ADAFACTOR) e->host_m = e->host_v = 0;  // on the disk (below)
     size_t ada_gpu_floats = 0;
-    if (o->optimizer == ZERO_OPTIM_ADAFACTOR) {  // its state in the m buffers (estimate.h)
+    if (o->optimizer == ZERO_OPTIM_ADAFACTOR && !noopt) {  // its state in the m buffers (estimate.h)
         size_t host_floats = 0;
         adafactor_sizes(o, L, &ada_gpu_floats, &host_floats, &e->gpu_ada_scratch, &e->ada_reduce_doubles,
                         &e->host_ada_scratch);
         e->host_m = host_floats * 4;
         e->host_v = 0;
     }
-    e->host_gacc = zero_host_grads_share_weights(o) ? 0 : e->cpu_numel * as;
-    e->host_w = x32 ? 0 : e->cpu_numel * xs;
+    e->host_gacc = noopt || zero_host_grads_share_weights(o) ? 0 : e->cpu_numel * as;
+    e->host_w = x32 || (noopt && !o->offload_param) ? 0 : e->cpu_numel * xs;
     e->host_total = e->host_master + e->host_m + e->host_v + e->host_gacc + e->host_w + e->host_ada_scratch;
     const bool pin_any = o->optimizer_pin_memory || o->param_pin_memory;
     e->host_pinned = (o->optimizer_pin_memory ? e->host_master + e->host_m + e->host_v + e->host_gacc : 0) +
@@ -138,19 +143,20 @@ void zero_estimate_layout(const ZeroOptions* o, const ZeroLayout* L, ZeroMemEsti
     zero_estimate_nvme(o, L, &e->nvme_file_bytes, &e->host_nvme_pool);
     e->host_total += e->host_nvme_pool;
     // device: master, m, v, gacc of the GPU units; resident weights / partitions; stage 1 gradients; views
-    e->gpu_master = e->gpu_m = e->gpu_v = e->gpu_numel * 4;
-    if (o->optimizer == ZERO_OPTIM_ADAFACTOR) {
+    e->gpu_master = keep_master ? e->gpu_numel * 4 : 0;
+    e->gpu_m = e->gpu_v = noopt ? 0 : e->gpu_numel * 4;
+    if (o->optimizer == ZERO_OPTIM_ADAFACTOR && !noopt) {
         e->gpu_m = ada_gpu_floats * 4;
         e->gpu_v = 0;
     }
-    e->gpu_gacc = e->gpu_numel * as;
+    e->gpu_gacc = noopt ? 0 : e->gpu_numel * as;
     if (o->stage == 3) {
         for (int u = 0; u < L->num_units; u++)
             if (!(o->offload_param && L->group_cpu[L->unit_group[u]])) e->gpu_weights += L->part[u] * xs;
     } else {
         e->gpu_weights = numel_total * xs;  // stages 1/2: every unit resident (at W = 1, part_total)
     }
-    e->gpu_grads = o->stage == 1 ? numel_total * gs : 0;
+    e->gpu_grads = o->stage == 1 && !noopt ? numel_total * gs : 0;
     e->gpu_views = e->view_elems * 4;
     // several ranks: a reduce-scatter's send buffer (world pieces, comm dtype) and its received piece
     if (W > 1) {
@@ -161,9 +167,14 @@ void zero_estimate_layout(const ZeroOptions* o, const ZeroLayout* L, ZeroMemEsti
     e->gpu_comm = e->bucket_elems * T5_MAX(T5_MAX(as, cs), (size_t)4) +
                   (W > 1 ? (e->send_elems + e->recv_elems) * cs : o->comm_dtype != o->grad_dtype ? e->bucket_elems * cs : 0) +
                   (size_t)e->num_slots * (sizeof(double) + sizeof(int)) + sizeof(double) + grad_sumsq_scratch_bytes();
+    if (noopt) {  // no gradient path: no staging, bucket, reduce-scatter pieces or norm slots (part.c alloc_device)
+        e->bucket_elems = e->send_elems = e->recv_elems = 0;
+        e->num_slots = 0;
+        e->gpu_comm = 0;
+    }
     e->gpu_resident = e->gpu_master + e->gpu_m + e->gpu_v + e->gpu_ada_scratch + e->gpu_gacc + e->gpu_weights +
                       e->gpu_grads + e->gpu_views + e->gpu_comm;
-    e->gpu_zenflow = zero_estimate_zenflow(o);
+    e->gpu_zenflow = noopt ? 0 : zero_estimate_zenflow(o);
 }
 
 size_t zero_estimate_zenflow(const ZeroOptions* o) {
@@ -227,7 +238,9 @@ int zero_estimate(const ZeroOptions* o, int num_units, const size_t* unit_numel,
     // gradients in flight (stages 2/3): the engine's gradient buffers (unitbuf.c) over the model's gradient order,
     // replayed by the same rule (bufcache.h; two steps: the second reuses the first's buffers); without that order,
     // unit 0 (the shared embedding, held through the backward when tied) plus two of the largest other unit
-    if (o->stage >= 2 && o->grad_trace && o->grad_trace_len > 0) {
+    if (o->no_optimizer_state) {
+        e->gpu_grad_peak = 0;  // evaluation only: no backward, no gradient buffers
+    } else if (o->stage >= 2 && o->grad_trace && o->grad_trace_len > 0) {
         e->gpu_grad_peak = replay_grad_buffers(o, num_units, L.part, (size_t)L.world, gs);
     } else if (o->stage >= 2) {
         size_t max_other = 0;
@@ -299,7 +312,8 @@ size_t zero_estimate_gpu_peak(const ZeroMemEstimate* e) {
 void zero_estimate_nvme(const ZeroOptions* o, const ZeroLayout* L, uint64_t* file_bytes, size_t* pool_bytes) {
     *file_bytes = 0;
     *pool_bytes = 0;
-    if (!o->nvme_path[0] || !o->offload_optimizer || o->optimizer == ZERO_OPTIM_ADAFACTOR) return;
+    if (!o->nvme_path[0] || !o->offload_optimizer || o->optimizer == ZERO_OPTIM_ADAFACTOR || o->no_optimizer_state)
+        return;
     int n = 0;
     size_t* rb = malloc_check((size_t)T5_MAX(L->num_units, 1) * sizeof *rb);
     for (int u = 0; u < L->num_units; u++)

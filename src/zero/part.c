@@ -321,16 +321,18 @@ static int alloc_device(ZeroPart* P, const ZeroOptions* o, const ZeroMemEstimate
     const size_t bucket = E->bucket_elems;
     const size_t d_w = o->stage == 3 ? 0 : E->gpu_weights;  // stages 1/2: every unit resident (W = 1)
     const size_t d_wpart = o->stage == 3 ? E->gpu_weights : 0;
-    if (dev_alloc(P, (void**)&P->d_master, E->gpu_numel * 4, "fp32 master weights", err, errlen) ||
+    if (dev_alloc(P, (void**)&P->d_master, E->gpu_master, "fp32 master weights", err, errlen) ||
         dev_alloc(P, (void**)&P->d_m, E->gpu_m, ada ? "Adafactor state" : "Adam first moments", err, errlen) ||
         dev_alloc(P, (void**)&P->d_v, E->gpu_v, "Adam second moments", err, errlen) ||
-        dev_alloc(P, &P->d_gacc, E->gpu_numel * P->as, "accumulated gradients", err, errlen) ||
+        dev_alloc(P, &P->d_gacc, E->gpu_gacc, "accumulated gradients", err, errlen) ||
         dev_alloc(P, &P->d_wfull, d_w, "16-bit weights", err, errlen) ||
         dev_alloc(P, &P->d_wpart, d_wpart, "16-bit parameter partitions", err, errlen) ||
         dev_alloc(P, &P->d_grad, E->gpu_grads, "gradients", err, errlen) ||
         dev_alloc(P, (void**)&P->d_views, E->view_elems * 4, "fp32 views (norm weights, bias tables, embedding)", err,
-                  errlen) ||
-        dev_alloc(P, &P->d_stage, bucket * T5_MAX(T5_MAX(P->as, P->cs), (size_t)4), "gradient staging", err,
+                  errlen))
+        return -1;
+    if (o->no_optimizer_state) return 0;  // evaluation only: no gradient path (estimate.c gpu_comm 0)
+    if (dev_alloc(P, &P->d_stage, bucket * T5_MAX(T5_MAX(P->as, P->cs), (size_t)4), "gradient staging", err,
                   errlen) ||
         dev_alloc(P, &P->d_bucket, P->L.world > 1 ? E->send_elems * P->cs : P->C != P->G ? bucket * P->cs : 0,
                   "gradient bucket", err, errlen) ||
@@ -351,18 +353,19 @@ static void carve_units(ZeroPart* P, const ZeroOptions* o) {
     for (int u = 0; u < P->num_units; u++) {
         ZpUnit* U = &P->u[u];
         const size_t p = L->part[u];
+        // a buffer the plan does not have (evaluation only, model/zero.h no_optimizer_state) leaves its pointer NULL
         if (U->opt_cpu) {
-            U->master = (float*)P->h_master.ptr + cp;
-            U->m = (float*)P->h_m.ptr + cp;
-            U->v = (float*)P->h_v.ptr + cp;
-            U->whost = x32 ? NULL : (char*)P->h_w.ptr + cp * P->xs;
-            U->gacc = P->share_gw ? U->whost : (char*)P->h_gacc.ptr + cp * P->as;
+            U->master = P->h_master.ptr ? (float*)P->h_master.ptr + cp : NULL;
+            U->m = P->h_m.ptr ? (float*)P->h_m.ptr + cp : NULL;
+            U->v = P->h_v.ptr ? (float*)P->h_v.ptr + cp : NULL;
+            U->whost = x32 || !P->h_w.ptr ? NULL : (char*)P->h_w.ptr + cp * P->xs;
+            U->gacc = P->share_gw ? U->whost : P->h_gacc.ptr ? (char*)P->h_gacc.ptr + cp * P->as : NULL;
             cp += p;
         } else {
-            U->master = P->d_master + gp;
-            U->m = P->d_m + gp;
-            U->v = P->d_v + gp;
-            U->gacc = (char*)P->d_gacc + gp * P->as;
+            U->master = P->d_master ? P->d_master + gp : NULL;
+            U->m = P->d_m ? P->d_m + gp : NULL;
+            U->v = P->d_v ? P->d_v + gp : NULL;
+            U->gacc = P->d_gacc ? (char*)P->d_gacc + gp * P->as : NULL;
             gp += p;
         }
         if (o->stage == 3) {
@@ -441,10 +444,10 @@ ZeroPart* zp_create(const ZeroOptions* o, int num_units, const size_t* unit_nume
     if (check_memory(o, &E, err, errlen) || alloc_host(P, o, &E, err, errlen) || alloc_device(P, o, &E, err, errlen))
         goto fail;
     carve_units(P, o);
-    if (zp_nvme_create(P, E.nvme_file_bytes, E.host_nvme_pool, err, errlen)) goto fail;  // offload_optimizer nvme: m, v in the swap file (part_nvme.c)
+    if (!o->no_optimizer_state && zp_nvme_create(P, E.nvme_file_bytes, E.host_nvme_pool, err, errlen)) goto fail;  // offload_optimizer nvme: m, v in the swap file (part_nvme.c)
     make_streams(P, o);
     // Adafactor: its tables and GPU plan (the plan's scratch joins gpu_bytes)
-    if (o->optimizer == ZERO_OPTIM_ADAFACTOR && zp_ada_create(P, o, err, errlen)) goto fail;
+    if (o->optimizer == ZERO_OPTIM_ADAFACTOR && !o->no_optimizer_state && zp_ada_create(P, o, err, errlen)) goto fail;
     P->n_micro = 1;
     P->st.host_bytes = E.host_total;
     P->st.host_pinned_bytes = E.host_pinned;
@@ -577,6 +580,7 @@ void zp_views_sync(ZeroPart* P, int u, cudaStream_t s) {
 // before this returns: the host may write whost / master again once the next step's gradients are in.
 void zp_publish_unit_host(ZeroPart* P, int u, ZpRing* ring) {
     ZpUnit* U = &P->u[u];
+    if (!U->master) zp_contract_failed(P, u, __func__, "has no fp32 master to publish (evaluation-only engine)");
     void* dst = zp_unit_x_dst(P, u);
     const size_t n = P->L.hi[u] - P->L.lo[u];
     if (dst) {
@@ -590,6 +594,11 @@ void zp_publish_unit_host(ZeroPart* P, int u, ZpRing* ring) {
 
 void zp_sync_working(ZeroPart* P, cudaStream_t s) {
     P->wver++;
+    if (zp_no_master(P)) {  // evaluation only, 16-bit: the load wrote the working weights and views (part_noopt.c)
+        for (int u = 0; u < P->num_units; u++) P->u[u].stale = true;
+        CUDA_CHECK(cudaStreamSynchronize(s));
+        return;
+    }
     // a gradient D2H still pending in the ring would land in whost (shared buffers) after the rounding below
     zp_ring_drain(P->ring_main);
     for (int u = 0; u < P->num_units; u++) {
@@ -612,6 +621,7 @@ void zp_sync_working(ZeroPart* P, cudaStream_t s) {
 }
 
 void zp_round_host_weights(ZeroPart* P) {
+    if (zp_no_master(P)) t5_die(T5_EXIT_FAILURE, "internal: rounding the host weights of an evaluation-only ZeRO engine");
     for (int u = 0; u < P->num_units; u++) {
         ZpUnit* U = &P->u[u];
         if (U->opt_cpu) host_round_to_x(U->whost, P->X, U->master, P->L.hi[u] - P->L.lo[u]);

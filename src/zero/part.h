@@ -228,6 +228,14 @@ static inline void* zp_unit_x_dst(const ZeroPart* P, int u) {
     if (P->o.stage == 3) return U->wpart_host ? NULL : U->wpart;
     return (char*)U->wfull + P->L.lo[u] * P->xs;
 }
+// evaluation only with a 16-bit working dtype (ZeroOptions.no_optimizer_state): no unit has an fp32 master
+static inline bool zp_no_master(const ZeroPart* P) { return P->o.no_optimizer_state && P->X != DT_F32; }
+// part_noopt.c (no_optimizer_state): the load path without a master. Owned elements [offset, offset + n) of unit u
+// (unit coordinates, inside [lo, hi)) from fp32 `src` (device memory when src_dev, else host) rounded into the
+// working partition (GPU, or the host partition with offload_param) and copied into the fp32 views they overlap;
+// synchronous. zp_read_working: the same range of the working partition widened to fp32 into host memory.
+void zp_write_working(ZeroPart* P, int u, size_t offset, const float* src, size_t n, bool src_dev, cudaStream_t s);
+void zp_read_working(ZeroPart* P, int u, size_t offset, float* host, size_t n);
 // the CPU units' 16-bit host weights rounded again from their masters
 void zp_round_host_weights(ZeroPart* P);
 void zp_publish_views(ZeroPart* P, int unit, cudaStream_t s, ZpRing* ring);  // fp32 views from the master

@@ -81,6 +81,9 @@ void zp_step_init(ZeroPart* P) {
     pthread_mutex_init(&P->mu, NULL);
     pthread_cond_init(&P->cv, NULL);
     cpu_adam_init(&P->cpu_adam, P->o.beta1, P->o.beta2, P->o.eps, P->o.adamw_mode);
+    // evaluation only (no_optimizer_state): no plan over m, v and no CPU optimizer thread; zp_optimizer_wait and
+    // zp_wait_unit_updated find nothing to wait for (no step is ever handed on)
+    if (P->o.no_optimizer_state) return;
     if (!P->ada) P->gpu_plan = zstep_adamw_plan(P, &P->gpu_plan_tensors);  // Adafactor: step_adafactor.c's plan
     else zp_ada_device_init(P);
     if (P->L.cpu_numel > 0) {

@@ -145,6 +145,14 @@ void zero_destroy(ZeroEngine* Z) {
     free(Z);
 }
 
+// Evaluation-only engines (ZeroOptions.no_optimizer_state) have no gradient buffers, optimizer state or (16-bit)
+// master: a call that needs them is a bug (the trainer reaches none of them without --do_train)
+static void check_trainable(const ZeroEngine* Z, const char* fn) {
+    if (Z->P && Z->P->o.no_optimizer_state)
+        t5_die(T5_EXIT_FAILURE, "internal: %s on an evaluation-only ZeRO stage %d engine (no optimizer state or gradient "
+               "buffers: it was created without --do_train)", fn, Z->stage);
+}
+
 static void zero_check_unit(const ZeroEngine* Z, int unit, const char* fn) {
     if (unit < 0 || unit >= Z->num_units)
         t5_check_failed("ZERO", fn, "unit index out of range", __FILE__, __LINE__, fn);
@@ -187,6 +195,7 @@ void zero_release(ZeroEngine* Z, int unit, cudaStream_t stream) {
 }
 
 void* zero_grad(ZeroEngine* Z, int unit) {
+    check_trainable(Z, __func__);
     if (Z->P) return zp_grad(Z->P, unit, Z->cur_stream);
     zero_check_unit(Z, unit, __func__);
     if (Z->state[unit].grad_ready) {
@@ -198,6 +207,7 @@ void* zero_grad(ZeroEngine* Z, int unit) {
 }
 
 void zero_grad_ready(ZeroEngine* Z, int unit, cudaStream_t stream) {
+    check_trainable(Z, __func__);
     if (Z->P) {
         zp_grad_ready(Z->P, unit, stream);
         Z->grads_ready++;
@@ -215,6 +225,7 @@ void zero_grad_ready(ZeroEngine* Z, int unit, cudaStream_t stream) {
 }
 
 void zero_begin_grads(ZeroEngine* Z, cudaStream_t stream) {
+    check_trainable(Z, __func__);
     Z->cur_stream = stream;
     if (Z->P) {
         for (int u = 0; u < Z->num_units; u++) Z->P->u[u].grad_ready = false;
@@ -242,6 +253,9 @@ int zero_num_grads_ready(const ZeroEngine* Z) { return Z->grads_ready; }
 
 float* zero_master(ZeroEngine* Z, int unit) {
     if (Z->P) {
+        if (zp_no_master(Z->P))
+            t5_die(T5_EXIT_FAILURE, "internal: zero_master on an evaluation-only engine (no fp32 master: "
+                   "zero_master_write / zero_master_write_dev / zero_master_read)");
         zp_optimizer_wait(Z->P);
         return Z->P->u[unit].master;
     }
@@ -268,6 +282,7 @@ float* zero_flat_master(ZeroEngine* Z) { return Z->master; }
 void* zero_flat_grad(ZeroEngine* Z) { return Z->grad; }
 
 void zero_grads_to_host_f32(ZeroEngine* Z, float* out, cudaStream_t stream) {
+    check_trainable(Z, __func__);
     if (Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_grads_to_host_f32 at ZeRO stage %d", Z->stage);
     if (Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_flat_grad at ZeRO stage %d", Z->stage);
     if (Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_flat_master at ZeRO stage %d", Z->stage);
@@ -308,6 +323,7 @@ void zero_unit_owned(const ZeroEngine* Z, int unit, size_t* lo, size_t* hi) {
 
 void zero_set_micro_step(ZeroEngine* Z, int micro, int n_micro) {
     if (!Z->P) return;
+    check_trainable(Z, __func__);
     if (n_micro < 1 || micro < 0 || micro >= n_micro)
         t5_die(T5_EXIT_FAILURE, "internal: micro-batch %d of %d", micro, n_micro);
     if (n_micro > 1 && Z->P->share_gw)
@@ -319,16 +335,19 @@ void zero_set_micro_step(ZeroEngine* Z, int micro, int n_micro) {
 
 void zero_grad_norm(ZeroEngine* Z, float* d_norm2, int* d_overflow, cudaStream_t stream) {
     if (!Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_grad_norm at ZeRO stage 0 (step0.c takes the norm)");
+    check_trainable(Z, __func__);
     zp_grad_norm(Z->P, d_norm2, d_overflow, stream);
 }
 
 void zero_optimizer_step(ZeroEngine* Z, const ZeroStepArgs* a, cudaStream_t stream) {
     if (!Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_optimizer_step at ZeRO stage 0 (step0.c steps)");
+    check_trainable(Z, __func__);
     zp_optimizer_step(Z->P, a, stream);
 }
 
 void zero_optimizer_skip(ZeroEngine* Z, cudaStream_t stream) {
     (void)stream;
+    check_trainable(Z, __func__);
     if (Z->P) zp_optimizer_skip(Z->P);
 }
 
@@ -339,6 +358,7 @@ void zero_optimizer_wait(ZeroEngine* Z) {
 size_t zero_partition_numel(const ZeroEngine* Z) { return Z->P ? Z->P->L.part_total : Z->flat_numel; }
 
 void zero_opt_state_read(ZeroEngine* Z, int which, size_t offset, size_t n, float* host_out) {
+    check_trainable(Z, __func__);
     if (!Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_opt_state_read at ZeRO stage 0");
     if (Z->P->ada) t5_die(T5_EXIT_FAILURE, "internal: zero_opt_state_read (Adam m, v) on an Adafactor engine "
                                            "(its state: zero_adafactor_state_read)");
@@ -347,6 +367,7 @@ void zero_opt_state_read(ZeroEngine* Z, int which, size_t offset, size_t n, floa
 }
 
 void zero_opt_state_write(ZeroEngine* Z, int which, size_t offset, size_t n, const float* host_in) {
+    check_trainable(Z, __func__);
     if (!Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_opt_state_write at ZeRO stage 0");
     if (Z->P->ada) t5_die(T5_EXIT_FAILURE, "internal: zero_opt_state_write (Adam m, v) on an Adafactor engine "
                                            "(its state: zero_adafactor_state_write)");
@@ -357,18 +378,21 @@ void zero_opt_state_write(ZeroEngine* Z, int which, size_t offset, size_t n, con
 size_t zero_adafactor_state_floats(const ZeroEngine* Z) { return Z->P ? zp_ada_state_floats(Z->P) : 0; }
 
 void zero_adafactor_state_read(ZeroEngine* Z, size_t offset, size_t n, float* host_out) {
+    check_trainable(Z, __func__);
     if (!Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_adafactor_state_read at ZeRO stage 0 (step0.c's state)");
     zp_optimizer_wait(Z->P);  // the CPU units' state: the optimizer thread is idle
     zp_ada_state_io(Z->P, offset, n, host_out, true);
 }
 
 void zero_adafactor_state_write(ZeroEngine* Z, size_t offset, size_t n, const float* host_in) {
+    check_trainable(Z, __func__);
     if (!Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_adafactor_state_write at ZeRO stage 0 (step0.c's state)");
     zp_optimizer_wait(Z->P);
     zp_ada_state_io(Z->P, offset, n, (float*)host_in, false);
 }
 
 float zero_adafactor_last_lr(ZeroEngine* Z, int tensor) {
+    check_trainable(Z, __func__);
     if (!Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_adafactor_last_lr at ZeRO stage 0 (step0.c steps)");
     return zp_optimizer_ada_lr(Z->P, tensor);
 }
@@ -428,6 +452,10 @@ void zero_master_write(ZeroEngine* Z, int unit, size_t offset, const float* host
     if (offset < lo || offset + n > hi) t5_die(T5_EXIT_FAILURE, "internal: master write outside the owned range");
     if (Z->P) {
         zp_optimizer_wait(Z->P);
+        if (zp_no_master(Z->P)) {  // evaluation only: straight into the working partition and views (part_noopt.c)
+            zp_write_working(Z->P, unit, offset, host, n, false, Z->P->s_copy);
+            return;
+        }
         ZpUnit* U = &Z->P->u[unit];
         if (U->opt_cpu) host_copy_f32(U->master + (offset - lo), host, n);
         else CUDA_CHECK(cudaMemcpy(U->master + (offset - lo), host, n * sizeof(float), cudaMemcpyHostToDevice));
@@ -447,6 +475,10 @@ void zero_master_read(ZeroEngine* Z, int unit, size_t offset, float* host, size_
     if (offset < lo || offset + n > hi) t5_die(T5_EXIT_FAILURE, "internal: master read outside the owned range");
     if (Z->P) {
         zp_optimizer_wait(Z->P);
+        if (zp_no_master(Z->P)) {  // evaluation only: the working weights widened (part_noopt.c)
+            zp_read_working(Z->P, unit, offset, host, n);
+            return;
+        }
         ZpUnit* U = &Z->P->u[unit];
         if (U->opt_cpu) host_copy_f32(host, U->master + (offset - lo), n);
         else CUDA_CHECK(cudaMemcpy(host, U->master + (offset - lo), n * sizeof(float), cudaMemcpyDeviceToHost));
@@ -454,6 +486,20 @@ void zero_master_read(ZeroEngine* Z, int unit, size_t offset, float* host, size_
     }
     CUDA_CHECK(cudaMemcpy(host, Z->master + Z->offset[unit] + offset, n * sizeof(float), cudaMemcpyDeviceToHost));
 }
+
+void zero_master_write_dev(ZeroEngine* Z, int unit, size_t offset, const float* dev, size_t n, cudaStream_t stream) {
+    size_t lo, hi;
+    zero_unit_owned(Z, unit, &lo, &hi);
+    if (offset < lo || offset + n > hi) t5_die(T5_EXIT_FAILURE, "internal: master write outside the owned range");
+    if (Z->P && zp_no_master(Z->P)) {
+        zp_write_working(Z->P, unit, offset, dev, n, true, stream);
+        return;
+    }
+    float* m = Z->P ? zero_master(Z, unit) + (offset - lo) : Z->master + Z->offset[unit] + offset;
+    CUDA_CHECK(cudaMemcpyAsync(m, dev, n * sizeof(float), cudaMemcpyDefault, stream));
+}
+
+bool zero_has_master(const ZeroEngine* Z) { return !(Z->P && zp_no_master(Z->P)); }
 
 // ---- several ranks
 
@@ -468,6 +514,7 @@ void zero_dp_allreduce_mean(ZeroEngine* Z, void* buf, DType dt, size_t n, cudaSt
 
 void zero_gather_masters(ZeroEngine* Z, bool keep, cudaStream_t s) {
     if (Z->coll.world == 1 || !Z->P) return;  // one rank, or stage 0: every rank holds every master
+    check_trainable(Z, __func__);  // evaluation only: nothing saves (engine_save_weights refuses first)
     ZeroPart* P = Z->P;
     zp_optimizer_wait(P);
     CUDA_CHECK(cudaDeviceSynchronize());
