@@ -245,6 +245,14 @@ typedef struct {
                                                // gathered peak and gradients in flight)
     size_t pool_used_high, pool_reserved_high;  // the stream-ordered pool's high-water marks (stages 2/3: gathered
                                                 // units and gradients in flight), since the engine was created
+    // pageable host buffers registered with CUDA in the background (pin_memory false; src/zero/part_hostreg.c,
+    // T5TRAIN_PAGEABLE_REGISTER): their copies leave the staging ring for the direct DMA chunk by chunk
+    bool host_register_on;           // the registration worker was started
+    size_t host_register_total;      // bytes it registers when it completes (16-bit weights, gradients, fp32 master)
+    size_t host_registered_bytes;    // registered so far
+    int host_register_phase;         // src/zero/host_register.h ZeroRegPhase: 1 running, 2 done, 3 failed, 4 stopped
+    double host_register_s;          // phase 2-4: seconds from the worker's start (the engine's buffers allocated)
+                                     // to its end; -1 while running
 } ZeroStats;
 void zero_stats(const ZeroEngine* Z, ZeroStats* out);
 void zero_stats_reset(ZeroEngine* Z);

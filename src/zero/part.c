@@ -105,6 +105,14 @@ bool zp_host_pageable(const ZeroPart* P, const void* p) {
     return false;
 }
 
+// the direct copy of a range registered in the background (host_register.h ZeroDirectOps): the pinned path's own
+static void direct_copy(void* ctx, void* dst, const void* src, size_t n, bool to_host, void* stream) {
+    (void)to_host;
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, n, *(const enum cudaMemcpyKind*)ctx, (cudaStream_t)stream));
+}
+
+// a pageable host side: through the ring, or, once its chunk is registered (part_hostreg.c), the direct copy after
+// the ring's pending D2H into the range landed (zero_hostreg_copy)
 void zp_copy_to_dev(ZeroPart* P, ZpRing* ring, void* dst, const void* src, size_t bytes, enum cudaMemcpyKind kind,
                     cudaStream_t s) {
     if (!zp_host_pageable(P, src)) {
@@ -112,7 +120,7 @@ void zp_copy_to_dev(ZeroPart* P, ZpRing* ring, void* dst, const void* src, size_
         return;
     }
     if (!ring) t5_die(T5_EXIT_FAILURE, "internal: ZeRO copy from a pageable host buffer without a staging ring");
-    zero_ring_h2d(&ring->r, dst, src, bytes, s);
+    (void)zero_hostreg_copy(P->hostreg, &ring->r, dst, src, bytes, false, s, (ZeroDirectOps){direct_copy, &kind});
 }
 
 void zp_copy_to_host(ZeroPart* P, ZpRing* ring, void* dst, const void* src, size_t bytes, enum cudaMemcpyKind kind,
@@ -122,7 +130,7 @@ void zp_copy_to_host(ZeroPart* P, ZpRing* ring, void* dst, const void* src, size
         return;
     }
     if (!ring) t5_die(T5_EXIT_FAILURE, "internal: ZeRO copy to a pageable host buffer without a staging ring");
-    zero_ring_d2h(&ring->r, dst, src, bytes, s);
+    (void)zero_hostreg_copy(P->hostreg, &ring->r, dst, src, bytes, true, s, (ZeroDirectOps){direct_copy, &kind});
 }
 
 void zero_options_default(ZeroOptions* o) {
@@ -425,6 +433,7 @@ ZeroPart* zp_create(const ZeroOptions* o, int num_units, const size_t* unit_nume
                     char* err, size_t errlen) {
     const double t0 = now_s();
     if (check_options(o, err, errlen)) return NULL;
+    (void)zp_hostreg_mode();  // T5TRAIN_PAGEABLE_REGISTER checked before anything is allocated (exit 2)
     ZeroPart* P = part_new(o, num_units, unit_numel, unit_name, err, errlen);
     if (!P) return NULL;
     if (part_tensors(P, o, unit_numel, err, errlen)) goto fail;
@@ -455,6 +464,8 @@ ZeroPart* zp_create(const ZeroOptions* o, int num_units, const size_t* unit_nume
                E.gpu_resident);
     CUDA_CHECK(cudaDeviceSynchronize());
     P->st.init_s = now_s() - t0;
+    // pageable buffers: registered with CUDA by a worker thread from now on, while the run goes on (part_hostreg.c)
+    zp_hostreg_start(P);
     return P;
 fail:
     zp_destroy(P);
@@ -463,6 +474,7 @@ fail:
 
 void zp_destroy(ZeroPart* P) {
     if (!P) return;
+    zp_hostreg_stop(P);  // the registration worker stops (after the chunk it is registering) and is joined first
     zp_ada_destroy(P);
     zp_nvme_destroy(P);
     if (P->s_gather) {
@@ -500,6 +512,9 @@ void zp_destroy(ZeroPart* P) {
     // every pending D2H of a ring lands (or is dropped with the buffers right after): retire before freeing
     ring_destroy(P->ring_main);
     ring_destroy(P->ring_opt);
+    // what the worker registered is unregistered before the buffers are unmapped (no copy in flight: the device
+    // was synchronised above and the rings drained)
+    zp_hostreg_release(P);
     host_buf_free(&P->h_master);
     host_buf_free(&P->h_m);
     host_buf_free(&P->h_v);

@@ -388,6 +388,7 @@ void zero_stats(const ZeroEngine* Z, ZeroStats* out) {
     out->h2d_bytes += (double)__atomic_load_n(&Z->P->thread_h2d, __ATOMIC_RELAXED);
     if (Z->P->ring_main) out->staged_bytes = zero_ring_bytes(&Z->P->ring_main->r) + zero_ring_bytes(&Z->P->ring_opt->r);
     zp_nvme_stats(Z->P, out);  // offload_optimizer nvme: the swap file's bytes
+    zp_hostreg_stats(Z->P, out);  // pageable buffers registered in the background
     out->unit_buf_gathered = zp_bufs_bytes(&Z->P->wbufs);
     out->unit_buf_grads = zp_bufs_bytes(&Z->P->gbufs);
     uint64_t used = 0, reserved = 0;
