@@ -246,7 +246,7 @@ typedef struct {
     size_t pool_used_high, pool_reserved_high;  // the stream-ordered pool's high-water marks (stages 2/3: gathered
                                                 // units and gradients in flight), since the engine was created
     // pageable host buffers registered with CUDA in the background (pin_memory false; src/zero/part_hostreg.c,
-    // T5TRAIN_PAGEABLE_REGISTER): their copies leave the staging ring for the direct DMA chunk by chunk
+    // T5TRAIN_PAGEABLE_REGISTER=1, default off): their copies leave the staging ring for the direct DMA chunk by chunk
     bool host_register_on;           // the registration worker was started
     size_t host_register_total;      // bytes it registers when it completes (16-bit weights, gradients, fp32 master)
     size_t host_registered_bytes;    // registered so far

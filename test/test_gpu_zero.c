@@ -28,10 +28,11 @@
  *   - stage3_gather_16bit_weights_on_model_save (bf16, stage 3 + both offloads): the final model.safetensors holds
  *     bf16 tensors, each the fp32 master of the same run without the key rounded to bf16, byte for byte;
  *   - pin_memory false with the pageable buffers registered with CUDA in the background (T5TRAIN_PAGEABLE_REGISTER=1,
- *     unset, and one chunk every 400 ms so that the copies switch from the ring to the DMA mid-run) against the ring
- *     alone (=0), fp16 (shared 16-bit buffer) and fp32 (2 micro-batches through the host gradients): bit-identical
- *     losses and final weights, the end line reporting registered bytes (and, for the slow one, ring bytes too);
- *     T5TRAIN_PAGEABLE_REGISTER=yes stops with exit 2.
+ *     and one chunk every 400 ms so that the copies switch from the ring to the DMA mid-run) and unset (the default:
+ *     off, the ring alone) against the ring alone (=0), fp16 (shared 16-bit buffer) and fp32 (2 micro-batches through
+ *     the host gradients): bit-identical losses and final weights, the end line reporting registered bytes (and, for
+ *     the slow one, ring bytes too); T5TRAIN_PAGEABLE_REGISTER=yes stops with exit 2 when a buffer is pageable and is
+ *     ignored in a pinned run.
  * Every other pin_memory false case runs with T5TRAIN_PAGEABLE_REGISTER=0 (zrun): the ring alone, as it checks.
  * Small buckets, prefetch buckets, sub-groups and persistence threshold make every code path run with several
  * pieces (docs/zero.md says what each knob does).
@@ -547,21 +548,26 @@ static void pageable_register_case(const char* tag, const char* prec, const char
     static const struct {
         const char* sfx;
         const char* env;
+        bool reg;   // the registration runs (else: the ring alone, no registration reported)
         bool ring;  // bytes through the ring too (the switch happened during the run)
     } runs[] = {
-        {"reg1", "T5TRAIN_PAGEABLE_REGISTER=1", false},
-        {"reg1_default", "", false},  // unset: on
-        {"reg1_slow", "T5TRAIN_PAGEABLE_REGISTER=1 T5TRAIN_PAGEABLE_REGISTER_DELAY_MS=400", true},
+        {"reg1", "T5TRAIN_PAGEABLE_REGISTER=1", true, false},
+        {"reg_default", "env -u T5TRAIN_PAGEABLE_REGISTER", false, true},  // unset: off (the default for now)
+        {"reg1_slow", "T5TRAIN_PAGEABLE_REGISTER=1 T5TRAIN_PAGEABLE_REGISTER_DELAY_MS=400", true, true},
     };
     for (size_t i = 0; i < T5_ARRAY_LEN(runs); i++) {
         snprintf(t, sizeof t, "%s_%s", tag, runs[i].sfx);
         char* got = zrun_env(t, runs[i].env, prec, zero, NULL, gas);
+        total = 0;
         const double reg = registered_gib(g_text, &total);
         const bool ring = strstr(g_text, "through the pinned staging ring") != NULL;
         print_message("%-34s registered %.3f of %.3f GiB in the background; ring %s\n", t, reg, total,
                       ring ? "used" : "unused");
-        if (!(reg > 0)) fail_msg("%s: no bytes registered in the background:\n%s", t, t5test_tail(g_text, 3000));
-        if (runs[i].ring && !ring) fail_msg("%s: no bytes through the ring before the switch:\n%s", t, t5test_tail(g_text, 3000));
+        if (runs[i].reg && !(reg > 0))
+            fail_msg("%s: no bytes registered in the background:\n%s", t, t5test_tail(g_text, 3000));
+        if (!runs[i].reg && reg >= 0)
+            fail_msg("%s: registration reported though it is off by default:\n%s", t, t5test_tail(g_text, 3000));
+        if (runs[i].ring && !ring) fail_msg("%s: no bytes through the ring:\n%s", t, t5test_tail(g_text, 3000));
         double la[ZSTEPS + 1], lb[ZSTEPS + 1];
         const int na = t5test_jsonl_doubles(ref, "loss", la, ZSTEPS + 1), nb = t5test_jsonl_doubles(got, "loss", lb, ZSTEPS + 1);
         if (na != ZSTEPS || nb != ZSTEPS) fail_msg("%s: %d / %d loss lines, want %d", t, na, nb, ZSTEPS);
@@ -593,7 +599,7 @@ static void test_pageable_register(void** state) {
                            "\"buffer_count\": 2}, \"offload_param\": {\"device\": \"cpu\", \"pin_memory\": false}, "
                            SMALL_KNOBS "}",
                            2);
-    // a value other than 0 / 1: one line, exit 2, before the engine allocates anything
+    // a value other than 0 / 1 with a pageable buffer: one line, exit 2, before the engine allocates its host buffers
     char* out = t5_path_join(t5test_tmpdir(), "preg_bad");
     char ds[4200], cmd[8192];
     snprintf(ds, sizeof ds, "%s.ds.json", out);
@@ -602,6 +608,10 @@ static void test_pageable_register(void** state) {
     const int rc = t5test_run(g_text, sizeof g_text, "T5TRAIN_PAGEABLE_REGISTER=yes %s --deepspeed %s 2>&1", cmd, ds);
     if (rc != 2 || !strstr(g_text, "T5TRAIN_PAGEABLE_REGISTER=yes: give 1"))
         fail_msg("T5TRAIN_PAGEABLE_REGISTER=yes: exit %d (want 2):\n%s", rc, t5test_tail(g_text, 2000));
+    free(out);
+    // every host buffer pinned: the variable is never read, so the same value runs (zrun_env fails on a non-zero exit)
+    out = zrun_env("preg_bad_pinned", "T5TRAIN_PAGEABLE_REGISTER=yes", "",
+                   "{\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true}}", NULL, 1);
     free(out);
 }
 

@@ -1,7 +1,8 @@
 /*
  * test_zero_host_register.c: the background registration of the ZeRO engine's pageable host buffers
  * (src/zero/host_register.h) on the CPU, with a fake register call (no GPU):
- *   - the settings: T5TRAIN_PAGEABLE_REGISTER (unset / "" / 1 on, 0 off, anything else refused) and the delay;
+ *   - the settings: T5TRAIN_PAGEABLE_REGISTER (1 on; unset / "" / 0 off, the default; anything else refused) and
+ *     the delay;
  *   - the chunk plan, randomized and on the real t5-3b layouts (fp16 16-bit weights, fp32 master): chunks sorted,
  *     back to back from the buffer's start to its end, each starting on a page; every unit's region inside exactly
  *     one chunk (a copy never spans two registrations); a cut at every unit boundary that falls on a page (no
@@ -49,8 +50,8 @@ static double now_s(void) {
 
 static void test_settings(void** state) {
     (void)state;
-    assert_int_equal(zero_hostreg_mode(NULL), 1);
-    assert_int_equal(zero_hostreg_mode(""), 1);
+    assert_int_equal(zero_hostreg_mode(NULL), 0);  // off by default until run on a GPU
+    assert_int_equal(zero_hostreg_mode(""), 0);
     assert_int_equal(zero_hostreg_mode("1"), 1);
     assert_int_equal(zero_hostreg_mode("0"), 0);
     const char* bad[] = {"2", "yes", "true", "01", " 1", "1 ", "-1", "on", "off"};

@@ -5,7 +5,8 @@
 #            (.devrun-after), in the order before, after, after, before (drift cancels in the means);
 #   pageable (issue 28 item 1) the homework ZeRO-3 config at batch 8 with pin_memory false in both offload sections
 #            against pinned in the same call: pinned, then pageable with the staging ring alone
-#            (T5TRAIN_PAGEABLE_REGISTER=0), then pageable registered in the background (=1, the default), fp16;
+#            (T5TRAIN_PAGEABLE_REGISTER=0), then pageable registered in the background (=1, passed explicitly: the
+#            feature is off by default until it has run on a GPU), fp16;
 #            each row also gives the median of its last third of steps (after the registration finished) and the end
 #            line's registration figures (GiB registered, seconds after the engine's start);
 #   profile  (issue 32) DeepSpeed's flops_profiler on t5-3b bf16 stage 0 8 x (128+128), profile_step 3;
@@ -17,7 +18,7 @@
 # Needs (carried): .devdata/hw (spiece.model, wmt16-ro-en/train.*), .devlibs, .devrun-after/t5train (or T5TRAIN_BIN) and, for
 # engine, .devrun-before/t5train. PARTS (default "engine pageable profile afbs") picks parts; STEPS (default 10);
 # PAGEABLE (default "true:fp16 false:fp16:0 false:fp16:1") the pageable part's PIN:DTYPE[:REG] runs (REG: the value of
-# T5TRAIN_PAGEABLE_REGISTER, unset when absent), PAGEABLE_STEPS (default 20) their updates, TAG a suffix of their names.
+# T5TRAIN_PAGEABLE_REGISTER, unset when absent, which is off), PAGEABLE_STEPS (default 20) their updates, TAG a suffix of their names.
 set -u
 OUT=${1:?usage: single_gpu_figures.sh OUT}
 cd "$(dirname "$0")/../.."

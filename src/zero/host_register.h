@@ -44,8 +44,9 @@ extern "C" {
 
 #define ZERO_HOSTREG_MAX_BUFS 8
 
-// The value of T5TRAIN_PAGEABLE_REGISTER: NULL or "" -> 1 (on), "0" -> 0, "1" -> 1; -1 for anything else (the engine
-// then stops with exit 2).
+// The value of T5TRAIN_PAGEABLE_REGISTER: NULL or "" -> 0 (off: the default until the feature has run on a GPU),
+// "0" -> 0, "1" -> 1; -1 for anything else (the engine then stops with exit 2, but only when some host buffer its
+// copies touch is pageable: a fully pinned run never reads the variable).
 int zero_hostreg_mode(const char* v);
 // The value of T5TRAIN_PAGEABLE_REGISTER_DELAY_MS (a pause before each chunk, to spread the switch over several steps
 // in tests): NULL or "" -> 0, a whole number 0 .. 60000; -1 for anything else.

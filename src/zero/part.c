@@ -433,13 +433,15 @@ ZeroPart* zp_create(const ZeroOptions* o, int num_units, const size_t* unit_nume
                     char* err, size_t errlen) {
     const double t0 = now_s();
     if (check_options(o, err, errlen)) return NULL;
-    (void)zp_hostreg_mode();  // T5TRAIN_PAGEABLE_REGISTER checked before anything is allocated (exit 2)
     ZeroPart* P = part_new(o, num_units, unit_numel, unit_name, err, errlen);
     if (!P) return NULL;
     if (part_tensors(P, o, unit_numel, err, errlen)) goto fail;
     // sizes: src/zero/estimate.c, the one source of truth (t5train estimate reads the same numbers)
     ZeroMemEstimate E;
     zero_estimate_layout(o, &P->L, &E);
+    // T5TRAIN_PAGEABLE_REGISTER checked (exit 2) before the host buffers are allocated, and only when some buffer the
+    // GPU copies touch will be pageable (a fully pinned run ignores the variable)
+    if (E.host_register > 0) (void)zp_hostreg_mode();
     P->bucket_elems = E.bucket_elems;
     for (int u = 0; u < num_units; u++) {
         P->u[u].bucket_first = P->num_slots;

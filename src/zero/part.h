@@ -47,7 +47,7 @@
  * (model/t5_weights.c, cudaMemcpyDefault from the device: the driver stages a pageable destination) and the
  * synchronous state / master copies of zero.c and state_copy here, which touch host buffers only with memcpy.
  *
- * Background registration (part_hostreg.c, host_register.h; T5TRAIN_PAGEABLE_REGISTER, default on): from the end of
+ * Background registration (part_hostreg.c, host_register.h; T5TRAIN_PAGEABLE_REGISTER=1, default off): from the end of
  * zp_create a worker thread registers h_w, h_gacc and h_master (pageable ones) with cudaHostRegister, chunk by chunk
  * (a chunk: whole unit regions, cut at page boundaries; every copy lies in one unit's region, so in one chunk). A copy
  * whose range lies in a registered chunk is issued as the pinned path's plain cudaMemcpyAsync; the others keep the
@@ -259,7 +259,8 @@ void zp_copy_to_host(ZeroPart* P, ZpRing* ring, void* dst, const void* src, size
 // every D2H issued through the ring has landed in its destination (no-op without a ring)
 void zp_ring_drain(ZpRing* ring);
 // part_hostreg.c: the pageable buffers registered with CUDA in the background (T5TRAIN_PAGEABLE_REGISTER). mode: 1 on,
-// 0 off (the value checked: anything else exits 2). start: at the end of zp_create; stop: first thing in zp_destroy
+// 0 off (unset / empty: off; anything else exits 2; read only when some buffer the copies touch is pageable).
+// start: at the end of zp_create; stop: first thing in zp_destroy
 // (joins the worker); release: after the device and the rings are quiet, before host_buf_free (unregisters).
 // zp_copy_to_dev / zp_copy_to_host ask P->hostreg which path each copy takes (host_register.h zero_hostreg_copy).
 int zp_hostreg_mode(void);

@@ -3,9 +3,9 @@
  * (host_register.h gives the plan and the worker; this file the CUDA calls and the engine's buffers).
  *
  * With pin_memory false the engine starts as before: its host buffers pageable, every copy between them and the GPU
- * through the pinned staging ring (part.h). Right after zp_create has allocated them, a worker thread registers the
- * buffers the GPU copies touch, chunk by chunk (a chunk: whole unit regions, cut at page boundaries), with
- * cudaHostRegister; zp_copy_to_dev / zp_copy_to_host (part.c) take the pinned path's plain cudaMemcpyAsync for a
+ * through the pinned staging ring (part.h). With T5TRAIN_PAGEABLE_REGISTER=1, right after zp_create has allocated
+ * them, a worker thread registers the buffers the GPU copies touch, chunk by chunk (a chunk: whole unit regions, cut
+ * at page boundaries), with cudaHostRegister; zp_copy_to_dev / zp_copy_to_host (part.c) take the pinned path's plain cudaMemcpyAsync for a
  * range whose chunk is registered, the ring otherwise. The same bytes move either way, so the results are
  * bit-identical; only the speed changes, from the ring's to the pinned step's, as the chunks come in.
  *
@@ -14,8 +14,10 @@
  * views' publish; fp32 runs' gathers). Adam's m and v (h_m, h_v; Adafactor's state) are never copied to or from the
  * GPU: registering them would lock memory for nothing, so they stay pageable.
  *
- * T5TRAIN_PAGEABLE_REGISTER: unset, empty or 1: on whenever one of those buffers is pageable; 0: off (the ring alone,
- * as before); anything else: exit 2. T5TRAIN_PAGEABLE_REGISTER_DELAY_MS (tests): a pause before each chunk.
+ * T5TRAIN_PAGEABLE_REGISTER: 1: on whenever one of those buffers is pageable; unset, empty or 0: off (the ring
+ * alone, as before: the default until the feature has run on a GPU); anything else: exit 2, checked only when one of
+ * those buffers is pageable (a fully pinned run never reads it). T5TRAIN_PAGEABLE_REGISTER_DELAY_MS (tests): a pause
+ * before each chunk.
  * A failed cudaHostRegister (out of memory, a locked-memory limit, a range registered already) stops the worker with
  * one warning line; the chunks registered so far keep the DMA, the rest the ring; the run goes on.
  */
@@ -63,8 +65,8 @@ int zp_hostreg_mode(void) {
     const char* v = getenv("T5TRAIN_PAGEABLE_REGISTER");
     const int m = zero_hostreg_mode(v);
     if (m < 0)
-        t5_die(T5_EXIT_USAGE, "T5TRAIN_PAGEABLE_REGISTER=%s: give 1 (register pageable host buffers in the background, "
-               "the default) or 0 (the pinned staging ring alone)", v);
+        t5_die(T5_EXIT_USAGE, "T5TRAIN_PAGEABLE_REGISTER=%s: give 1 (register pageable host buffers in the background) "
+               "or 0 (the pinned staging ring alone, the default)", v);
     const char* d = getenv("T5TRAIN_PAGEABLE_REGISTER_DELAY_MS");
     if (zero_hostreg_delay_ms(d) < 0)
         t5_die(T5_EXIT_USAGE, "T5TRAIN_PAGEABLE_REGISTER_DELAY_MS=%s: give a whole number of milliseconds, 0 .. 60000", d);
@@ -100,13 +102,13 @@ static int describe(const ZeroPart* P, ZeroRegBufDesc* d, size_t* off, size_t* l
 
 // after zp_create has allocated and carved every buffer (P->u's pointers)
 void zp_hostreg_start(ZeroPart* P) {
-    if (zp_hostreg_mode() == 0) return;
     const int nu = P->num_units;
     size_t* off = calloc_check((size_t)3 * nu, sizeof *off);
     size_t* len = calloc_check((size_t)3 * nu, sizeof *len);
     ZeroRegBufDesc d[3];
     const int nb = describe(P, d, off, len);
-    if (nb > 0) {
+    // the setting is read only when some buffer the copies touch is pageable (default off)
+    if (nb > 0 && zp_hostreg_mode() == 1) {
         P->hostreg = calloc_check(1, sizeof *P->hostreg);
         const long page = sysconf(_SC_PAGESIZE);
         zero_hostreg_plan(P->hostreg, nu, nb, d, page > 0 ? (size_t)page : 4096);
