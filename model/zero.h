@@ -234,6 +234,8 @@ typedef struct {
     double cpu_adam_s;        // last step's CPU optimizer time
     double h2d_bytes, d2h_bytes;  // copies since the last zero_stats_reset
     double staged_bytes;      // of those, the bytes that went through the pinned staging ring (pageable host buffers)
+    double direct_bytes;      // and the bytes of pageable host buffers copied directly once their chunk was registered
+                              // in the background (T5TRAIN_PAGEABLE_REGISTER=1; src/zero/host_register.h)
     int64_t gathers, prefetches, releases, trace_mismatches;
     int64_t grad_order_mismatches;  // backward passes whose gradient order left ZeroOptions.grad_trace (stages 2/3)
     size_t host_bytes, host_pinned_bytes, gpu_bytes;  // the engine's own allocations

@@ -30,8 +30,9 @@
  *   - pin_memory false with the pageable buffers registered with CUDA in the background (T5TRAIN_PAGEABLE_REGISTER=1,
  *     and one chunk every 400 ms so that the copies switch from the ring to the DMA mid-run) and unset (the default:
  *     off, the ring alone) against the ring alone (=0), fp16 (shared 16-bit buffer) and fp32 (2 micro-batches through
- *     the host gradients): bit-identical losses and final weights, the end line reporting registered bytes (and, for
- *     the slow one, ring bytes too); T5TRAIN_PAGEABLE_REGISTER=yes stops with exit 2 when a buffer is pageable and is
+ *     the host gradients): bit-identical losses and final weights, the end line reporting registered bytes and bytes
+ *     copied directly > 0 (and, for the slow one, ring bytes too: both paths in one run; with the registration off,
+ *     neither registered nor direct bytes); T5TRAIN_PAGEABLE_REGISTER=yes stops with exit 2 when a buffer is pageable and is
  *     ignored in a pinned run.
  * Every other pin_memory false case runs with T5TRAIN_PAGEABLE_REGISTER=0 (zrun): the ring alone, as it checks.
  * Small buckets, prefetch buckets, sub-groups and persistence threshold make every code path run with several
@@ -39,6 +40,7 @@
  */
 #include "t5test.h"
 
+#include <ctype.h>
 #include <jansson.h>
 #include <math.h>
 
@@ -534,6 +536,18 @@ static double registered_gib(const char* text, double* total) {
     return x;
 }
 
+// The end line's "..., X GiB copied directly" (the pageable bytes that took the direct copy once their chunk was
+// registered): X, -1 when absent
+static double direct_gib(const char* text) {
+    const char* key = " GiB copied directly";
+    const char* p = strstr(text, key);
+    if (!p) return -1;
+    const char* q = p;
+    while (q > text && (isdigit((unsigned char)q[-1]) || q[-1] == '.')) q--;
+    double x = -1;
+    return q < p && sscanf(q, "%lf", &x) == 1 ? x : -1;
+}
+
 // pin_memory false, the pageable buffers registered with CUDA in the background (src/zero/part_hostreg.c) against the
 // staging ring alone (T5TRAIN_PAGEABLE_REGISTER=0): the same copies of the same bytes, so the same losses and final
 // weights bit for bit, registration done at once (=1) or one chunk every 400 ms (the switch from the ring to the
@@ -559,12 +573,18 @@ static void pageable_register_case(const char* tag, const char* prec, const char
         snprintf(t, sizeof t, "%s_%s", tag, runs[i].sfx);
         char* got = zrun_env(t, runs[i].env, prec, zero, NULL, gas);
         total = 0;
-        const double reg = registered_gib(g_text, &total);
+        const double reg = registered_gib(g_text, &total), direct = direct_gib(g_text);
         const bool ring = strstr(g_text, "through the pinned staging ring") != NULL;
-        print_message("%-34s registered %.3f of %.3f GiB in the background; ring %s\n", t, reg, total,
-                      ring ? "used" : "unused");
+        print_message("%-34s registered %.3f of %.3f GiB in the background; %.3f GiB copied directly; ring %s\n", t,
+                      reg, total, direct, ring ? "used" : "unused");
         if (runs[i].reg && !(reg > 0))
             fail_msg("%s: no bytes registered in the background:\n%s", t, t5test_tail(g_text, 3000));
+        // registered is not enough: some copy must have taken the direct path (the counter of zero_hostreg_copy's
+        // direct bytes), and with the registration off none may
+        if (runs[i].reg && !(direct > 0))
+            fail_msg("%s: no bytes copied directly after the registration:\n%s", t, t5test_tail(g_text, 3000));
+        if (!runs[i].reg && direct >= 0)
+            fail_msg("%s: direct copies reported with the registration off:\n%s", t, t5test_tail(g_text, 3000));
         if (!runs[i].reg && reg >= 0)
             fail_msg("%s: registration reported though it is off by default:\n%s", t, t5test_tail(g_text, 3000));
         if (runs[i].ring && !ring) fail_msg("%s: no bytes through the ring:\n%s", t, t5test_tail(g_text, 3000));

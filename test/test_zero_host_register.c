@@ -17,10 +17,13 @@
  *     no chunk registered after it; a plan without chunks is done at once; a process exiting while its worker runs
  *     (the trainer leaves the engine to the exit) has the worker stopped and joined before the atexit handlers
  *     registered earlier (the CUDA runtime's) run;
+ *   - a copy spanning chunks (zero_hostreg_copy): cut at the chunk boundaries, the registered chunk's piece direct,
+ *     the rest through the ring, every byte delivered both ways; the direct byte count returned;
  *   - the engine's copy protocol (zero_hostreg_copy) against a simulated asynchronous device with two staging rings:
  *     gradient buckets accumulated over micro-batches in a pageable buffer (up, add, down), the CPU optimizer's
- *     publish, the next step's gathers, while chunks switch from the ring to the direct copy at random points:
- *     every sum and every gathered byte exact; the same protocol without the ring's retire before a direct copy
+ *     publish, the next step's gathers (in half the runs several units in one copy, spanning chunks), while chunks
+ *     switch from the ring to the direct copy at random points: every sum and every gathered byte exact, every
+ *     direct piece inside one registered chunk; the same protocol without the ring's retire before a direct copy
  *     (the hazard zero_hostreg_copy guards against) is caught.
  */
 #include "t5test.h"
@@ -587,28 +590,33 @@ static void sim_ring_wait(void* ctx, int slot) {
     while (c->D->head < c->D->ev_at[c->ring][slot]) dev_run_one(c->D);
 }
 
+// the plan of the run under way: every direct copy's host range must lie in one registered chunk (CUDA's rule)
+static const ZeroHostReg* g_direct_plan;
+static int g_direct_outside;
+
 static void sim_direct(void* ctx, void* dst, const void* src, size_t n, bool to_host, void* stream) {
     (void)ctx;
-    (void)to_host;
     (void)stream;
+    if (g_direct_plan && !zero_hostreg_covers(g_direct_plan, to_host ? (const void*)dst : src, n)) g_direct_outside++;
     dev_push(&g_dev, OP_COPY, dst, src, n);
     dev_progress(&g_dev);
 }
 
 // the hazard: a direct copy without retiring the ring's pending D2H into the range first
-static bool copy_without_retire(const ZeroHostReg* H, ZeroRing* R, void* dst, const void* src, size_t n, bool to_host,
-                                void* stream, ZeroDirectOps d) {
+// (whole copies: run only without run_protocol's spanning gathers)
+static size_t copy_without_retire(const ZeroHostReg* H, ZeroRing* R, void* dst, const void* src, size_t n,
+                                  bool to_host, void* stream, ZeroDirectOps d) {
     const void* host = to_host ? (const void*)dst : src;
     if (zero_hostreg_covers(H, host, n)) {
         d.copy(d.ctx, dst, src, n, to_host, stream);
-        return true;
+        return n;
     }
     if (to_host) zero_ring_d2h(R, dst, src, n, stream);
     else zero_ring_h2d(R, dst, src, n, stream);
-    return false;
+    return 0;
 }
 
-typedef bool (*CopyFn)(const ZeroHostReg*, ZeroRing*, void*, const void*, size_t, bool, void*, ZeroDirectOps);
+typedef size_t (*CopyFn)(const ZeroHostReg*, ZeroRing*, void*, const void*, size_t, bool, void*, ZeroDirectOps);
 
 #define PU 12       // units
 #define PSTEPS 4
@@ -624,8 +632,9 @@ typedef struct {
 // and micro-batch, each unit's gradient buckets (micro > 0: up from the host, add; then down) on the stream; after the
 // last micro-batch, the main ring drained and the device synchronised (zp_grad_norm, the CPU thread's wait); the CPU
 // optimizer writes the weights and publishes them through its own ring; the next step's gathers read them.
-// flip_per_mille: the chance, before each copy, that the next chunk's registration returns.
-static bool run_protocol(uint64_t seed, CopyFn copy, int flip_per_mille, int* direct, int* ringed) {
+// flip_per_mille: the chance, before each copy, that the next chunk's registration returns. span: some gathers copy
+// two or three adjacent units in one copy (reaching past a chunk's end: zero_hostreg_copy cuts them at the chunks).
+static bool run_protocol(uint64_t seed, CopyFn copy, int flip_per_mille, bool span, int* direct, int* ringed) {
     Dev* D = &g_dev;
     memset(D, 0, sizeof *D);
     D->rng = seed * 0x9e3779b97f4a7c15ull + 1;
@@ -660,14 +669,17 @@ static bool run_protocol(uint64_t seed, CopyFn copy, int flip_per_mille, int* di
     ZeroRing ring[2];
     for (int r = 0; r < 2; r++) zero_ring_init(&ring[r], slots, 24, mem[r], (ZeroRingOps){sim_ring_copy, sim_ring_wait, &rc[r]});
     const ZeroDirectOps dops = {sim_direct, NULL};
+    g_direct_plan = &H;
     int next = 0;  // the next chunk the "worker" registers
     bool ok = true;
 #define COPY(rg, dst, s_, n, to_host)                                                                        \
     do {                                                                                                     \
         if (next < H.num_chunks && (int)(rnd(&D->rng) % 1000) < flip_per_mille)                              \
             atomic_store_explicit(&H.chunk[next++].registered, 1, memory_order_release);                     \
-        if (copy(&H, &ring[rg], dst, s_, n, to_host, NULL, dops)) (*direct)++;                               \
-        else (*ringed)++;                                                                                    \
+        const size_t got_ = copy(&H, &ring[rg], dst, s_, n, to_host, NULL, dops);                           \
+        if (got_ > n) ok = false;                                                                            \
+        if (got_) (*direct)++;                                                                               \
+        if (got_ < n) (*ringed)++;                                                                           \
     } while (0)
     for (int step = 0; step < PSTEPS && ok; step++) {
         for (int m = 0; m < PMICRO; m++) {
@@ -695,11 +707,18 @@ static bool run_protocol(uint64_t seed, CopyFn copy, int flip_per_mille, int* di
         for (size_t i = 0; i < lw.bytes; i++) W[i] = (uint8_t)(W[i] * 3 + G[i] + 1);
         for (int u = 0; u < nu; u++) COPY(1, dw + lw.off[u], W + lw.off[u], lw.len[u], false);
         // the next forward's gathers (offload_param: from the host partition) through the main ring
-        for (int u = 0; u < nu; u++) COPY(0, dfull + lw.off[u], W + lw.off[u], lw.len[u], false);
+        for (int u = 0; u < nu;) {
+            const int want = span ? 1 + (int)(rnd(&D->rng) % 3) : 1;  // units in this copy
+            const int k = T5_MIN(nu - u, want);
+            const size_t n = lw.off[u + k - 1] + lw.len[u + k - 1] - lw.off[u];
+            COPY(0, dfull + lw.off[u], W + lw.off[u], n, false);
+            u += k;
+        }
         dev_sync(D);  // the next CPU step writes W only after the step's stream work (ev_updated, ev_grads_done)
         ok &= memcmp(dw, W, lw.bytes) == 0 && memcmp(dfull, W, lw.bytes) == 0;
     }
 #undef COPY
+    g_direct_plan = NULL;
     for (int r = 0; r < 2; r++) zero_ring_free(&ring[r]);
     zero_hostreg_free(&H);
     free(mem[0]);
@@ -715,20 +734,105 @@ static bool run_protocol(uint64_t seed, CopyFn copy, int flip_per_mille, int* di
     return ok;
 }
 
+// the direct pieces of a copy (test_copy_spans_chunks)
+typedef struct {
+    int n;
+    const char* host[8];
+    size_t len[8];
+} Pieces;
+
+static void record_direct(void* ctx, void* dst, const void* src, size_t n, bool to_host, void* stream) {
+    Pieces* p = ctx;
+    sim_direct(NULL, dst, src, n, to_host, stream);
+    assert_true(p->n < 8);
+    p->host[p->n] = to_host ? (const char*)dst : (const char*)src;
+    p->len[p->n++] = n;
+}
+
+// A copy that starts in one chunk and runs past its end (three chunks of one page each, the middle one registered)
+// is cut at the chunk boundaries: the middle page goes direct as one piece, the rest through the ring, every byte
+// arrives, in both directions.
+static void test_copy_spans_chunks(void** state) {
+    (void)state;
+    const size_t page = 64;
+    uint8_t* H = aligned_alloc(page, 3 * page);
+    uint8_t dev[3 * 64], back[3 * 64];
+    for (size_t i = 0; i < 3 * page; i++) H[i] = (uint8_t)(i * 7 + 1);
+    const size_t off[3] = {0, page, 2 * page}, len[3] = {page, page, page};
+    ZeroRegBufDesc d = {H, 3 * page, off, len};
+    ZeroHostReg R;
+    zero_hostreg_plan(&R, 3, 1, &d, page);
+    assert_int_equal(R.num_chunks, 3);
+    atomic_store(&R.chunk[1].registered, 1);
+    memset(&g_dev, 0, sizeof g_dev);
+    g_dev.rng = 5;
+    RingCtx rc = {&g_dev, 0};
+    uint8_t mem[4 * 24];
+    ZeroRing ring;
+    zero_ring_init(&ring, 4, 24, mem, (ZeroRingOps){sim_ring_copy, sim_ring_wait, &rc});
+    g_direct_plan = &R;
+    g_direct_outside = 0;
+    Pieces P = {0};
+    const ZeroDirectOps dops = {record_direct, &P};
+    // H2D of [10, 3 page - 10): chunk 0's tail, chunk 1 whole, chunk 2's head
+    memset(dev, 0, sizeof dev);
+    size_t got = zero_hostreg_copy(&R, &ring, dev + 10, H + 10, 3 * page - 20, false, NULL, dops);
+    dev_sync(&g_dev);
+    assert_int_equal(got, page);
+    assert_int_equal(P.n, 1);
+    assert_ptr_equal(P.host[0], (const char*)H + page);
+    assert_int_equal(P.len[0], page);
+    assert_memory_equal(dev + 10, H + 10, 3 * page - 20);
+    // D2H of the same range back into H (after the bytes were changed on the "device")
+    for (size_t i = 0; i < sizeof dev; i++) dev[i] = (uint8_t)(dev[i] ^ 0x5a);
+    memcpy(back, H, sizeof back);
+    for (size_t i = 10; i < 3 * page - 10; i++) back[i] = dev[i];
+    P.n = 0;
+    got = zero_hostreg_copy(&R, &ring, H + 10, dev + 10, 3 * page - 20, true, NULL, dops);
+    zero_ring_drain(&ring);
+    dev_sync(&g_dev);
+    assert_int_equal(got, page);
+    assert_int_equal(P.n, 1);
+    assert_memory_equal(H, back, sizeof back);
+    // nothing registered: all through the ring; everything registered: three direct pieces, one per chunk
+    atomic_store(&R.chunk[1].registered, 0);
+    P.n = 0;
+    assert_int_equal(zero_hostreg_copy(&R, &ring, dev, H, 3 * page, false, NULL, dops), 0);
+    assert_int_equal(P.n, 0);
+    for (int k = 0; k < 3; k++) atomic_store(&R.chunk[k].registered, 1);
+    assert_int_equal(zero_hostreg_copy(&R, &ring, dev, H, 3 * page, false, NULL, dops), 3 * page);
+    assert_int_equal(P.n, 3);
+    for (int k = 0; k < 3; k++) assert_int_equal(P.len[k], page);
+    // no plan: the ring
+    assert_int_equal(zero_hostreg_copy(NULL, &ring, dev, H, 3 * page, false, NULL, dops), 0);
+    zero_ring_drain(&ring);
+    dev_sync(&g_dev);
+    assert_int_equal(g_direct_outside, 0);
+    g_direct_plan = NULL;
+    zero_ring_free(&ring);
+    for (int k = 0; k < 3; k++) atomic_store(&R.chunk[k].registered, 0);  // nothing to unregister (no ops)
+    zero_hostreg_free(&R);
+    free(H);
+}
+
 static void test_copy_protocol(void** state) {
     (void)state;
     int direct = 0, ringed = 0, bad_caught = 0;
+    g_direct_outside = 0;
     for (uint64_t seed = 1; seed <= 300; seed++) {
         // the chance of a registration before each copy: never (the ring alone), all at once, or spread over the run
         const int flip = seed % 3 == 0 ? 0 : seed % 3 == 1 ? 1000 : (int)(1 + seed % 20);
-        if (!run_protocol(seed, zero_hostreg_copy, flip, &direct, &ringed))
-            fail_msg("seed %llu (flip %d per mille): a gradient sum or a gathered unit is wrong", (unsigned long long)seed,
-                     flip);
+        // every other seed, gathers of several units in one copy (spanning chunks)
+        const bool span = seed % 2 == 0;
+        if (!run_protocol(seed, zero_hostreg_copy, flip, span, &direct, &ringed))
+            fail_msg("seed %llu (flip %d per mille%s): a gradient sum or a gathered unit is wrong",
+                     (unsigned long long)seed, flip, span ? ", spanning gathers" : "");
         int d2 = 0, r2 = 0;
-        if (flip > 0 && flip < 1000 && !run_protocol(seed, copy_without_retire, flip, &d2, &r2)) bad_caught++;
+        if (flip > 0 && flip < 1000 && !run_protocol(seed, copy_without_retire, flip, false, &d2, &r2)) bad_caught++;
     }
     print_message("copies: %d direct, %d through the rings; the protocol without the retire failed %d of 100 runs\n",
                   direct, ringed, bad_caught);
+    assert_int_equal(g_direct_outside, 0);  // no direct piece outside one registered chunk
     assert_true(direct > 1000 && ringed > 1000);
     assert_true(bad_caught > 0);
 }
@@ -744,6 +848,7 @@ int main(void) {
         cmocka_unit_test(test_worker_registers_everything),
         cmocka_unit_test(test_worker_failure),
         cmocka_unit_test(test_worker_stop),
+        cmocka_unit_test(test_copy_spans_chunks),
         cmocka_unit_test(test_copy_protocol),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

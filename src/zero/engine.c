@@ -305,7 +305,7 @@ static double used_lr(Engine* E, cudaStream_t s) {
 
 // EngineStats.line (stages 1-3): gathers, trace mismatches, copies, the CPU optimizer's last time, the run-time buffers
 static void stats_line(const ZeroStats* zs, char* line, size_t len) {
-    char staged[96] = "", reg[200] = "", nvme[96] = "";
+    char staged[96] = "", reg[320] = "", nvme[96] = "";
     // pageable host buffers (pin_memory false): the bytes copied through the engine's pinned staging ring
     if (zs->staged_bytes > 0)
         snprintf(staged, sizeof staged, " (%.2f GiB through the pinned staging ring)", zs->staged_bytes / (1 << 30));
@@ -316,8 +316,9 @@ static void stats_line(const ZeroStats* zs, char* line, size_t len) {
         if (zs->host_register_s >= 0)
             snprintf(when, sizeof when, "%s %.1f s after the engine's start",
                      ph == 2 ? "done" : ph == 3 ? "stopped by a failure" : "stopped", zs->host_register_s);
-        snprintf(reg, sizeof reg, "; pageable host memory registered in the background: %.3f of %.3f GiB, %s",
-                 (double)zs->host_registered_bytes / (1 << 30), (double)zs->host_register_total / (1 << 30), when);
+        snprintf(reg, sizeof reg, "; pageable host memory registered in the background: %.3f of %.3f GiB, %s; "
+                 "%.3f GiB copied directly", (double)zs->host_registered_bytes / (1 << 30),
+                 (double)zs->host_register_total / (1 << 30), when, zs->direct_bytes / (1 << 30));
     }
     if (zs->nvme_file_bytes)  // offload_optimizer nvme
         snprintf(nvme, sizeof nvme, "; NVMe %.3f GiB read, %.3f GiB written", zs->nvme_read_bytes / (1 << 30),

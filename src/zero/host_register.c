@@ -287,16 +287,36 @@ ZeroRegStatus zero_hostreg_status(const ZeroHostReg* R) {
 // ---------------------------------------------------------------------------------------------
 // a copy's path (the engine's zp_copy_to_dev / zp_copy_to_host)
 
-bool zero_hostreg_copy(const ZeroHostReg* H, ZeroRing* R, void* dst, const void* src, size_t n, bool to_host,
-                       void* stream, ZeroDirectOps d) {
-    if (n == 0) return false;
-    const void* host = to_host ? (const void*)dst : src;
-    if (zero_hostreg_covers(H, host, n)) {
-        zero_ring_sync_range(R, host, n);
-        d.copy(d.ctx, dst, src, n, to_host, stream);
-        return true;
+// The copy is cut at chunk boundaries: each piece lies in one chunk (or outside every planned chunk) and takes the
+// direct copy when its chunk is registered, the ring otherwise. So a copy that reaches past its chunk (the engine's
+// never do: each lies in one unit's region) still never spans two registrations, and each chunk's bytes switch from
+// the ring to the direct copy once, as a whole.
+size_t zero_hostreg_copy(const ZeroHostReg* H, ZeroRing* R, void* dst, const void* src, size_t n, bool to_host,
+                         void* stream, ZeroDirectOps d) {
+    size_t direct = 0;
+    for (size_t at = 0; at < n;) {
+        const char* host = (const char*)(to_host ? (const void*)dst : src) + at;
+        size_t len = n - at;
+        bool reg = false;
+        const int k = H ? zero_hostreg_chunk_of(H, host) : -1;
+        if (k >= 0) {
+            const ZeroRegChunk* c = &H->chunk[k];
+            const size_t off = (size_t)(host - H->base[c->buf]);
+            len = T5_MIN(len, c->off + c->bytes - off);
+            reg = atomic_load_explicit(&c->registered, memory_order_acquire) == 1;
+        }
+        void* pd = (char*)dst + at;
+        const void* ps = (const char*)src + at;
+        if (reg) {
+            zero_ring_sync_range(R, host, len);
+            d.copy(d.ctx, pd, ps, len, to_host, stream);
+            direct += len;
+        } else if (to_host) {
+            zero_ring_d2h(R, pd, ps, len, stream);
+        } else {
+            zero_ring_h2d(R, pd, ps, len, stream);
+        }
+        at += len;
     }
-    if (to_host) zero_ring_d2h(R, dst, src, n, stream);
-    else zero_ring_h2d(R, dst, src, n, stream);
-    return false;
+    return direct;
 }

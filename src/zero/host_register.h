@@ -137,12 +137,14 @@ typedef struct {
 } ZeroDirectOps;
 
 // One copy between a pageable engine buffer and the GPU (to_host: device src -> host dst; else host src -> device
-// dst), as zp_copy_to_dev / zp_copy_to_host issue it: when the host range lies in a registered chunk of H (H may be
-// NULL: none), first the pending D2H of ring R overlapping the host range are retired (zero_ring_sync_range: an older
-// gradient in a slot would otherwise land over this copy's bytes later, or an H2D would read the bytes before it
-// landed), then d.copy; else through R (zero_ring_h2d / zero_ring_d2h). Returns true when it took the direct copy.
-bool zero_hostreg_copy(const ZeroHostReg* H, ZeroRing* R, void* dst, const void* src, size_t n, bool to_host,
-                       void* stream, ZeroDirectOps d);
+// dst), as zp_copy_to_dev / zp_copy_to_host issue it, cut at H's chunk boundaries (H may be NULL: none): a piece whose
+// host range lies in a registered chunk first has the pending D2H of ring R overlapping it retired
+// (zero_ring_sync_range: an older gradient in a slot would otherwise land over this copy's bytes later, or an H2D
+// would read the bytes before it landed), then goes by d.copy; every other piece goes through R (zero_ring_h2d /
+// zero_ring_d2h). A piece never spans two chunks, so a direct copy never spans two registrations. Returns the bytes
+// that took the direct copy (0 .. n).
+size_t zero_hostreg_copy(const ZeroHostReg* H, ZeroRing* R, void* dst, const void* src, size_t n, bool to_host,
+                         void* stream, ZeroDirectOps d);
 
 #ifdef __cplusplus
 }

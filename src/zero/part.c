@@ -111,8 +111,9 @@ static void direct_copy(void* ctx, void* dst, const void* src, size_t n, bool to
     CUDA_CHECK(cudaMemcpyAsync(dst, src, n, *(const enum cudaMemcpyKind*)ctx, (cudaStream_t)stream));
 }
 
-// a pageable host side: through the ring, or, once its chunk is registered (part_hostreg.c), the direct copy after
-// the ring's pending D2H into the range landed (zero_hostreg_copy)
+// a pageable host side: through the ring, or, piece by piece once a piece's chunk is registered (part_hostreg.c), the
+// direct copy after the ring's pending D2H into that piece landed (zero_hostreg_copy); the direct bytes are counted
+// (ZeroStats.direct_bytes)
 void zp_copy_to_dev(ZeroPart* P, ZpRing* ring, void* dst, const void* src, size_t bytes, enum cudaMemcpyKind kind,
                     cudaStream_t s) {
     if (!zp_host_pageable(P, src)) {
@@ -120,7 +121,9 @@ void zp_copy_to_dev(ZeroPart* P, ZpRing* ring, void* dst, const void* src, size_
         return;
     }
     if (!ring) t5_die(T5_EXIT_FAILURE, "internal: ZeRO copy from a pageable host buffer without a staging ring");
-    (void)zero_hostreg_copy(P->hostreg, &ring->r, dst, src, bytes, false, s, (ZeroDirectOps){direct_copy, &kind});
+    const size_t direct = zero_hostreg_copy(P->hostreg, &ring->r, dst, src, bytes, false, s,
+                                            (ZeroDirectOps){direct_copy, &kind});
+    if (direct) __atomic_add_fetch(&P->direct_bytes, (int64_t)direct, __ATOMIC_RELAXED);
 }
 
 void zp_copy_to_host(ZeroPart* P, ZpRing* ring, void* dst, const void* src, size_t bytes, enum cudaMemcpyKind kind,
@@ -130,7 +133,9 @@ void zp_copy_to_host(ZeroPart* P, ZpRing* ring, void* dst, const void* src, size
         return;
     }
     if (!ring) t5_die(T5_EXIT_FAILURE, "internal: ZeRO copy to a pageable host buffer without a staging ring");
-    (void)zero_hostreg_copy(P->hostreg, &ring->r, dst, src, bytes, true, s, (ZeroDirectOps){direct_copy, &kind});
+    const size_t direct = zero_hostreg_copy(P->hostreg, &ring->r, dst, src, bytes, true, s,
+                                            (ZeroDirectOps){direct_copy, &kind});
+    if (direct) __atomic_add_fetch(&P->direct_bytes, (int64_t)direct, __ATOMIC_RELAXED);
 }
 
 void zero_options_default(ZeroOptions* o) {

@@ -214,6 +214,8 @@ typedef struct ZeroPart {
     // stats
     ZeroStats st;
     int64_t thread_h2d;          // bytes the optimizer thread copied (summed into st by zero_stats)
+    int64_t direct_bytes;        // pageable-buffer bytes that took the direct copy (registered chunks; both threads,
+                                 // atomic; zero_stats reports it beside the ring's bytes)
     struct ZpAda* ada;           // Adafactor (o.optimizer): step_adafactor.c's tables and plan; NULL: AdamW
     struct ZpNvme* nvme;         // offload_optimizer nvme: part_nvme.c's swap file of the CPU units' m, v; NULL: host
     struct ZpZenflow* zf;        // zero_optimization.zenflow: zenflow.c's tensors and schedule; NULL: off
