@@ -32,8 +32,8 @@
  *     off, the ring alone) against the ring alone (=0), fp16 (shared 16-bit buffer) and fp32 (2 micro-batches through
  *     the host gradients): bit-identical losses and final weights, the end line reporting registered bytes and bytes
  *     copied directly > 0 (and, for the slow one, ring bytes too: both paths in one run; with the registration off,
- *     neither registered nor direct bytes); T5TRAIN_PAGEABLE_REGISTER=yes stops with exit 2 when a buffer is pageable and is
- *     ignored in a pinned run.
+ *     neither registered nor direct bytes); T5TRAIN_PAGEABLE_REGISTER=yes stops with exit 2 when a buffer is
+ *     pageable and is ignored in a pinned run.
  * Every other pin_memory false case runs with T5TRAIN_PAGEABLE_REGISTER=0 (zrun): the ring alone, as it checks.
  * Small buckets, prefetch buckets, sub-groups and persistence threshold make every code path run with several
  * pieces (docs/zero.md says what each knob does).
