@@ -16,7 +16,8 @@
  *   - stop: with a delay between chunks, zero_hostreg_stop returns promptly with the worker joined, phase stopped,
  *     no chunk registered after it; a plan without chunks is done at once; a process exiting while its worker runs
  *     (the trainer leaves the engine to the exit) has the worker stopped and joined before the atexit handlers
- *     registered earlier (the CUDA runtime's) run;
+ *     registered earlier (the CUDA runtime's) run; that wait is bounded (a register call under way longer than the
+ *     bound: the exit goes on without it);
  *   - a copy spanning chunks (zero_hostreg_copy): cut at the chunk boundaries, the registered chunk's piece direct,
  *     the rest through the ring, every byte delivered both ways; the direct byte count returned;
  *   - the engine's copy protocol (zero_hostreg_copy) against a simulated asynchronous device with two staging rings:
@@ -526,6 +527,49 @@ static void test_exit_joins_worker(void** state) {
     assert_int_equal(got, 'y');
 }
 
+// The exit's wait is bounded: a register call that takes 0.9 s (a large chunk, a slow driver) with the bound at 50 ms:
+// the process exits well before the call returns, the worker left running (one warning line).
+static void exit_check_unjoined(void) {
+    const char ok = g_exit_bufs.R.started ? 'y' : 'n';  // the handler gave up waiting
+    if (write(g_exit_pipe, &ok, 1) != 1) _exit(3);
+}
+
+static void test_exit_wait_bounded(void** state) {
+    (void)state;
+    int fd[2];
+    assert_int_equal(pipe(fd), 0);
+    const double t0 = now_s();
+    const pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(fd[0]);
+        g_exit_pipe = fd[1];
+        if (atexit(exit_check_unjoined) != 0) _exit(4);  // before the worker's: runs after its handler
+        zero_hostreg_set_exit_wait_ms(50);
+        bufs_plan(&g_exit_bufs, 4, 4096);
+        g_exit_fake.R = &g_exit_bufs.R;
+        g_exit_fake.fail_at = -1;
+        g_exit_fake.sleep_us = 900000;
+        if (zero_hostreg_start(&g_exit_bufs.R, (ZeroRegOps){fake_reg, fake_unreg, NULL, &g_exit_fake}, 0) != 0) _exit(5);
+        const struct timespec ts = {0, 20 * 1000000};
+        nanosleep(&ts, NULL);  // the first register call is under way
+        exit(0);
+    }
+    close(fd[1]);
+    char got = 0;
+    const ssize_t n = read(fd[0], &got, 1);
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    const double dt = now_s() - t0;
+    close(fd[0]);
+    print_message("the exit returned %.0f ms after the start, a 900 ms register call under way\n", dt * 1e3);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(got, 'y');
+    assert_true(dt < 0.6);
+}
+
 // ------------------------------------------------------------------ the copy protocol on a simulated device
 
 // One stream: a FIFO of operations the device runs at random points, or when the host waits for a slot's event
@@ -841,6 +885,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         // first: its child must start the process's first worker (the exit handler registered after its own)
         cmocka_unit_test(test_exit_joins_worker),
+        cmocka_unit_test(test_exit_wait_bounded),  // likewise (a fork before the parent starts any worker)
         cmocka_unit_test(test_settings),
         cmocka_unit_test(test_plan_random),
         cmocka_unit_test(test_plan_fixed),

@@ -77,6 +77,7 @@ void zero_hostreg_plan(ZeroHostReg* R, int num_units, int num_bufs, const ZeroRe
     atomic_init(&R->stop, false);
     atomic_init(&R->phase, ZR_IDLE);
     atomic_init(&R->registered_bytes, 0);
+    atomic_init(&R->started, false);
     if (num_bufs < 0 || num_bufs > ZERO_HOSTREG_MAX_BUFS || num_units < 0)
         t5_die(T5_EXIT_FAILURE, "internal: host registration plan of %d buffers, %d units", num_bufs, num_units);
     if (page == 0 || (page & (page - 1)) != 0) t5_die(T5_EXIT_FAILURE, "internal: page size %zu", page);
@@ -201,27 +202,48 @@ static void* worker(void* arg) {
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static ZeroHostReg* g_live[16];
 static bool g_atexit_set;
+static atomic_int g_exit_wait_ms = ZERO_HOSTREG_EXIT_WAIT_MS;
 
-// under g_mu
-static void stop_locked(ZeroHostReg* R) {
+void zero_hostreg_set_exit_wait_ms(int ms) { atomic_store(&g_exit_wait_ms, T5_MAX(ms, 0)); }
+
+// under g_mu. deadline NULL: join without a limit; else join until then (CLOCK_REALTIME), and past it leave the
+// worker running (one warning line; only at the process's exit)
+static void stop_locked(ZeroHostReg* R, const struct timespec* deadline) {
     atomic_store(&R->stop, true);
-    if (R->started) {
-        pthread_join(R->thread, NULL);
-        R->started = false;
+    if (atomic_load(&R->started)) {
+        const int e = deadline ? pthread_timedjoin_np(R->thread, NULL, deadline) : pthread_join(R->thread, NULL);
+        if (e == 0) {
+            atomic_store(&R->started, false);
+        } else {
+            t5_warn("ZeRO: the background registration of the pageable host buffers did not stop within %d ms "
+                    "(a register call under way, %.3f of %.3f GiB registered); exiting without waiting for it",
+                    atomic_load(&g_exit_wait_ms), gib(atomic_load(&R->registered_bytes)), gib(R->total_bytes));
+        }
     }
     for (size_t i = 0; i < T5_ARRAY_LEN(g_live); i++)
         if (g_live[i] == R) g_live[i] = NULL;
 }
 
+// one deadline for every live worker: a register call under way (a large chunk, a hung driver) must not hold the
+// process's exit for longer than the bound
 static void stop_all_at_exit(void) {
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    const long ms = atomic_load(&g_exit_wait_ms);
+    dl.tv_sec += ms / 1000;
+    dl.tv_nsec += (ms % 1000) * 1000000L;
+    if (dl.tv_nsec >= 1000000000L) {
+        dl.tv_sec++;
+        dl.tv_nsec -= 1000000000L;
+    }
     pthread_mutex_lock(&g_mu);
     for (size_t i = 0; i < T5_ARRAY_LEN(g_live); i++)
-        if (g_live[i]) stop_locked(g_live[i]);
+        if (g_live[i]) stop_locked(g_live[i], &dl);
     pthread_mutex_unlock(&g_mu);
 }
 
 int zero_hostreg_start(ZeroHostReg* R, ZeroRegOps ops, int delay_ms) {
-    if (R->started || atomic_load(&R->phase) != ZR_IDLE)
+    if (atomic_load(&R->started) || atomic_load(&R->phase) != ZR_IDLE)
         t5_die(T5_EXIT_FAILURE, "internal: host registration started twice");
     R->ops = ops;
     R->delay_ms = T5_MAX(delay_ms, 0);
@@ -240,12 +262,15 @@ int zero_hostreg_start(ZeroHostReg* R, ZeroRegOps ops, int delay_ms) {
     if (e == 0) e = pthread_create(&R->thread, NULL, worker, R);
     if (e != 0) {
         pthread_mutex_unlock(&g_mu);
-        snprintf(R->why, sizeof R->why, "cannot start its thread: %s", strerror(e));
+        snprintf(R->why, sizeof R->why, "cannot start its thread: %s",
+                 slot == T5_ARRAY_LEN(g_live) ? "too many workers in this process"
+                 : !g_atexit_set              ? "atexit failed"
+                                              : strerror(e));
         warn_failed(R);
         finish(R, ZR_FAILED);
         return -1;
     }
-    R->started = true;
+    atomic_store(&R->started, true);
     g_live[slot] = R;
     pthread_mutex_unlock(&g_mu);
     return 0;
@@ -253,12 +278,12 @@ int zero_hostreg_start(ZeroHostReg* R, ZeroRegOps ops, int delay_ms) {
 
 void zero_hostreg_stop(ZeroHostReg* R) {
     pthread_mutex_lock(&g_mu);
-    stop_locked(R);
+    stop_locked(R, NULL);
     pthread_mutex_unlock(&g_mu);
 }
 
 void zero_hostreg_unregister(ZeroHostReg* R) {
-    if (R->started) t5_die(T5_EXIT_FAILURE, "internal: host registration undone while its worker runs");
+    if (atomic_load(&R->started)) t5_die(T5_EXIT_FAILURE, "internal: host registration undone while its worker runs");
     for (int i = R->num_chunks - 1; i >= 0; i--) {
         ZeroRegChunk* c = &R->chunk[i];
         if (atomic_load_explicit(&c->registered, memory_order_acquire) != 1) continue;

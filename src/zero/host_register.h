@@ -23,7 +23,8 @@
  *   zero_hostreg_stop    asks the worker to stop before its next chunk and joins it (idempotent); the process's
  *                        exit does the same for every live worker (an atexit handler, registered after the CUDA
  *                        runtime's: the trainer leaves the engine to the exit, and the runtime's teardown must not
- *                        meet a register call under way)
+ *                        meet a register call under way), but waits at most ZERO_HOSTREG_EXIT_WAIT_MS for them all
+ *                        (then one warning, and the exit goes on)
  *   zero_hostreg_unregister  (after stop, once no copy is in flight) unregisters every registered chunk
  *
  * Failure: the first register call that fails stops the worker (its chunk and the rest stay unregistered: their
@@ -97,7 +98,7 @@ typedef struct {
     ZeroRegOps ops;
     int delay_ms;
     pthread_t thread;
-    bool started;
+    atomic_bool started;      // the thread runs and is not joined (written under the stop lock; read anywhere)
     atomic_bool stop;
     atomic_int phase;         // ZeroRegPhase; the final value stored with release after t_end and why
     atomic_size_t registered_bytes;
@@ -116,6 +117,10 @@ bool zero_hostreg_covers(const ZeroHostReg* R, const void* p, size_t n);
 // The chunk holding p, or -1 (p in no planned chunk).
 int zero_hostreg_chunk_of(const ZeroHostReg* R, const void* p);
 void zero_hostreg_stop(ZeroHostReg* R);
+// The process's exit waits at most this long for every live worker together (a register call under way: a large
+// chunk, a hung driver), then exits without them, with one warning line. Tests may lower it.
+#define ZERO_HOSTREG_EXIT_WAIT_MS 10000
+void zero_hostreg_set_exit_wait_ms(int ms);
 void zero_hostreg_unregister(ZeroHostReg* R);
 // stop + unregister + frees the bookkeeping
 void zero_hostreg_free(ZeroHostReg* R);
