@@ -595,8 +595,10 @@ void zp_views_sync(ZeroPart* P, int u, cudaStream_t s) {
 }
 
 // called by the CPU optimizer thread (ring_opt) after its AdamW wrote the unit, and by zp_sync_working on the main
-// thread (ring_main) while the optimizer thread is idle. Through a ring, the host bytes are copied into the slots
-// before this returns: the host may write whost / master again once the next step's gradients are in.
+// thread (ring_main) while the optimizer thread is idle. Pageable host side, two paths (zp_copy_to_dev): through the
+// ring the host bytes are copied into the slots before this returns; a piece in a chunk registered in the background
+// takes the direct copy, read when the stream gets there, as with pinned buffers, whose ordering (the next CPU step
+// waits for ev_updated / ev_grads_done) keeps whost / master unwritten until then.
 void zp_publish_unit_host(ZeroPart* P, int u, ZpRing* ring) {
     ZpUnit* U = &P->u[u];
     void* dst = zp_unit_x_dst(P, u);

@@ -22,8 +22,10 @@
  *
  * Staging ring (pin_memory false: some of h_master/m/v, h_gacc, h_w are pageable). Every copy between a pageable
  * engine host buffer and the GPU on the step's path goes through a pinned staging ring (staging.h; sizes in
- * estimate.c): zp_copy_to_dev / zp_copy_to_host pick the ring when the host side lies in a pageable HostBuf and
- * issue the plain cudaMemcpyAsync otherwise, so with every buffer pinned (no ring) nothing changes. Two rings, one
+ * estimate.c), unless its chunk was registered in the background (T5TRAIN_PAGEABLE_REGISTER=1, below): then it takes
+ * the plain copy. zp_copy_to_dev / zp_copy_to_host pick the ring or the registered chunk's direct copy when the host
+ * side lies in a pageable HostBuf and issue the plain cudaMemcpyAsync otherwise, so with every buffer pinned (no
+ * ring) nothing changes. Two rings, one
  * per thread: ring_main (the thread that drives the model: gradients down and, with accumulation, up (reduce.c);
  * gathers of offloaded 16-bit partitions (gather.c); zp_sync_working's publish) and ring_opt (the CPU optimizer
  * thread: each stepped unit's 16-bit weights and fp32 views, zp_publish_unit_host). The ordering rules:
@@ -43,6 +45,7 @@
  *     waits for the CPU step of the unit (zp_wait_unit_updated).
  *   - a slot is reused only after its copy completed (cudaEventSynchronize on the slot's event); copies run on
  *     the stream the plain copy would have used, so stream order is unchanged.
+ * The rules above are the ring's; a piece whose chunk is registered (below) follows the pinned path's instead.
  * Not through a ring (not on the step's path): the start-up random init's copies into the master
  * (model/t5_weights.c, cudaMemcpyDefault from the device: the driver stages a pageable destination) and the
  * synchronous state / master copies of zero.c and state_copy here, which touch host buffers only with memcpy.
