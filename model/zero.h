@@ -249,6 +249,8 @@ typedef struct {
     double cpu_adam_s;        // last step's CPU optimizer time
     double h2d_bytes, d2h_bytes;  // copies since the last zero_stats_reset
     double staged_bytes;      // of those, the bytes that went through the pinned staging ring (pageable host buffers)
+    double direct_bytes;      // and the bytes of pageable host buffers copied directly once their chunk was registered
+                              // in the background (T5TRAIN_PAGEABLE_REGISTER=1; src/zero/host_register.h)
     int64_t gathers, prefetches, releases, trace_mismatches;
     int64_t grad_order_mismatches;  // backward passes whose gradient order left ZeroOptions.grad_trace (stages 2/3)
     size_t host_bytes, host_pinned_bytes, gpu_bytes;  // the engine's own allocations
@@ -260,6 +262,14 @@ typedef struct {
                                                // gathered peak and gradients in flight)
     size_t pool_used_high, pool_reserved_high;  // the stream-ordered pool's high-water marks (stages 2/3: gathered
                                                 // units and gradients in flight), since the engine was created
+    // pageable host buffers registered with CUDA in the background (pin_memory false; src/zero/part_hostreg.c,
+    // T5TRAIN_PAGEABLE_REGISTER=1, default off): their copies leave the staging ring for the direct DMA chunk by chunk
+    bool host_register_on;           // the registration worker was started
+    size_t host_register_total;      // bytes it registers when it completes (16-bit weights, gradients, fp32 master)
+    size_t host_registered_bytes;    // registered so far
+    int host_register_phase;         // src/zero/host_register.h ZeroRegPhase: 1 running, 2 done, 3 failed, 4 stopped
+    double host_register_s;          // phase 2-4: seconds from the worker's start (the engine's buffers allocated)
+                                     // to its end; -1 while running
 } ZeroStats;
 void zero_stats(const ZeroEngine* Z, ZeroStats* out);
 void zero_stats_reset(ZeroEngine* Z);

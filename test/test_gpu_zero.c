@@ -26,12 +26,21 @@
  *   - the 50-step trajectory of test_gpu_trainer (tiny_v10, fp32, against PyTorch's committed trajectory) rerun under
  *     ZeRO stage 3 with both offloads: within the same tolerance;
  *   - stage3_gather_16bit_weights_on_model_save (bf16, stage 3 + both offloads): the final model.safetensors holds
- *     bf16 tensors, each the fp32 master of the same run without the key rounded to bf16, byte for byte.
+ *     bf16 tensors, each the fp32 master of the same run without the key rounded to bf16, byte for byte;
+ *   - pin_memory false with the pageable buffers registered with CUDA in the background (T5TRAIN_PAGEABLE_REGISTER=1,
+ *     and one chunk every 400 ms so that the copies switch from the ring to the DMA mid-run) and unset (the default:
+ *     off, the ring alone) against the ring alone (=0), fp16 (shared 16-bit buffer) and fp32 (2 micro-batches through
+ *     the host gradients): bit-identical losses and final weights, the end line reporting registered bytes and bytes
+ *     copied directly > 0 (and, for the slow one, ring bytes too: both paths in one run; with the registration off,
+ *     neither registered nor direct bytes); T5TRAIN_PAGEABLE_REGISTER=yes stops with exit 2 when a buffer is
+ *     pageable and is ignored in a pinned run.
+ * Every other pin_memory false case runs with T5TRAIN_PAGEABLE_REGISTER=0 (zrun): the ring alone, as it checks.
  * Small buckets, prefetch buckets, sub-groups and persistence threshold make every code path run with several
  * pieces (docs/zero.md says what each knob does).
  */
 #include "t5test.h"
 
+#include <ctype.h>
 #include <jansson.h>
 #include <math.h>
 
@@ -66,15 +75,16 @@ static void zcmd(char* buf, size_t cap, const char* out, int gas) {
     if (k < 0 || (size_t)k >= cap) fail_msg("command line too long");
 }
 
-// one run; returns the output dir (malloc'd)
-static char* zrun(const char* tag, const char* precision, const char* zero, const char* extra, int gas) {
+// one run with `env` (VAR=value words) before the command; returns the output dir (malloc'd)
+static char* zrun_env(const char* tag, const char* env, const char* precision, const char* zero, const char* extra,
+                      int gas) {
     char* out = t5_path_join(t5test_tmpdir(), tag);
     char ds[4200];
     snprintf(ds, sizeof ds, "%s.ds.json", out);
     write_ds(ds, precision, zero);
     char cmd[8192];
     zcmd(cmd, sizeof cmd, out, gas);
-    int rc = t5test_run(g_text, sizeof g_text, "%s --overwrite_output_dir --deepspeed %s %s %s 2>&1", cmd, ds,
+    int rc = t5test_run(g_text, sizeof g_text, "%s %s --overwrite_output_dir --deepspeed %s %s %s 2>&1", env, cmd, ds,
                         strstr(precision, "fp16") ? "--fp16" : strstr(precision, "bf16") ? "--bf16" : "",
                         extra ? extra : "");
     if (rc) {
@@ -82,6 +92,12 @@ static char* zrun(const char* tag, const char* precision, const char* zero, cons
         fail_msg("%s: exit %d:\n...%s", tag, rc, g_text + (len > 3000 ? len - 3000 : 0));
     }
     return out;
+}
+
+// one run; pin_memory false runs keep every copy on the pinned staging ring (the cases below check its use), without
+// the background registration of the pageable buffers, which test_pageable_register runs
+static char* zrun(const char* tag, const char* precision, const char* zero, const char* extra, int gas) {
+    return zrun_env(tag, "T5TRAIN_PAGEABLE_REGISTER=0", precision, zero, extra, gas);
 }
 
 static double result_value(const char* dir, const char* file, const char* key) {
@@ -510,6 +526,115 @@ static void test_16bit_final_save(void** state) {
     free(b);
 }
 
+// The end line's "pageable host memory registered in the background: X of Y GiB": X (and Y in *total), -1 when absent
+static double registered_gib(const char* text, double* total) {
+    const char* key = "registered in the background: ";
+    const char* p = strstr(text, key);
+    double x = -1, y = -1;
+    if (!p || sscanf(p + strlen(key), "%lf of %lf GiB", &x, &y) != 2) return -1;
+    *total = y;
+    return x;
+}
+
+// The end line's "..., X GiB copied directly" (the pageable bytes that took the direct copy once their chunk was
+// registered): X, -1 when absent
+static double direct_gib(const char* text) {
+    const char* key = " GiB copied directly";
+    const char* p = strstr(text, key);
+    if (!p) return -1;
+    const char* q = p;
+    while (q > text && (isdigit((unsigned char)q[-1]) || q[-1] == '.')) q--;
+    double x = -1;
+    return q < p && sscanf(q, "%lf", &x) == 1 ? x : -1;
+}
+
+// pin_memory false, the pageable buffers registered with CUDA in the background (src/zero/part_hostreg.c) against the
+// staging ring alone (T5TRAIN_PAGEABLE_REGISTER=0): the same copies of the same bytes, so the same losses and final
+// weights bit for bit, registration done at once (=1) or one chunk every 400 ms (the switch from the ring to the
+// direct copies in the middle of the run: the end line reports bytes through the ring and bytes registered)
+static void pageable_register_case(const char* tag, const char* prec, const char* zero, int gas) {
+    char t[96];
+    snprintf(t, sizeof t, "%s_reg0", tag);
+    char* ref = zrun_env(t, "T5TRAIN_PAGEABLE_REGISTER=0", prec, zero, NULL, gas);
+    double total = 0;
+    if (!strstr(g_text, "through the pinned staging ring") || registered_gib(g_text, &total) >= 0)
+        fail_msg("%s: T5TRAIN_PAGEABLE_REGISTER=0 must copy through the ring alone:\n%s", t, t5test_tail(g_text, 3000));
+    static const struct {
+        const char* sfx;
+        const char* env;
+        bool reg;   // the registration runs (else: the ring alone, no registration reported)
+        bool ring;  // bytes through the ring too (the switch happened during the run)
+    } runs[] = {
+        {"reg1", "T5TRAIN_PAGEABLE_REGISTER=1", true, false},
+        {"reg_default", "env -u T5TRAIN_PAGEABLE_REGISTER", false, true},  // unset: off (the default for now)
+        {"reg1_slow", "T5TRAIN_PAGEABLE_REGISTER=1 T5TRAIN_PAGEABLE_REGISTER_DELAY_MS=400", true, true},
+    };
+    for (size_t i = 0; i < T5_ARRAY_LEN(runs); i++) {
+        snprintf(t, sizeof t, "%s_%s", tag, runs[i].sfx);
+        char* got = zrun_env(t, runs[i].env, prec, zero, NULL, gas);
+        total = 0;
+        const double reg = registered_gib(g_text, &total), direct = direct_gib(g_text);
+        const bool ring = strstr(g_text, "through the pinned staging ring") != NULL;
+        print_message("%-34s registered %.3f of %.3f GiB in the background; %.3f GiB copied directly; ring %s\n", t,
+                      reg, total, direct, ring ? "used" : "unused");
+        if (runs[i].reg && !(reg > 0))
+            fail_msg("%s: no bytes registered in the background:\n%s", t, t5test_tail(g_text, 3000));
+        // registered is not enough: some copy must have taken the direct path (the counter of zero_hostreg_copy's
+        // direct bytes), and with the registration off none may
+        if (runs[i].reg && !(direct > 0))
+            fail_msg("%s: no bytes copied directly after the registration:\n%s", t, t5test_tail(g_text, 3000));
+        if (!runs[i].reg && direct >= 0)
+            fail_msg("%s: direct copies reported with the registration off:\n%s", t, t5test_tail(g_text, 3000));
+        if (!runs[i].reg && reg >= 0)
+            fail_msg("%s: registration reported though it is off by default:\n%s", t, t5test_tail(g_text, 3000));
+        if (runs[i].ring && !ring) fail_msg("%s: no bytes through the ring:\n%s", t, t5test_tail(g_text, 3000));
+        double la[ZSTEPS + 1], lb[ZSTEPS + 1];
+        const int na = t5test_jsonl_doubles(ref, "loss", la, ZSTEPS + 1), nb = t5test_jsonl_doubles(got, "loss", lb, ZSTEPS + 1);
+        if (na != ZSTEPS || nb != ZSTEPS) fail_msg("%s: %d / %d loss lines, want %d", t, na, nb, ZSTEPS);
+        for (int k = 0; k < ZSTEPS; k++)
+            if (memcmp(&la[k], &lb[k], sizeof la[k]) != 0)
+                fail_msg("%s: loss of step %d is %.9g, the ring alone's %.9g", t, k + 1, lb[k], la[k]);
+        const int rc = t5test_run(g_text, sizeof g_text, "cmp %s/model.safetensors %s/model.safetensors 2>&1", ref, got);
+        if (rc) fail_msg("%s: final weights differ from the ring alone's: %s", t, g_text);
+        free(got);
+    }
+    free(ref);
+}
+
+static void test_pageable_register(void** state) {
+    (void)state;
+    T5_REQUIRE_GPU();
+    T5_REQUIRE_DATA();
+    // fp16, both offloads, accumulation 1: 16-bit gathers, gradients into the shared 16-bit host weights, the CPU
+    // optimizer's publish of the weights and fp32 views (h_w, h_master registered)
+    pageable_register_case("preg_fp16",
+                           "\"fp16\": {\"enabled\": true, \"initial_scale_power\": 12, \"loss_scale_window\": 5},",
+                           "{\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": false}, "
+                           "\"offload_param\": {\"device\": \"cpu\", \"pin_memory\": false}, " SMALL_KNOBS "}",
+                           1);
+    // fp32, 2 micro-batches, 2 slots: the host gradients accumulated through h_gacc (up, add, down), fp32 gathers from
+    // the master itself
+    pageable_register_case("preg_fp32",
+                           "", "{\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": false, "
+                           "\"buffer_count\": 2}, \"offload_param\": {\"device\": \"cpu\", \"pin_memory\": false}, "
+                           SMALL_KNOBS "}",
+                           2);
+    // a value other than 0 / 1 with a pageable buffer: one line, exit 2, before the engine allocates its host buffers
+    char* out = t5_path_join(t5test_tmpdir(), "preg_bad");
+    char ds[4200], cmd[8192];
+    snprintf(ds, sizeof ds, "%s.ds.json", out);
+    write_ds(ds, "", "{\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": false}}");
+    zcmd(cmd, sizeof cmd, out, 1);
+    const int rc = t5test_run(g_text, sizeof g_text, "T5TRAIN_PAGEABLE_REGISTER=yes %s --deepspeed %s 2>&1", cmd, ds);
+    if (rc != 2 || !strstr(g_text, "T5TRAIN_PAGEABLE_REGISTER=yes: give 1"))
+        fail_msg("T5TRAIN_PAGEABLE_REGISTER=yes: exit %d (want 2):\n%s", rc, t5test_tail(g_text, 2000));
+    free(out);
+    // every host buffer pinned: the variable is never read, so the same value runs (zrun_env fails on a non-zero exit)
+    out = zrun_env("preg_bad_pinned", "T5TRAIN_PAGEABLE_REGISTER=yes", "",
+                   "{\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true}}", NULL, 1);
+    free(out);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fp32_every_stage),
@@ -519,6 +644,7 @@ int main(void) {
         cmocka_unit_test(test_adafactor_engine),
         cmocka_unit_test(test_adafactor_resume_across_stages),
         cmocka_unit_test(test_16bit_final_save),
+        cmocka_unit_test(test_pageable_register),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,7 +4,11 @@
 #            fp16 8 x (128+128)) with the binaries before the engine refactor (.devrun-before, 9857253) and after
 #            (.devrun-after), in the order before, after, after, before (drift cancels in the means);
 #   pageable (issue 28 item 1) the homework ZeRO-3 config at batch 8 with pin_memory false in both offload sections
-#            against pinned, fp16 and bf16 (the pinned fp16 row is engine's "after" zero3_b8);
+#            against pinned in the same call: pinned, then pageable with the staging ring alone
+#            (T5TRAIN_PAGEABLE_REGISTER=0), then pageable registered in the background (=1, passed explicitly: the
+#            feature is off by default until it has run on a GPU), fp16;
+#            each row also gives the median of its last third of steps (after the registration finished) and the end
+#            line's registration figures (GiB registered, seconds after the engine's start);
 #   profile  (issue 32) DeepSpeed's flops_profiler on t5-3b bf16 stage 0 8 x (128+128), profile_step 3;
 #   afbs     (issue 32 item 4) --auto_find_batch_size from micro-batch 2048 on t5-3b: stage 0 bf16 and the homework
 #            ZeRO-3 config fp16; 4 updates each; prints the batch chosen, the measured GPU peak against the
@@ -13,7 +17,8 @@
 #            H200 with 125 GiB of host (stage 3, both offloads, ratio 0.40, gradient checkpointing; issue 32's Show).
 # Needs (carried): .devdata/hw (spiece.model, wmt16-ro-en/train.*), .devlibs, .devrun-after/t5train (or T5TRAIN_BIN) and, for
 # engine, .devrun-before/t5train. PARTS (default "engine pageable profile afbs") picks parts; STEPS (default 10);
-# PAGEABLE (default "false:fp16 true:bf16 false:bf16") the pageable part's PIN:DTYPE runs, TAG a suffix of their names.
+# PAGEABLE (default "true:fp16 false:fp16:0 false:fp16:1") the pageable part's PIN:DTYPE[:REG] runs (REG: the value of
+# T5TRAIN_PAGEABLE_REGISTER, unset when absent, which is off), PAGEABLE_STEPS (default 20) their updates, TAG a suffix of their names.
 set -u
 OUT=${1:?usage: single_gpu_figures.sh OUT}
 cd "$(dirname "$0")/../.."
@@ -45,7 +50,14 @@ st = [r for r in rows if "step_ms" in r]
 text = open(log, errors="replace").read()
 m = re.search(r"time to first step: ([0-9.]+) s", text)
 ms = [r["step_ms"] for r in st[2:]] or [r["step_ms"] for r in st]
+tail = [r["step_ms"] for r in st[-max(3, len(st) // 3):]]
+# pin_memory false: the end line's ring bytes and background registration (src/zero/engine.c stats_line)
+ring = re.search(r"([0-9.]+) GiB through the pinned staging ring", text)
+reg = re.search(r"registered in the background: ([0-9.]+) of ([0-9.]+) GiB, ([^;]+)", text)
 res = {"case": name, "steps": len(st), "step_ms_median": round(statistics.median(ms), 1) if ms else None,
+       "step_ms_tail_median": round(statistics.median(tail), 1) if tail else None,
+       "ring_gib": float(ring.group(1)) if ring else 0.0,
+       "registered_gib": [float(reg.group(1)), float(reg.group(2)), reg.group(3).strip()] if reg else None,
        "step_ms_min": round(min(ms), 1) if ms else None, "step_ms_max": round(max(ms), 1) if ms else None,
        "gpu_peak_gib": max((r.get("gpu_mem_peak_gib") or 0) for r in st) if st else None,
        "rss_gib": max((r.get("rss_gib") or 0) for r in st) if st else None,
@@ -81,12 +93,14 @@ PY
   echo "$OUT/ds_$1_$2.json"
 }
 if want pageable; then
-  for v in ${PAGEABLE:-false:fp16 true:bf16 false:bf16}; do  # PIN:DTYPE pairs
-    set -- ${v/:/ }
-    name=pin_$1_$2${TAG:-}
+  for v in ${PAGEABLE:-true:fp16 false:fp16:0 false:fp16:1}; do  # PIN:DTYPE[:REG]
+    set -- ${v//:/ }
+    name=pin_$1_$2${3:+_reg$3}${TAG:-}
+    reg=()
+    [ -n "${3:-}" ] && reg=(env T5TRAIN_PAGEABLE_REGISTER="$3")
     t=$SECONDS
-    timeout 150 "$BIN" --deepspeed "$(ds_variant "$1" "$2")" "${common[@]}" --"$2" --per_device_train_batch_size 8 \
-        --max_steps "$STEPS" --output_dir "$OUT/$name" > "$OUT/$name.log" 2>&1
+    timeout 200 ${reg[@]+"${reg[@]}"} "$BIN" --deepspeed "$(ds_variant "$1" "$2")" "${common[@]}" --"$2" --per_device_train_batch_size 8 \
+        --max_steps "${PAGEABLE_STEPS:-20}" --output_dir "$OUT/$name" > "$OUT/$name.log" 2>&1
     echo "$name: exit $? in $((SECONDS - t)) s"
     drop_models
     summary "$name" "$OUT/$name" "$OUT/$name.log"

@@ -137,6 +137,7 @@ int planner_row(const PlanInput* in, int stage, bool off_opt, bool off_param, do
         const size_t per_node = (size_t)in->gpus_per_node;
         r->h_pinned = e.host_pinned * per_node;
         r->h_pageable = e.host_pageable * per_node;
+        r->h_register = e.host_register * per_node;
         r->h_total = e.host_total * per_node;
         r->nvme_file_bytes = e.nvme_file_bytes;
         if (o.world > 1 && stage > 0 && !in->forward_only) {
@@ -349,6 +350,15 @@ void planner_print(FILE* f, const PlanInput* in, const PlanRow* rows, int n, boo
     if (in->num_nodes > 1)
         fprintf(f, "\nnote: %d nodes: no bandwidth between hosts has been measured, so no step time is predicted\n",
                 in->num_nodes);
+    // pin_memory false: the pageable column is the creation-time split; the engine pins part of it while training
+    size_t reg = 0;
+    for (int i = 0; i < n; i++) reg = T5_MAX(reg, rows[i].h_register);
+    if (reg > 0)
+        fprintf(f, "\nnote: pin_memory false: the pageable column is what the engine starts with; while training runs it "
+                   "registers (pins) up to %.2f GiB of it with CUDA in the background when T5TRAIN_PAGEABLE_REGISTER=1 (the "
+                   "master, gradients and 16-bit weights its copies touch; unset or 0, the default, keeps everything "
+                   "pageable)\n",
+                gib((double)reg));
     DsEstimateRow ds[8];
     const size_t P = planner_ds_total_params(&in->model), LL = planner_ds_largest_layer(&in->model);
     fprintf(f, "\nDeepSpeed's estimator for the same model (estimate_zero3/zero2_model_states_mem_needs_all_cold, "

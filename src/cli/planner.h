@@ -50,6 +50,7 @@ typedef struct {
     size_t g_total;
     // host per node (bytes): the engine's buffers of every rank of the node
     size_t h_pinned, h_pageable, h_total;  // h_total includes the NVMe swap buffers (knobs.nvme_path)
+    size_t h_register;       // of h_pageable, what the engine pins in the background while training (estimate.h)
     uint64_t nvme_file_bytes; // offload_optimizer nvme (knobs.nvme_path): the swap file of Adam m, v per rank
     size_t cpu_numel;        // optimizer elements stepped by the CPU (per rank)
     double h2d_bytes, d2h_bytes;  // PCIe traffic per optimizer step (per rank)

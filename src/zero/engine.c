@@ -42,12 +42,17 @@ static void print_plan(const Engine* E) {
     if (zs.nvme_file_bytes)
         snprintf(nvme, sizeof nvme, "; Adam m, v of the CPU units in a %.2f GiB swap file under %s (%.2f GiB of host "
                  "buffers)", (double)zs.nvme_file_bytes / (1 << 30), zo->nvme_path, (double)zs.nvme_pool_bytes / (1 << 30));
+    char reg[256] = "";  // pin_memory false: the pageable buffers the GPU copies touch, pinned while the run goes on
+    if (zs.host_register_on)
+        snprintf(reg, sizeof reg, "; %.2f GiB of the pageable host buffers to be registered with CUDA in the "
+                 "background (T5TRAIN_PAGEABLE_REGISTER=1; unset or 0: the staging ring alone)",
+                 (double)zs.host_register_total / (1 << 30));
     printf("ZeRO stage %d: optimizer state %s, 16-bit parameters %s; host %.2f GiB (%.2f GiB pinned), GPU %.2f "
-           "GiB resident%s%s; allocated in %.1f s\n",
+           "GiB resident%s%s%s; allocated in %.1f s\n",
            zo->stage, !zo->offload_optimizer ? "on the GPU" : zo->ratio >= 1.0 ? "on the CPU" : "split CPU/GPU by ratio",
            zo->offload_param ? "offloaded to the CPU" : zo->stage == 3 ? "partitioned on the GPU" : "on the GPU",
            (double)zs.host_bytes / (1 << 30), (double)zs.host_pinned_bytes / (1 << 30), (double)zs.gpu_bytes / (1 << 30),
-           zs.host_grads_share_weights ? "; offloaded gradients share the 16-bit weights' host buffer" : "", nvme,
+           zs.host_grads_share_weights ? "; offloaded gradients share the 16-bit weights' host buffer" : "", nvme, reg,
            zs.init_s);
     fflush(stdout);
 }
@@ -309,21 +314,32 @@ static double used_lr(Engine* E, cudaStream_t s) {
 
 // EngineStats.line (stages 1-3): gathers, trace mismatches, copies, the CPU optimizer's last time, the run-time buffers
 static void stats_line(const ZeroStats* zs, char* line, size_t len) {
-    char staged[96] = "", nvme[96] = "";
+    char staged[96] = "", reg[320] = "", nvme[96] = "";
     // pageable host buffers (pin_memory false): the bytes copied through the engine's pinned staging ring
     if (zs->staged_bytes > 0)
         snprintf(staged, sizeof staged, " (%.2f GiB through the pinned staging ring)", zs->staged_bytes / (1 << 30));
+    // and how much of them the background registration had pinned (their copies then skip the ring), and when
+    if (zs->host_register_on) {
+        const int ph = zs->host_register_phase;
+        char when[80] = "still registering";
+        if (zs->host_register_s >= 0)
+            snprintf(when, sizeof when, "%s %.1f s after the engine's start",
+                     ph == 2 ? "done" : ph == 3 ? "stopped by a failure" : "stopped", zs->host_register_s);
+        snprintf(reg, sizeof reg, "; pageable host memory registered in the background: %.3f of %.3f GiB, %s; "
+                 "%.3f GiB copied directly", (double)zs->host_registered_bytes / (1 << 30),
+                 (double)zs->host_register_total / (1 << 30), when, zs->direct_bytes / (1 << 30));
+    }
     if (zs->nvme_file_bytes)  // offload_optimizer nvme
         snprintf(nvme, sizeof nvme, "; NVMe %.3f GiB read, %.3f GiB written", zs->nvme_read_bytes / (1 << 30),
                  zs->nvme_written_bytes / (1 << 30));
     snprintf(line, len,
              "ZeRO engine: %lld gathers (%lld prefetched), %lld releases, trace mismatches %lld, gradient "
              "order mismatches %lld; H2D %.2f GiB, "
-             "D2H %.2f GiB%s; last CPU AdamW %.3f s; unit buffers %.2f GiB gathered + %.2f GiB gradients; "
+             "D2H %.2f GiB%s%s; last CPU AdamW %.3f s; unit buffers %.2f GiB gathered + %.2f GiB gradients; "
              "stream-ordered pool high water %.2f GiB used, %.2f GiB reserved%s",
              (long long)zs->gathers, (long long)zs->prefetches, (long long)zs->releases,
              (long long)zs->trace_mismatches, (long long)zs->grad_order_mismatches, zs->h2d_bytes / (1 << 30),
-             zs->d2h_bytes / (1 << 30), staged, zs->cpu_adam_s, (double)zs->unit_buf_gathered / (1 << 30),
+             zs->d2h_bytes / (1 << 30), staged, reg, zs->cpu_adam_s, (double)zs->unit_buf_gathered / (1 << 30),
              (double)zs->unit_buf_grads / (1 << 30), (double)zs->pool_used_high / (1 << 30),
              (double)zs->pool_reserved_high / (1 << 30), nvme);
 }

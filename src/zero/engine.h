@@ -98,7 +98,7 @@ typedef struct {
     double lr;                 // the learning rate of the last update: engine_step's lr, or with Adafactor's
                                // relative_step what it used (transformers' AdafactorSchedule: tensor 0's, 0 before
                                // any applied update; with scale_parameter this waits for that update)
-    char line[800];            // stages 1-3 with settle: the engine's counters as one log line (gathers, trace
+    char line[1024];           // stages 1-3 with settle: the engine's counters as one log line (gathers, trace
                                // mismatches, copies, the CPU optimizer's last time, the run-time buffers); "" at
                                // stage 0 or without settle
 } EngineStats;

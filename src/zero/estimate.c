@@ -130,6 +130,8 @@ void zero_estimate_layout(const ZeroOptions* o, const ZeroLayout* L, ZeroMemEsti
     e->host_pinned = (o->optimizer_pin_memory ? e->host_master + e->host_m + e->host_v + e->host_gacc : 0) +
                      ((o->offload_param ? o->param_pin_memory : pin_any) ? e->host_w : 0);
     e->host_pageable = e->host_total - e->host_pinned;
+    e->host_register = (o->optimizer_pin_memory ? 0 : e->host_master + e->host_gacc) +
+                       ((o->offload_param ? o->param_pin_memory : pin_any) ? 0 : e->host_w);
     // the staging rings, only when something is pageable: a slot is the largest single transfer (a unit's part in
     // fp32: its master's views, an fp32 gather; 16-bit parts and gradient buckets are smaller) up to the cap
     // (host_ada_scratch is pageable but never copied through a ring: it alone asks for none)

@@ -73,6 +73,12 @@ typedef struct {
     size_t staging_slot_bytes;
     size_t host_staging;
     size_t host_total, host_pinned, host_pageable;
+    // of host_pageable, the bytes the engine registers with CUDA (pins) in the background once its buffers exist
+    // (T5TRAIN_PAGEABLE_REGISTER=1, default off; part_hostreg.c): the pageable master, accumulated gradients and
+    // 16-bit weights (what the GPU copies touch; m, v stay pageable). host_pinned / host_pageable are the creation-time
+    // split; while training runs, up to host_register more of the host memory becomes page-locked (the same bytes, no
+    // new allocation)
+    size_t host_register;
     // offload_optimizer nvme (ZeroOptions.nvme_path, AdamW): host_m and host_v are 0; the CPU units' m, v live in a
     // swap file of nvme_file_bytes on the disk (one NVME_ALIGN-aligned region of 8 bytes per element for each CPU
     // unit), moved through host_nvme_pool bytes of host buffers (buffer_count x the largest region), counted in

@@ -58,8 +58,9 @@ static void issue_gather(ZeroPart* P, int u, bool prefetch, bool from_pool) {
         }
     }
     // this rank's partition into its slot of the unit (one rank: the whole unit), then the all-gather in place
-    // a pageable host partition (offload_param pin_memory false) goes through ring_main: its bytes are read now,
-    // after zp_wait_unit_updated above saw the CPU step's result written (part.h, staging ring)
+    // a pageable host partition (offload_param pin_memory false) goes through ring_main (its bytes read now, after
+    // zp_wait_unit_updated above saw the CPU step's result written), or, once its chunk is registered in the
+    // background, by the direct copy as a pinned one (part.h, staging ring and background registration)
     const size_t part = P->L.part[u];
     zp_copy_to_dev(P, P->ring_main, (char*)U->wfull + (size_t)P->L.rank * part * P->xs, U->wpart, part * P->xs,
                    cudaMemcpyDefault, P->s_gather);

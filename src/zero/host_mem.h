@@ -5,7 +5,9 @@
  * transparent huge pages, first touched by all cores in parallel (OpenMP), then registered with CUDA in
  * one call (cudaHostRegister only pins the faulted pages; a copy may not span two registrations), instead of one cudaHostAlloc that zeroes and pins page by page on one core
  * (the minutes DeepSpeed users wait at start-up). Pageable buffers are the same mmap without the
- * registration; transfers to and from them go through a small pinned staging ring (the engine's).
+ * registration; transfers to and from them go through a small pinned staging ring (the engine's), until the engine
+ * registers them piece by piece in the background (part_hostreg.c): those registrations are the engine's to undo
+ * before host_buf_free, which unregisters only what host_buf_alloc registered (pinned true).
  * Before anything is allocated the engine asks host_mem_available() and fails with a sentence naming the
  * buffer, the bytes asked and the bytes free, never the OOM killer.
  */

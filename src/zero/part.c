@@ -105,6 +105,15 @@ bool zp_host_pageable(const ZeroPart* P, const void* p) {
     return false;
 }
 
+// the direct copy of a range registered in the background (host_register.h ZeroDirectOps): the pinned path's own
+static void direct_copy(void* ctx, void* dst, const void* src, size_t n, bool to_host, void* stream) {
+    (void)to_host;
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, n, *(const enum cudaMemcpyKind*)ctx, (cudaStream_t)stream));
+}
+
+// a pageable host side: through the ring, or, piece by piece once a piece's chunk is registered (part_hostreg.c), the
+// direct copy after the ring's pending D2H into that piece landed (zero_hostreg_copy); the direct bytes are counted
+// (ZeroStats.direct_bytes)
 void zp_copy_to_dev(ZeroPart* P, ZpRing* ring, void* dst, const void* src, size_t bytes, enum cudaMemcpyKind kind,
                     cudaStream_t s) {
     if (!zp_host_pageable(P, src)) {
@@ -112,7 +121,9 @@ void zp_copy_to_dev(ZeroPart* P, ZpRing* ring, void* dst, const void* src, size_
         return;
     }
     if (!ring) t5_die(T5_EXIT_FAILURE, "internal: ZeRO copy from a pageable host buffer without a staging ring");
-    zero_ring_h2d(&ring->r, dst, src, bytes, s);
+    const size_t direct = zero_hostreg_copy(P->hostreg, &ring->r, dst, src, bytes, false, s,
+                                            (ZeroDirectOps){direct_copy, &kind});
+    if (direct) __atomic_add_fetch(&P->direct_bytes, (int64_t)direct, __ATOMIC_RELAXED);
 }
 
 void zp_copy_to_host(ZeroPart* P, ZpRing* ring, void* dst, const void* src, size_t bytes, enum cudaMemcpyKind kind,
@@ -122,7 +133,9 @@ void zp_copy_to_host(ZeroPart* P, ZpRing* ring, void* dst, const void* src, size
         return;
     }
     if (!ring) t5_die(T5_EXIT_FAILURE, "internal: ZeRO copy to a pageable host buffer without a staging ring");
-    zero_ring_d2h(&ring->r, dst, src, bytes, s);
+    const size_t direct = zero_hostreg_copy(P->hostreg, &ring->r, dst, src, bytes, true, s,
+                                            (ZeroDirectOps){direct_copy, &kind});
+    if (direct) __atomic_add_fetch(&P->direct_bytes, (int64_t)direct, __ATOMIC_RELAXED);
 }
 
 void zero_options_default(ZeroOptions* o) {
@@ -434,6 +447,9 @@ ZeroPart* zp_create(const ZeroOptions* o, int num_units, const size_t* unit_nume
     // sizes: src/zero/estimate.c, the one source of truth (t5train estimate reads the same numbers)
     ZeroMemEstimate E;
     zero_estimate_layout(o, &P->L, &E);
+    // T5TRAIN_PAGEABLE_REGISTER checked (exit 2) before the host buffers are allocated, and only when some buffer the
+    // GPU copies touch will be pageable (a fully pinned run ignores the variable)
+    if (E.host_register > 0) (void)zp_hostreg_mode();
     P->bucket_elems = E.bucket_elems;
     for (int u = 0; u < num_units; u++) {
         P->u[u].bucket_first = P->num_slots;
@@ -458,6 +474,8 @@ ZeroPart* zp_create(const ZeroOptions* o, int num_units, const size_t* unit_nume
                E.gpu_resident);
     CUDA_CHECK(cudaDeviceSynchronize());
     P->st.init_s = now_s() - t0;
+    // pageable buffers: registered with CUDA by a worker thread from now on, while the run goes on (part_hostreg.c)
+    zp_hostreg_start(P);
     return P;
 fail:
     zp_destroy(P);
@@ -466,6 +484,7 @@ fail:
 
 void zp_destroy(ZeroPart* P) {
     if (!P) return;
+    zp_hostreg_stop(P);  // the registration worker stops (after the chunk it is registering) and is joined first
     zp_ada_destroy(P);
     zp_nvme_destroy(P);
     if (P->s_gather) {
@@ -503,6 +522,9 @@ void zp_destroy(ZeroPart* P) {
     // every pending D2H of a ring lands (or is dropped with the buffers right after): retire before freeing
     ring_destroy(P->ring_main);
     ring_destroy(P->ring_opt);
+    // what the worker registered is unregistered before the buffers are unmapped (no copy in flight: the device
+    // was synchronised above and the rings drained)
+    zp_hostreg_release(P);
     host_buf_free(&P->h_master);
     host_buf_free(&P->h_m);
     host_buf_free(&P->h_v);
@@ -576,8 +598,10 @@ void zp_views_sync(ZeroPart* P, int u, cudaStream_t s) {
 }
 
 // called by the CPU optimizer thread (ring_opt) after its AdamW wrote the unit, and by zp_sync_working on the main
-// thread (ring_main) while the optimizer thread is idle. Through a ring, the host bytes are copied into the slots
-// before this returns: the host may write whost / master again once the next step's gradients are in.
+// thread (ring_main) while the optimizer thread is idle. Pageable host side, two paths (zp_copy_to_dev): through the
+// ring the host bytes are copied into the slots before this returns; a piece in a chunk registered in the background
+// takes the direct copy, read when the stream gets there, as with pinned buffers, whose ordering (the next CPU step
+// waits for ev_updated / ev_grads_done) keeps whost / master unwritten until then.
 void zp_publish_unit_host(ZeroPart* P, int u, ZpRing* ring) {
     ZpUnit* U = &P->u[u];
     if (!U->master) zp_contract_failed(P, u, __func__, "has no fp32 master to publish (evaluation-only engine)");

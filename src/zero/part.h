@@ -22,8 +22,10 @@
  *
  * Staging ring (pin_memory false: some of h_master/m/v, h_gacc, h_w are pageable). Every copy between a pageable
  * engine host buffer and the GPU on the step's path goes through a pinned staging ring (staging.h; sizes in
- * estimate.c): zp_copy_to_dev / zp_copy_to_host pick the ring when the host side lies in a pageable HostBuf and
- * issue the plain cudaMemcpyAsync otherwise, so with every buffer pinned (no ring) nothing changes. Two rings, one
+ * estimate.c), unless its chunk was registered in the background (T5TRAIN_PAGEABLE_REGISTER=1, below): then it takes
+ * the plain copy. zp_copy_to_dev / zp_copy_to_host pick the ring or the registered chunk's direct copy when the host
+ * side lies in a pageable HostBuf and issue the plain cudaMemcpyAsync otherwise, so with every buffer pinned (no
+ * ring) nothing changes. Two rings, one
  * per thread: ring_main (the thread that drives the model: gradients down and, with accumulation, up (reduce.c);
  * gathers of offloaded 16-bit partitions (gather.c); zp_sync_working's publish) and ring_opt (the CPU optimizer
  * thread: each stepped unit's 16-bit weights and fp32 views, zp_publish_unit_host). The ordering rules:
@@ -43,9 +45,23 @@
  *     waits for the CPU step of the unit (zp_wait_unit_updated).
  *   - a slot is reused only after its copy completed (cudaEventSynchronize on the slot's event); copies run on
  *     the stream the plain copy would have used, so stream order is unchanged.
+ * The rules above are the ring's; a piece whose chunk is registered (below) follows the pinned path's instead.
  * Not through a ring (not on the step's path): the start-up random init's copies into the master
  * (model/t5_weights.c, cudaMemcpyDefault from the device: the driver stages a pageable destination) and the
  * synchronous state / master copies of zero.c and state_copy here, which touch host buffers only with memcpy.
+ *
+ * Background registration (part_hostreg.c, host_register.h; T5TRAIN_PAGEABLE_REGISTER=1, default off): from the end of
+ * zp_create a worker thread registers h_w, h_gacc and h_master (pageable ones) with cudaHostRegister, chunk by chunk
+ * (a chunk: whole unit regions, cut at page boundaries; every copy lies in one unit's region, so in one chunk). A copy
+ * whose range lies in a registered chunk is issued as the pinned path's plain cudaMemcpyAsync; the others keep the
+ * ring. A range switches once (ring, then DMA), never back, so two copies of the same bytes never mix the paths in
+ * the wrong order, except for what the ring still holds: before a direct copy of a range, the calling thread's ring
+ * retires its pending D2H into that range (zero_ring_sync_range, the ring's own rule for its copies), so an older
+ * gradient through a slot cannot land over a newer one, and an H2D never reads the bytes before that D2H landed.
+ * From then on the pinned path's ordering rules hold as they are (the host reads after ev_grads_done / stream waits,
+ * and an H2D's source is read when the stream gets there: every source stays final until the stream has passed,
+ * as with pinned buffers). zp_destroy joins the worker first and unregisters after the device and the rings are
+ * quiet, before the buffers are unmapped.
  */
 #pragma once
 #include <cuda_runtime.h>
@@ -61,6 +77,7 @@
 #include "bufcache.h"
 #include "coll.h"
 #include "staging.h"
+#include "host_register.h"
 
 // Run-time unit buffers (unitbuf.c): one per unit in use, from size classes by bufcache's rule
 typedef struct {
@@ -147,6 +164,7 @@ typedef struct ZeroPart {
     HostBuf h_master, h_m, h_v, h_gacc, h_w;   // host partitions of the CPU-stepped units
     ZpRing* ring_main;       // staging rings (above): NULL when every host buffer is pinned
     ZpRing* ring_opt;
+    ZeroHostReg* hostreg;    // the pageable buffers' background registration (part_hostreg.c); NULL: none
     void* d_state;           // device partitions of the GPU-stepped units: master, m, v, gacc (one allocation each)
     float* d_master;
     float* d_m;
@@ -199,6 +217,8 @@ typedef struct ZeroPart {
     // stats
     ZeroStats st;
     int64_t thread_h2d;          // bytes the optimizer thread copied (summed into st by zero_stats)
+    int64_t direct_bytes;        // pageable-buffer bytes that took the direct copy (registered chunks; both threads,
+                                 // atomic; zero_stats reports it beside the ring's bytes)
     struct ZpAda* ada;           // Adafactor (o.optimizer): step_adafactor.c's tables and plan; NULL: AdamW
     struct ZpNvme* nvme;         // offload_optimizer nvme: part_nvme.c's swap file of the CPU units' m, v; NULL: host
     struct ZpZenflow* zf;        // zero_optimization.zenflow: zenflow.c's tensors and schedule; NULL: off
@@ -243,14 +263,24 @@ void zp_publish_views(ZeroPart* P, int unit, cudaStream_t s, ZpRing* ring);  // 
 void zp_views_sync(ZeroPart* P, int unit, cudaStream_t s);
 // true when p lies in one of the engine's pageable host buffers
 bool zp_host_pageable(const ZeroPart* P, const void* p);
-// dst (GPU) <- src, and dst (host) <- src (GPU): through `ring` when the host side is pageable, else the plain
-// cudaMemcpyAsync(kind) on s. ring: the calling thread's (ring_main or ring_opt).
+// dst (GPU) <- src, and dst (host) <- src (GPU): through `ring` when the host side is pageable and not yet registered
+// in the background, else the plain cudaMemcpyAsync(kind) on s. ring: the calling thread's (ring_main or ring_opt).
 void zp_copy_to_dev(ZeroPart* P, ZpRing* ring, void* dst, const void* src, size_t bytes, enum cudaMemcpyKind kind,
                     cudaStream_t s);
 void zp_copy_to_host(ZeroPart* P, ZpRing* ring, void* dst, const void* src, size_t bytes, enum cudaMemcpyKind kind,
                      cudaStream_t s);
 // every D2H issued through the ring has landed in its destination (no-op without a ring)
 void zp_ring_drain(ZpRing* ring);
+// part_hostreg.c: the pageable buffers registered with CUDA in the background (T5TRAIN_PAGEABLE_REGISTER). mode: 1 on,
+// 0 off (unset / empty: off; anything else exits 2; read only when some buffer the copies touch is pageable).
+// start: at the end of zp_create; stop: first thing in zp_destroy
+// (joins the worker); release: after the device and the rings are quiet, before host_buf_free (unregisters).
+// zp_copy_to_dev / zp_copy_to_host ask P->hostreg which path each copy takes (host_register.h zero_hostreg_copy).
+int zp_hostreg_mode(void);
+void zp_hostreg_start(ZeroPart* P);
+void zp_hostreg_stop(ZeroPart* P);
+void zp_hostreg_release(ZeroPart* P);
+void zp_hostreg_stats(const ZeroPart* P, ZeroStats* st);
 // part_nvme.c (offload_optimizer nvme; every call a no-op when P->nvme is NULL): the CPU units' Adam m, v in a swap
 // file under nvme_path (src/nvme/swap.h). The optimizer thread brackets its pass with step_begin / step_end and each
 // CPU unit's step with unit_in (U->m, U->v point into a pool buffer holding the unit's state) / unit_out (written

@@ -112,7 +112,9 @@ void zp_grad_ready(ZeroPart* P, int u, cudaStream_t s) {
             }
             // pinned gacc: plain async copies. Pageable gacc: through ring_main (part.h): the H2D reads the host
             // slot now, after the ring retired the previous micro-batch's D2H into it; the D2H lands when the ring
-            // retires it (at the latest in zp_grad_norm's drain, before any host reader).
+            // retires it (at the latest in zp_grad_norm's drain, before any host reader). Once the slot's chunk is
+            // registered in the background, the plain async copies of the pinned case, after the ring retired its
+            // pending D2H into the range (zero_hostreg_copy).
             if (add) {
                 zp_copy_to_dev(P, P->ring_main, st, dst, len * P->as, cudaMemcpyHostToDevice, gs);
                 P->st.h2d_bytes += (double)(len * P->as);

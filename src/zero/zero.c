@@ -411,7 +411,9 @@ void zero_stats(const ZeroEngine* Z, ZeroStats* out) {
     *out = Z->P->st;
     out->h2d_bytes += (double)__atomic_load_n(&Z->P->thread_h2d, __ATOMIC_RELAXED);
     if (Z->P->ring_main) out->staged_bytes = zero_ring_bytes(&Z->P->ring_main->r) + zero_ring_bytes(&Z->P->ring_opt->r);
+    out->direct_bytes = (double)__atomic_load_n(&Z->P->direct_bytes, __ATOMIC_RELAXED);
     zp_nvme_stats(Z->P, out);  // offload_optimizer nvme: the swap file's bytes
+    zp_hostreg_stats(Z->P, out);  // pageable buffers registered in the background
     out->unit_buf_gathered = zp_bufs_bytes(&Z->P->wbufs);
     out->unit_buf_grads = zp_bufs_bytes(&Z->P->gbufs);
     uint64_t used = 0, reserved = 0;
@@ -429,6 +431,7 @@ void zero_stats_reset(ZeroEngine* Z) {
     s->h2d_bytes = s->d2h_bytes = 0;
     s->gathers = s->prefetches = s->releases = s->trace_mismatches = s->grad_order_mismatches = 0;
     __atomic_store_n(&Z->P->thread_h2d, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&Z->P->direct_bytes, 0, __ATOMIC_RELAXED);
     if (Z->P->ring_main) {
         zero_ring_reset_bytes(&Z->P->ring_main->r);
         zero_ring_reset_bytes(&Z->P->ring_opt->r);
