@@ -195,23 +195,24 @@ static void check_sorted(int64_t n, int64_t B) {
             fail_msg("n %lld: position %lld out of order", (long long)n, (long long)p);
     EvalShard one;
     eval_shard_plan(&one, n, B, 1);
-    // batch -> its first example as one GPU forms the sorted batches
-    int64_t* first_of = malloc((size_t)(one.n_batches + 1) * sizeof(int64_t));
-    for (int64_t i = 0; i < one.n_batches; i++) {
-        int64_t f, c;
-        eval_shard_examples(&one, i, &f, &c);
-        first_of[i] = perm[f];
-    }
+    // example -> the batch one GPU puts it in (the sorted order's batches)
+    int64_t* batch_of = malloc((size_t)(n + 1) * sizeof(int64_t));
+    for (int64_t p = 0; p < n; p++) batch_of[perm[p]] = p / B;
+    int64_t* pw = malloc((size_t)(n + 1) * sizeof(int64_t));
+    char* used = malloc((size_t)one.n_batches + 1);
     const int ws[] = {1, 2, 3, 4, 8};
     int64_t* placed = malloc((size_t)(n + 1) * sizeof(int64_t));
     for (size_t w = 0; w < T5_ARRAY_LEN(ws); w++) {
         EvalShard s;
         eval_shard_plan(&s, n, B, ws[w]);
         const int64_t W = s.world;
+        for (int64_t p = 0; p < n; p++) pw[p] = perm[p];  // the order W ranks generate in: one GPU's, dealt in a snake
+        eval_shard_deal_snake(pw, n, B, (int)W);
         const int64_t pieces[] = {1, 2, 3, T5_MAX(s.steps, (int64_t)1)};
         for (size_t pc = 0; pc < T5_ARRAY_LEN(pieces); pc++) {
             const int64_t piece = pieces[pc];
             for (int64_t e = 0; e < n; e++) placed[e] = -1;
+            for (int64_t i = 0; i < one.n_batches; i++) used[i] = 0;
             int64_t* all = malloc((size_t)(W * piece * B + 1) * sizeof(int64_t));
             for (int64_t k0 = 0; k0 < s.steps; k0 += piece) {
                 const int64_t nk = T5_MIN(piece, s.steps - k0);
@@ -221,19 +222,27 @@ static void check_sorted(int64_t n, int64_t B) {
                         const int64_t i = eval_shard_batch(&s, (int)r, k0 + kk);
                         int64_t f = 0, c = 0;
                         if (i >= 0) eval_shard_examples(&s, i, &f, &c);
-                        for (int64_t j = 0; j < B; j++) slot[j] = j < c ? perm[f + j] : -1;
+                        for (int64_t j = 0; j < B; j++) slot[j] = j < c ? pw[f + j] : -1;
                     }
                 const int64_t end = T5_MIN((k0 + nk) * W, s.n_batches);
                 for (int64_t i = k0 * W; i < end; i++) {  // score: each row at its example's input index
                     const int64_t* rows = all + eval_shard_slot(&s, i, k0, nk) * B;
                     int64_t f, c;
                     eval_shard_examples(&s, i, &f, &c);
-                    if (rows[0] != first_of[i])
-                        fail_msg("n %lld B %lld W %lld: batch %lld starts with example %lld, one GPU's with %lld",
-                                 (long long)n, (long long)B, (long long)W, (long long)i, (long long)rows[0],
-                                 (long long)first_of[i]);
+                    // the rows of one of one GPU's batches, whole, each of those batches dealt once
+                    const int64_t src = batch_of[rows[0]];
+                    int64_t sf, sc;
+                    eval_shard_examples(&one, src, &sf, &sc);
+                    if (used[src]++ || sc != c)
+                        fail_msg("n %lld B %lld W %lld: batch %lld is one GPU's batch %lld (%lld rows, %lld here), dealt "
+                                 "twice or cut", (long long)n, (long long)B, (long long)W, (long long)i, (long long)src,
+                                 (long long)sc, (long long)c);
                     for (int64_t j = 0; j < c; j++) {
-                        const int64_t e = perm[f + j];
+                        const int64_t e = pw[f + j];
+                        if (batch_of[e] != src)
+                            fail_msg("n %lld B %lld W %lld: batch %lld mixes one GPU's batches %lld and %lld",
+                                     (long long)n, (long long)B, (long long)W, (long long)i, (long long)src,
+                                     (long long)batch_of[e]);
                         if (rows[j] != e || placed[e] != -1)
                             fail_msg("n %lld B %lld W %lld piece %lld: batch %lld row %lld holds %lld (want %lld, placed "
                                      "%lld)", (long long)n, (long long)B, (long long)W, (long long)piece, (long long)i,
@@ -253,7 +262,9 @@ static void check_sorted(int64_t n, int64_t B) {
     if (sorted > input) fail_msg("n %lld B %lld: sorted batches pad to %lld positions, input order %lld", (long long)n,
                                  (long long)B, (long long)sorted, (long long)input);
     free(placed);
-    free(first_of);
+    free(used);
+    free(pw);
+    free(batch_of);
     free(perm);
     free(len);
 }
@@ -264,6 +275,53 @@ static void test_sorted_order_restored(void** state) {
     const int64_t bs[] = {1, 4, 8, 64};
     for (size_t a = 0; a < T5_ARRAY_LEN(ns); a++)
         for (size_t b = 0; b < T5_ARRAY_LEN(bs); b++) check_sorted(ns[a], bs[b]);
+}
+
+// the snake, by hand: every other whole, full group of W batches reversed; W = 1 and the partial last group unchanged;
+// on newsdev2016's shape with lengths falling batch by batch, the ranks' sums within one group's spread of each other
+static void test_deal_snake(void** state) {
+    (void)state;
+    int64_t p[9];
+    for (int i = 0; i < 9; i++) p[i] = i;
+    eval_shard_deal_snake(p, 7, 1, 2);  // B 1, W 2: groups {0 1} {2 3}r {4 5} {6} (partial)
+    const int64_t want1[] = {0, 1, 3, 2, 4, 5, 6};
+    for (int i = 0; i < 7; i++) assert_int_equal(p[i], want1[i]);
+    for (int i = 0; i < 9; i++) p[i] = i;
+    eval_shard_deal_snake(p, 9, 2, 2);  // B 2, W 2: {0 1 | 2 3} {4 5 | 6 7}r {8}
+    const int64_t want2[] = {0, 1, 2, 3, 6, 7, 4, 5, 8};
+    for (int i = 0; i < 9; i++) assert_int_equal(p[i], want2[i]);
+    for (int i = 0; i < 9; i++) p[i] = i;
+    eval_shard_deal_snake(p, 7, 2, 2);  // the second group [4, 8) is not whole: nothing moves
+    for (int i = 0; i < 7; i++) assert_int_equal(p[i], i);
+    eval_shard_deal_snake(p, 9, 1, 1);  // one rank: nothing moves
+    for (int i = 0; i < 9; i++) assert_int_equal(p[i], i);
+    eval_shard_deal_snake(p, 9, 1, 3);  // W 3: {0 1 2} {5 4 3} {6 7 8}
+    const int64_t want3[] = {0, 1, 2, 5, 4, 3, 6, 7, 8};
+    for (int i = 0; i < 9; i++) assert_int_equal(p[i], want3[i]);
+    // 63 batches of 32 on 4 ranks, sorted batch b's length 100 - b: round robin gives rank 0 the longest of every
+    // group (sums 1120 1104 1088 1035: 16 a rank apart); the snake keeps ranks 0-2, which also share the partial
+    // last group, within two groups' spread (6) of each other (1099 1097 1095 1056)
+    enum { N = 1999, BB = 32, WW = 4 };
+    int64_t* o = malloc(N * sizeof(int64_t));
+    for (int i = 0; i < N; i++) o[i] = i;
+    EvalShard s;
+    eval_shard_plan(&s, N, BB, WW);
+    double rr[WW] = {0}, sn[WW] = {0};
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass) eval_shard_deal_snake(o, N, BB, WW);
+        for (int r = 0; r < WW; r++)
+            for (int64_t k = 0; k < s.steps; k++) {
+                const int64_t i = eval_shard_batch(&s, r, k);
+                if (i < 0) continue;
+                int64_t f, c;
+                eval_shard_examples(&s, i, &f, &c);
+                (pass ? sn : rr)[r] += 100.0 - (double)(o[f] / BB);
+            }
+    }
+    assert_true(rr[0] > rr[1] && rr[1] > rr[2] && rr[2] > rr[3]);
+    for (int r = 0; r < WW - 1; r++) assert_true(fabs(sn[r] - sn[0]) <= 6.0 + 1e-9);
+    assert_true(sn[0] - sn[2] < rr[0] - rr[2]);
+    free(o);
 }
 
 // the padded positions, by hand: lengths {5, 9, 5, 1, 9, 7, 5} in batches of 3
@@ -290,6 +348,7 @@ int main(void) {
         cmocka_unit_test(test_newsdev_numbers),
         cmocka_unit_test(test_order_by_length),
         cmocka_unit_test(test_sorted_order_restored),
+        cmocka_unit_test(test_deal_snake),
         cmocka_unit_test(test_padded_positions),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -9,7 +9,8 @@
  *
  * Length-sorted batches (EvalGenConfig.sort_by_length): the loader deals the batches of the sorted order
  * (dataloader_set_order with eval_shard_order_by_length's permutation, the same on every rank), so batch i holds the
- * examples order[i * B ..]; a row is scored as its example (order[position]) and its prediction lands at that input
+ * examples order[i * B ..] (on several ranks with every other group of W batches reversed: eval_shard_deal_snake); a
+ * row is scored as its example (order[position]) and its prediction lands at that input
  * index. BLEU's statistics and the gen_len count are integer sums, so the order in which rows are scored changes
  * nothing; what a sorted batch does change is the width its rows are filled to (beam search's fill is `</s>`, which HF's
  * gen_len counts). So each row's own length and own non-pad count are kept, and gen_len is counted at the end over the
@@ -239,7 +240,10 @@ int evaluate_generate(ZeroEngine* Z, const ParamTable* t, const Tokenizer* tok, 
             g.order = malloc_check((size_t)n * sizeof(int64_t));
             int bad = eval_shard_order_by_length(lens, n, g.order);
             if (bad) snprintf(err, errlen, "sorting %lld examples by length: out of memory", (long long)n);
-            else bad = dataloader_set_order(g.dl, g.order, err, errlen);
+            else {
+                eval_shard_deal_snake(g.order, n, g.B, (int)g.sh.world);  // rank 0 not always the longest batch
+                bad = dataloader_set_order(g.dl, g.order, err, errlen);
+            }
             if (bad) {
                 free(lens);
                 free(g.order);

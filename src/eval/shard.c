@@ -74,6 +74,20 @@ int eval_shard_order_by_length(const int32_t* lengths, int64_t n, int64_t* perm)
     return 0;
 }
 
+void eval_shard_deal_snake(int64_t* order, int64_t n, int64_t batch, int world) {
+    if (world <= 1 || batch < 1) return;
+    const int64_t W = world, group = W * batch;  // positions of a whole group
+    for (int64_t g = 1; (g + 1) * group <= n; g += 2) {
+        int64_t* p = order + g * group;
+        for (int64_t a = 0, b = W - 1; a < b; a++, b--)  // swap blocks a and b
+            for (int64_t j = 0; j < batch; j++) {
+                const int64_t t = p[a * batch + j];
+                p[a * batch + j] = p[b * batch + j];
+                p[b * batch + j] = t;
+            }
+    }
+}
+
 int64_t eval_shard_padded_positions(const int32_t* lengths, const int64_t* order, int64_t n, int64_t batch,
                                     int min_width, int multiple) {
     int64_t total = 0;

@@ -22,7 +22,8 @@
  * then positions [i * B, min((i + 1) * B, n)) of that order, and everything above holds with "example" read as
  * "position": the batches are still one GPU's batches (of the sorted order) dealt to the ranks. Each gathered row is
  * put back at its example's input index (order[position]) before anything is written, so the predictions come out in
- * input order. The data loader pads each batch to its own longest source (data/dataloader.h), so sorted batches carry
+ * input order. On several ranks the sorted batches are dealt in a snake (eval_shard_deal_snake: every other group of W
+ * batches reversed in the order itself, so nothing above changes). The data loader pads each batch to its own longest source (data/dataloader.h), so sorted batches carry
  * less padding: eval_shard_padded_positions counts it.
  */
 #pragma once
@@ -60,6 +61,14 @@ double eval_shard_loss(const EvalShard* s, const float* gathered);
 // perm[j] = the example at position j when sorted by length, longest first, ties in input order (stable).
 // Returns 0, or -1 when perm cannot be allocated scratch (n too large).
 int eval_shard_order_by_length(const int32_t* lengths, int64_t n, int64_t* perm);
+// Deals the sorted order's batches in a snake: in every odd group of `world` consecutive batches (groups g = 1, 3, ..:
+// batches [g W, (g + 1) W)) that is whole and full (all W batches of `batch` positions), the batches' blocks of
+// positions are reversed in place, so that round-robin dealing gives rank r batch g W + r in even groups and
+// g W + W - 1 - r in odd ones. The batches stay one GPU's batches (the same sets of examples, each padded to its own
+// longest source); only which rank generates which changes: with the order sorted longest first, rank 0 no longer
+// takes the longest batch of every group. The split's last, partial group is left as it is (eval_shard_real_at).
+// world <= 1: nothing changes.
+void eval_shard_deal_snake(int64_t* order, int64_t n, int64_t batch, int world);
 // The padded source positions of the batches of `batch` consecutive positions of `order` (NULL: input order): the
 // sum over batches of rows x width, width = the batch's longest lengths[order[p]], at least min_width (the
 // collator's pad_to_max_length: max_source_length; else 0), rounded up to a multiple of `multiple` (<= 1: none), as

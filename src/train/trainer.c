@@ -434,16 +434,28 @@ static void set_model_batch(Trainer* t, const Batch* b) {
     if (t5_model_set_batch(t->M, &tb, t->s, err, sizeof err)) t5_die(T5_EXIT_FAILURE, "bad batch: %s", err);
 }
 
+// Where a loss pass's time went (the line run_eval_split prints): this rank's forwards, its wait in the all-gather,
+// and the slowest and fastest rank's forwards.
+typedef struct {
+    double forward_s, gather_s, forward_min_s, forward_max_s;
+} LossPassTimes;
+
 // The loss pass over a split, sharded over the ranks (src/eval/shard.h): this rank's batches of one GPU's batching
 // (dl: one rank's loader), its per-step mean losses all-gathered, and the mean reduced as one GPU does (HF
 // evaluation_loop: each batch's mean loss weighted by its number of examples, in batch order). A padding step runs
 // the split's last batch and drops its loss: every rank runs the same forwards, so the same ZeRO-3 gathers.
+// Each step's loss is copied on the stream into a device array and read back once at the end, so the host builds
+// batch k + 1 (the loader, set_model_batch's checks) while the GPU runs forward k.
 // *steps: the steps every rank ran (HF's eval steps on N GPUs: ceil(examples / (batch x N))).
-static double eval_loss_sharded(Trainer* t, DataLoader* dl, int64_t nex, int64_t* steps) {
+static double eval_loss_sharded(Trainer* t, DataLoader* dl, int64_t nex, int64_t* steps, LossPassTimes* tm) {
     EvalShard sh;
     eval_shard_plan(&sh, nex, t->a->data.eval_batch_size, t->world);
-    float* mine = calloc_check((size_t)T5_MAX(sh.steps, (int64_t)1), sizeof(float));
+    const size_t ns = (size_t)T5_MAX(sh.steps, (int64_t)1);
+    float* mine = calloc_check(ns, sizeof(float));
     float* all = calloc_check((size_t)T5_MAX(sh.steps * sh.world, (int64_t)1), sizeof(float));
+    float* d_step_loss = NULL;  // (steps) each step's mean loss, on the device until the pass ends
+    CUDA_CHECK(cudaMalloc((void**)&d_step_loss, ns * sizeof(float)));
+    const double t0 = trainer_log_now();
     for (int64_t k = 0; k < sh.steps; k++) {
         const int64_t i = eval_shard_batch(&sh, t->rank, k), b = i >= 0 ? i : sh.n_batches - 1;
         int64_t first, count;
@@ -451,13 +463,31 @@ static double eval_loss_sharded(Trainer* t, DataLoader* dl, int64_t nex, int64_t
         if (dataloader_seek(dl, b) || !dataloader_next_batch(dl, &t->batch) || t->batch.B != count ||
             t->batch.example_index[0] != first)
             t5_die(T5_EXIT_FAILURE, "internal: the evaluation data loader did not give batch %lld", (long long)b);
-        set_model_batch(t, &t->batch);
+        set_model_batch(t, &t->batch);  // waits for forward k - 1 before it overwrites the batch on the device
         t5_model_forward(t->M, false, 1.0f, 0, t->s);
-        const float l = t5_model_loss(t->M, t->s);
-        mine[k] = i >= 0 ? l : 0.0f;
+        CUDA_CHECK(cudaMemcpyAsync(d_step_loss + k, t5_model_loss_device(t->M), sizeof(float), cudaMemcpyDeviceToDevice,
+                                   t->s));
     }
+    if (sh.steps > 0)
+        CUDA_CHECK(cudaMemcpyAsync(mine, d_step_loss, (size_t)sh.steps * sizeof(float), cudaMemcpyDeviceToHost, t->s));
+    CUDA_CHECK(cudaStreamSynchronize(t->s));
+    CUDA_CHECK(cudaFree(d_step_loss));
+    for (int64_t k = 0; k < sh.steps; k++)
+        if (eval_shard_batch(&sh, t->rank, k) < 0) mine[k] = 0.0f;  // a padding step's loss is dropped
+    const double t1 = trainer_log_now();
     comm_all_gather_host_f32(sh.world > 1 ? t->comm : NULL, mine, (size_t)sh.steps, all, t->s);
+    const double t2 = trainer_log_now();
     const double loss = eval_shard_loss(&sh, all);
+    *tm = (LossPassTimes){.forward_s = t1 - t0, .gather_s = t2 - t1, .forward_min_s = t1 - t0, .forward_max_s = t1 - t0};
+    if (sh.world > 1) {  // every rank's forward time, for the line (one float each)
+        float f = (float)(t1 - t0), *fs = calloc_check((size_t)sh.world, sizeof(float));
+        comm_all_gather_host_f32(t->comm, &f, 1, fs, t->s);
+        for (int r = 0; r < sh.world; r++) {
+            tm->forward_min_s = r ? T5_MIN(tm->forward_min_s, (double)fs[r]) : fs[r];
+            tm->forward_max_s = r ? T5_MAX(tm->forward_max_s, (double)fs[r]) : fs[r];
+        }
+        free(fs);
+    }
     free(mine);
     free(all);
     *steps = sh.steps;
@@ -480,10 +510,13 @@ static json_t* run_eval_split(Trainer* t, Dataset* ds, DataLoader* dl, const cha
     const bool held = engine_eval_begin(t->E, t->s);
     int64_t nbatches = 0;
     const double t_loss = trainer_log_now();
-    const double loss = eval_loss_sharded(t, dl, nex, &nbatches);
+    LossPassTimes lt;
+    const double loss = eval_loss_sharded(t, dl, nex, &nbatches, &lt);
     if (t->main) {  // where the runtime goes (stage 3's gather of the held units before it; generation's share below)
-        printf("%s loss pass (this rank): %.3f s, %lld steps over %lld examples on %d rank(s); %.3f s before it\n",
-               prefix, trainer_log_now() - t_loss, (long long)nbatches, (long long)nex, t->world, t_loss - t0);
+        printf("%s loss pass (this rank): %.3f s, %lld steps over %lld examples on %d rank(s) (forwards %.3f s, "
+               "all-gather %.3f s; the ranks' forwards %.3f-%.3f s); %.3f s before it\n",
+               prefix, trainer_log_now() - t_loss, (long long)nbatches, (long long)nex, t->world, lt.forward_s,
+               lt.gather_s, lt.forward_min_s, lt.forward_max_s, t_loss - t0);
         fflush(stdout);
     }
     char key[64];
