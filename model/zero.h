@@ -84,6 +84,12 @@ typedef struct {
     DType working_dtype;             // X: fp32, fp16, bf16
     DType grad_dtype;                // G: gradients the backward writes (X or fp32)
     DType comm_dtype;                // communication_data_type (DeepSpeed default: X)
+    // several ranks without a loss scaler (fp32, bf16): each rank's backward is already scaled by 1 / world (the
+    // engine folds it into the seed gradient, as one GPU's accumulation folds 1 / micro-batches), so the gradient
+    // reduction sums without pre-dividing: each rank runs the backward one GPU runs for the same micro-batch, bit for
+    // bit. fp16 keeps DeepSpeed's order (the loss scale alone in the backward, pre-divided in the reduction), where
+    // the scale's overflow checks are DeepSpeed's. Set by the engine (engine_create).
+    bool world_in_backward;
     DType accum_dtype;               // data_types.grad_accum_dtype (DeepSpeed default: X)
     bool offload_optimizer;          // offload_optimizer.device cpu: fp32 master, m, v (and grads) in host memory
     bool optimizer_pin_memory;       // offload_optimizer.pin_memory

@@ -105,6 +105,8 @@ int engine_create(Engine** out, const EngineOptions* o, char* err, size_t errlen
         E->o.zero.zenflow_topk_ratio = o->zenflow_opts.topk_ratio;
         E->o.zero.grad_accum_steps = (int)T5_MAX(o->zenflow_opts.update_interval, (int64_t)1);
     }
+    // fp32 / bf16 on several ranks: 1 / world in the backward's seed gradient, a plain-sum reduction (zero.h)
+    E->o.zero.world_in_backward = E->o.zero.world > 1 && !o->use_scaler && !(o->train && o->zenflow);
     E->Z = zero_create_opts(&E->o.zero, T->num_units, numel, names, err, errlen);
     free(numel);
     free(names);
@@ -184,7 +186,9 @@ float engine_micro_begin(Engine* E, int micro, int n_micro, cudaStream_t s) {
     zero_set_micro_step(E->Z, micro, n_micro);
     zero_begin_grads(E->Z, s);
     E->n_micro = n_micro;
-    return loss_scale(E) / (float)n_micro;
+    // world_in_backward: the rank's share of the data-parallel mean, in the seed gradient as accumulation's share
+    const int w = E->o.zero.world_in_backward ? E->o.zero.world : 1;
+    return loss_scale(E) / (float)(n_micro * w);
 }
 
 void engine_micro_end(Engine* E, int micro, cudaStream_t s) {

@@ -75,7 +75,8 @@ void zp_grad_ready(ZeroPart* P, int u, cudaStream_t s) {
     }
     if (P->zf) zp_zenflow_grad(P, u, gs);  // ZenFlow: selection and g[:, sel], before the buffer goes (zenflow.c)
     const bool add = P->micro > 0, last = P->micro == P->n_micro - 1;
-    const float predivide = 1.0f / (float)P->L.world;
+    // DeepSpeed's order pre-divides by the world size here; with world_in_backward the backward already did
+    const float predivide = P->o.world_in_backward ? 1.0f : 1.0f / (float)P->L.world;
     const int nb = U->num_buckets;
     for (int k = 0; k < nb; k++) {
         size_t off, len;

@@ -37,6 +37,7 @@ struct ZeroEngine {
     ZeroPart* P;              // stages 1-3 (NULL: stage 0, the fields above)
     ZeroColl coll;            // several ranks (coll.h); world 1 otherwise
     float* gathered;          // zero_gather_masters: every unit's fp32 master on this host (flat, unit offsets)
+    bool world_in_backward;   // ZeroOptions.world_in_backward: the all-reduce sums without pre-dividing
 };
 
 ZeroPart* zero_part(ZeroEngine* Z) { return Z->P; }
@@ -114,7 +115,10 @@ ZeroEngine* zero_create_opts(const ZeroOptions* o, int num_units, const size_t* 
     if (o->stage == 0) {
         ZeroEngine* Z = zero_create_ex(0, o->working_dtype, o->grad_dtype, num_units, unit_numel, unit_name, err,
                                        errlen);
-        if (Z) zcoll_init(&Z->coll, o->world > 1 ? o->comm : NULL);
+        if (Z) {
+            zcoll_init(&Z->coll, o->world > 1 ? o->comm : NULL);
+            Z->world_in_backward = o->world_in_backward;
+        }
         return Z;
     }
     ZeroPart* P = zp_create(o, num_units, unit_numel, unit_name, err, errlen);
@@ -123,6 +127,7 @@ ZeroEngine* zero_create_opts(const ZeroOptions* o, int num_units, const size_t* 
     ZeroEngine* Z = engine_new(o->stage, o->working_dtype, o->grad_dtype, num_units, unit_numel, unit_name);
     Z->P = P;
     Z->coll = P->coll;
+    Z->world_in_backward = o->world_in_backward;
     return Z;
 }
 
@@ -510,8 +515,9 @@ void zero_dp_allreduce_mean(ZeroEngine* Z, void* buf, DType dt, size_t n, cudaSt
     if (Z->coll.world == 1) return;
     if (Z->P) t5_die(T5_EXIT_FAILURE, "internal: zero_dp_allreduce_mean at ZeRO stage %d (the engine reduces)", Z->stage);
     // pre-divided by the world size, then summed: the order of DeepSpeed's ZeRO 1-3 reductions (its stage 0,
-    // engine.allreduce_bucket, sums first and scales after: the same mean, rounded in another place; docs/multi_gpu.md)
-    scale_inplace(buf, dt, n, 1.0f / (float)Z->coll.world, s);
+    // engine.allreduce_bucket, sums first and scales after: the same mean, rounded in another place; docs/multi_gpu.md);
+    // world_in_backward: the backward already divided
+    if (!Z->world_in_backward) scale_inplace(buf, dt, n, 1.0f / (float)Z->coll.world, s);
     zcoll_all_reduce(&Z->coll, buf, n, dt, ncclSum, s, "the gradient all-reduce");
 }
 
