@@ -9,6 +9,9 @@
 #            feature is off by default until it has run on a GPU), fp16;
 #            each row also gives the median of its last third of steps (after the registration finished) and the end
 #            line's registration figures (GiB registered, seconds after the engine's start);
+#   nvme     (issue 28 item 2) the disk's O_DIRECT write/read bandwidth (dd), then the homework ZeRO-3 config fp16 batch 8
+#            with offload_optimizer on NVMe (NVME_DIR, default /tmp/t5nvme) beside offload_optimizer cpu, NVME_STEPS
+#            (default 4) updates each; the end line's NVMe bytes read / written per run;
 #   profile  (issue 32) DeepSpeed's flops_profiler on t5-3b bf16 stage 0 8 x (128+128), profile_step 3;
 #   afbs     (issue 32 item 4) --auto_find_batch_size from micro-batch 2048 on t5-3b: stage 0 bf16 and the homework
 #            ZeRO-3 config fp16; 4 updates each; prints the batch chosen, the measured GPU peak against the
@@ -105,6 +108,39 @@ if want pageable; then
     drop_models
     summary "$name" "$OUT/$name" "$OUT/$name.log"
   done
+fi
+if want nvme; then
+  # issue 28 item 2's Show: the disk's O_DIRECT bandwidth first (dd, 4 GiB in 64 MiB blocks, write then read), then
+  # the homework ZeRO-3 config (fp16, batch 8) with offload_optimizer on NVMe under NVME_DIR beside the same config
+  # with the optimizer in (pinned) host memory, NVME_STEPS updates each. The floor the disk implies for a step: the
+  # bytes the end line says were read and written, over the two dd figures.
+  ND=${NVME_DIR:-/tmp/t5nvme}
+  mkdir -p "$ND"
+  df -h "$ND" | tail -1
+  dd if=/dev/zero of="$ND/dd.bin" bs=64M count=64 oflag=direct 2>&1 | tail -1 | sed 's/^/nvme dd write O_DIRECT: /'
+  dd if="$ND/dd.bin" of=/dev/null bs=64M iflag=direct 2>&1 | tail -1 | sed 's/^/nvme dd read O_DIRECT: /'
+  rm -f "$ND/dd.bin"
+  for dev in cpu nvme; do
+    cfg=$OUT/ds_nvme_$dev.json
+    python3 - "$dev" "$ND" "$cfg" <<'PY'
+import json, sys
+dev, nd, out = sys.argv[1:4]
+c = json.load(open("configs/ds_config_zero3.json"))
+if dev == "nvme":
+    c["zero_optimization"]["offload_optimizer"] = {"device": "nvme", "nvme_path": nd, "pin_memory": True,
+                                                   "buffer_count": 4, "fast_init": False}
+json.dump(c, open(out, "w"), indent=1)
+PY
+    name=nvme_opt_$dev
+    t=$SECONDS
+    timeout 400 "$BIN" --deepspeed "$cfg" "${common[@]}" --fp16 --per_device_train_batch_size 8 \
+        --max_steps "${NVME_STEPS:-4}" --output_dir "$OUT/$name" > "$OUT/$name.log" 2>&1
+    echo "$name: exit $? in $((SECONDS - t)) s"
+    drop_models
+    grep -oE "NVMe [0-9.]+ GiB read, [0-9.]+ GiB written|swap file under [^;]*" "$OUT/$name.log" | sed "s/^/$name: /"
+    summary "$name" "$OUT/$name" "$OUT/$name.log"
+  done
+  rm -rf "$ND"
 fi
 if want profile; then
   timeout 120 "$BIN" --deepspeed '{"bf16": {"enabled": "auto"}, "zero_optimization": {"stage": 0}, "flops_profiler": {"enabled": true, "profile_step": 3, "module_depth": -1, "top_modules": 3, "detailed": true}}' \
