@@ -329,10 +329,11 @@ static void test_zinf_no_optimizer_state(void** state) {
     for (size_t c = 0; c < T5_ARRAY_LEN(cases); c++) {
         char tag[64], more[1024];
         snprintf(tag, sizeof tag, "zinf_%s", cases[c][0]);
-        snprintf(out, sizeof out, "%s/meval_%s", t5test_tmpdir(), tag);
         snprintf(more, sizeof more, "--bf16 %s", cases[c][1]);
         eval_flags(flags, sizeof flags, 35, 37, more);
         for (int hold = 0; hold < 2; hold++) {
+            // a folder per run: a second run into the same one appends to its trainer_log.jsonl
+            snprintf(out, sizeof out, "%s/meval_%s%s", t5test_tmpdir(), tag, hold ? "_held" : "");
             run(tag, hold ? "" : NO_HOLD, 1, out, flags);
             const double eval_gib = resident_gib(tag);
             same_metrics(tag, ref, out, "eval");

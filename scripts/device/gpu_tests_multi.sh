@@ -25,7 +25,11 @@ if [ -z "${T5TRAIN_HF_CASES:-}" ] && python3 -c 'import torch, transformers' 2>/
   fi
 fi
 # the queue: the longest first (test_gpu_estimate trains t5-small ... t5-3b), then the rest by name
-ls "$STAGED"/test_gpu_* | grep -v test_gpu_multi | awk '/test_gpu_estimate/ {print; next} {r[++n]=$0} END {for (i=1;i<=n;i++) print r[i]}' \
+# PHASES (default "1 2") picks the phases; ONLY (names, e.g. "test_gpu_zero test_gpu_trainer") limits phase 1's queue
+PHASES=${PHASES:-1 2}
+only() { if [ -z "${ONLY:-}" ]; then cat; else grep -E "/($(echo $ONLY | tr ' ' '|'))\$"; fi; }
+[[ " $PHASES " == *" 1 "* ]] || ONLY=none
+ls "$STAGED"/test_gpu_* | grep -v test_gpu_multi | only | awk '/test_gpu_estimate/ {print; next} {r[++n]=$0} END {for (i=1;i<=n;i++) print r[i]}' \
   > "$OUT/queue"
 : > "$OUT/taken"
 worker() {  # GPU: takes programs from the queue until it is empty
@@ -34,12 +38,14 @@ worker() {  # GPU: takes programs from the queue until it is empty
     prog=$(flock "$OUT/queue" bash -c 'p=$(head -1 "$0"); [ -n "$p" ] && sed -i 1d "$0"; echo "$p"' "$OUT/queue")
     [ -z "$prog" ] && return
     CUDA_VISIBLE_DEVICES=$gpu bash test/run_tests.sh "$prog" > "$OUT/$(basename "$prog").log" 2>&1
+    echo "$(basename "$prog"): $(grep -E '^[0-9]+ passed, [0-9]+ failed' "$OUT/$(basename "$prog").log" | tail -1)" >> "$OUT/summary.txt"
   done
 }
 multi() {  # phase 2: test_gpu_multi and its siblings (test_gpu_multi_*), then the estimate's two-GPU plans
   local t1=$SECONDS prog
   for prog in "$STAGED"/test_gpu_multi*; do
     bash test/run_tests.sh "$prog" > "$OUT/$(basename "$prog").log" 2>&1
+    echo "$(basename "$prog"): $(grep -E '^[0-9]+ passed, [0-9]+ failed' "$OUT/$(basename "$prog").log" | tail -1)" >> "$OUT/summary.txt"
   done
   T5TRAIN_ESTIMATE_MODELS=none bash test/run_tests.sh "$STAGED/test_gpu_estimate" > "$OUT/test_gpu_estimate_2gpu.log" 2>&1
   echo "phase 2 (GPUs ${CUDA_VISIBLE_DEVICES:-all}): $((SECONDS - t1)) s"
@@ -58,7 +64,7 @@ workers=()
 for ((g = first; g < NGPU; g++)); do worker $g & workers+=($!); done
 wait "${workers[@]}"
 echo "phase 1 (single-GPU programs, $((NGPU - first)) at a time): $((SECONDS - t0)) s"
-if [ "$first" -gt 0 ]; then wait $mpid; else multi; fi
+if [ "$first" -gt 0 ]; then wait $mpid; elif [[ " $PHASES " == *" 2 "* ]]; then multi; fi
 passed=0; failed=0; skipped=0
 for log in "$OUT"/test_gpu_*.log; do
   grep -v -E '^[0-9]+ passed, [0-9]+ failed' "$log"
