@@ -18,6 +18,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+// T5TEST_FILTER=PATTERN (cmocka's wildcards): run only the matching tests of a program (a device call that re-runs one
+// test); the others are not run and not counted. Called first in main by the programs that honour it.
+static inline void t5test_filter_from_env(void) {
+    const char* f = getenv("T5TEST_FILTER");
+    if (f && *f) cmocka_set_test_filter(f);
+}
+
 // Path of the shared data folder (../shared/data by default, $T5TRAIN_DATA overrides),
 // or NULL when absent.
 const char* t5test_data_dir(void);

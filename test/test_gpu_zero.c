@@ -636,6 +636,7 @@ static void test_pageable_register(void** state) {
 }
 
 int main(void) {
+    t5test_filter_from_env();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fp32_every_stage),
         cmocka_unit_test(test_fp16_bf16_stage3_offload),
