@@ -300,9 +300,9 @@ static void test_predict_only_offload_param(void** state) {
             0, 37, LOCKSTEP);
 }
 
-// "GPU X GiB resident" (or, host, "host X GiB") of the engine's start-up line in g_text (src/zero/engine.c print_plan)
-static double resident_gib(const char* tag, bool host) {
-    const char* key = host ? "; host " : "GiB pinned), GPU ";
+// "GPU X GiB resident" of the engine's start-up line in g_text (src/zero/engine.c print_plan)
+static double resident_gib(const char* tag) {
+    const char* key = "GiB pinned), GPU ";
     const char* p = strstr(g_text, key);
     double v = -1;
     if (!p || sscanf(p + strlen(key), "%lf", &v) != 1) fail_msg("%s: no ZeRO plan line", tag);
@@ -313,7 +313,8 @@ static double resident_gib(const char* tag, bool host) {
 // 16-bit path: no fp32 master, the load writes the working partitions and views): stage 3, and stage 3 with both
 // offloads (the partitions on the host), give eval_loss, predict metrics and generated_predictions.txt identical to
 // stage 0's (the same rounding of the same fp32 checkpoint), and the engine keeps less GPU memory resident than the
-// same stage 3 engine built for training (which holds master, Adam m, v, gradient partitions and buckets).
+// same stage 3 engine built for training (which holds master, Adam m, v, gradient partitions and buckets; checked
+// without offload, where those are on the GPU).
 static void test_zinf_no_optimizer_state(void** state) {
     (void)state;
     T5_REQUIRE_GPUS(1);
@@ -336,9 +337,7 @@ static void test_zinf_no_optimizer_state(void** state) {
             // a folder per run: a second run into the same one appends to its trainer_log.jsonl
             snprintf(out, sizeof out, "%s/meval_%s%s", t5test_tmpdir(), tag, hold ? "_held" : "");
             run(tag, hold ? "" : NO_HOLD, 1, out, flags);
-            // with both offloads the engine keeps nothing on the GPU either way: its host memory is compared instead
-            const bool host = strstr(cases[c][0], "offload") != NULL;
-            const double eval_gib = resident_gib(tag, host);
+            const double eval_gib = resident_gib(tag);
             same_metrics(tag, ref, out, "eval");
             same_metrics(tag, ref, out, "predict");
             assert_int_equal(same_predictions(tag, ref, out), 37);
@@ -347,7 +346,10 @@ static void test_zinf_no_optimizer_state(void** state) {
             assert_int_equal(na, nb);
             for (int i = 0; i < na; i++)
                 if (a[i] != b[i]) fail_msg("%s: eval_loss %.17g at stage 0, %.17g here", tag, a[i], b[i]);
-            if (hold) continue;
+            // with both offloads the engine keeps nothing on the GPU either way, and the tiny model's host figures
+            // (master, m, v: ~0.005 GiB) print as 0.00 GiB both ways (4 x H200, session 8): the sizes are
+            // test_estimate's (test_eval_only_sizes) and the residency is compared at stage 3 alone
+            if (hold || strstr(cases[c][0], "offload")) continue;
             // the same engine built for training (one update of learning rate 0): more resident GPU memory
             static char tflags[8192];
             char tout[600];
@@ -356,9 +358,9 @@ static void test_zinf_no_optimizer_state(void** state) {
                      "--max_train_samples 8 --per_device_train_batch_size 4 --max_steps 1 --learning_rate 0 "
                      "--save_strategy no", flags, t5test_data_dir());
             run(tag, "", 1, tout, tflags);
-            const double train_gib = resident_gib(tag, host);
-            print_message("%s: engine resident %.3f GiB (%s) evaluation only, %.3f GiB for training\n", tag, eval_gib,
-                          host ? "host" : "GPU", train_gib);
+            const double train_gib = resident_gib(tag);
+            print_message("%s: engine resident %.3f GiB evaluation only, %.3f GiB for training\n", tag, eval_gib,
+                          train_gib);
             assert_true(eval_gib < train_gib);
         }
     }
