@@ -29,7 +29,7 @@
  *     bf16 tensors, each the fp32 master of the same run without the key rounded to bf16, byte for byte;
  *   - pin_memory false with the pageable buffers registered with CUDA in the background (T5TRAIN_PAGEABLE_REGISTER=1,
  *     and one chunk every 400 ms so that the copies switch from the ring to the DMA mid-run) and unset (the default:
- *     off, the ring alone) against the ring alone (=0), fp16 (shared 16-bit buffer) and fp32 (2 micro-batches through
+ *     on) against the ring alone (=0), fp16 (shared 16-bit buffer) and fp32 (2 micro-batches through
  *     the host gradients): bit-identical losses and final weights, the end line reporting registered bytes and bytes
  *     copied directly > 0 (and, for the slow one, ring bytes too: both paths in one run; with the registration off,
  *     neither registered nor direct bytes); T5TRAIN_PAGEABLE_REGISTER=yes stops with exit 2 when a buffer is
@@ -566,7 +566,7 @@ static void pageable_register_case(const char* tag, const char* prec, const char
         bool ring;  // bytes through the ring too (the switch happened during the run)
     } runs[] = {
         {"reg1", "T5TRAIN_PAGEABLE_REGISTER=1", true, false},
-        {"reg_default", "env -u T5TRAIN_PAGEABLE_REGISTER", false, true},  // unset: off (the default for now)
+        {"reg_default", "env -u T5TRAIN_PAGEABLE_REGISTER", true, false},  // unset: on (the default)
         {"reg1_slow", "T5TRAIN_PAGEABLE_REGISTER=1 T5TRAIN_PAGEABLE_REGISTER_DELAY_MS=400", true, true},
     };
     for (size_t i = 0; i < T5_ARRAY_LEN(runs); i++) {
@@ -586,7 +586,7 @@ static void pageable_register_case(const char* tag, const char* prec, const char
         if (!runs[i].reg && direct >= 0)
             fail_msg("%s: direct copies reported with the registration off:\n%s", t, t5test_tail(g_text, 3000));
         if (!runs[i].reg && reg >= 0)
-            fail_msg("%s: registration reported though it is off by default:\n%s", t, t5test_tail(g_text, 3000));
+            fail_msg("%s: registration reported though it is off:\n%s", t, t5test_tail(g_text, 3000));
         if (runs[i].ring && !ring) fail_msg("%s: no bytes through the ring:\n%s", t, t5test_tail(g_text, 3000));
         double la[ZSTEPS + 1], lb[ZSTEPS + 1];
         const int na = t5test_jsonl_doubles(ref, "loss", la, ZSTEPS + 1), nb = t5test_jsonl_doubles(got, "loss", lb, ZSTEPS + 1);

@@ -54,8 +54,8 @@ static double now_s(void) {
 
 static void test_settings(void** state) {
     (void)state;
-    assert_int_equal(zero_hostreg_mode(NULL), 0);  // off by default until run on a GPU
-    assert_int_equal(zero_hostreg_mode(""), 0);
+    assert_int_equal(zero_hostreg_mode(NULL), 1);  // on by default
+    assert_int_equal(zero_hostreg_mode(""), 1);
     assert_int_equal(zero_hostreg_mode("1"), 1);
     assert_int_equal(zero_hostreg_mode("0"), 0);
     const char* bad[] = {"2", "yes", "true", "01", " 1", "1 ", "-1", "on", "off"};

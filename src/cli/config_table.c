@@ -293,8 +293,8 @@ const ConfigKey CONFIG_KEYS[] = {
     K_STR("deepspeed.zero_optimization.offload_optimizer.nvme_path", ds.zero_optimization.offload_optimizer.nvme_path,
           "null", NUL, "folder for device nvme"),
     K_BOOL("deepspeed.zero_optimization.offload_optimizer.pin_memory", ds.zero_optimization.offload_optimizer.pin_memory,
-           "true", 0, "page-locked host buffers (DeepSpeed 0.19's default; false: pageable, through a pinned ring; "
-           "T5TRAIN_PAGEABLE_REGISTER=1 pins them in the background)"),
+           "true", 0, "page-locked host buffers (DeepSpeed 0.19's default; false: pageable, pinned in the background "
+           "while a pinned ring carries the copies; T5TRAIN_PAGEABLE_REGISTER=0: the ring alone)"),
     K_FLT("deepspeed.zero_optimization.offload_optimizer.ratio", ds.zero_optimization.offload_optimizer.ratio, "1.0", 0,
           1, 0, "fraction of the optimizer step done on the CPU"),
     K_INT("deepspeed.zero_optimization.offload_optimizer.buffer_count", ds.zero_optimization.offload_optimizer.buffer_count,
@@ -314,8 +314,8 @@ const ConfigKey CONFIG_KEYS[] = {
     K_STR("deepspeed.zero_optimization.offload_param.nvme_path", ds.zero_optimization.offload_param.nvme_path, "null",
           NUL, "folder for device nvme"),
     K_BOOL("deepspeed.zero_optimization.offload_param.pin_memory", ds.zero_optimization.offload_param.pin_memory, "true",
-           0, "page-locked host buffers (DeepSpeed 0.19's default; false: pageable, through a pinned ring; "
-           "T5TRAIN_PAGEABLE_REGISTER=1 pins them in the background)"),
+           0, "page-locked host buffers (DeepSpeed 0.19's default; false: pageable, pinned in the background "
+           "while a pinned ring carries the copies; T5TRAIN_PAGEABLE_REGISTER=0: the ring alone)"),
     K_INT("deepspeed.zero_optimization.offload_param.buffer_count", ds.zero_optimization.offload_param.buffer_count, "5",
           1, 1024, 0, "nvme buffers"),
     K_INT("deepspeed.zero_optimization.offload_param.buffer_size", ds.zero_optimization.offload_param.buffer_size, "1e8",

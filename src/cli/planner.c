@@ -355,8 +355,8 @@ void planner_print(FILE* f, const PlanInput* in, const PlanRow* rows, int n, boo
     for (int i = 0; i < n; i++) reg = T5_MAX(reg, rows[i].h_register);
     if (reg > 0)
         fprintf(f, "\nnote: pin_memory false: the pageable column is what the engine starts with; while training runs it "
-                   "registers (pins) up to %.2f GiB of it with CUDA in the background when T5TRAIN_PAGEABLE_REGISTER=1 (the "
-                   "master, gradients and 16-bit weights its copies touch; unset or 0, the default, keeps everything "
+                   "registers (pins) up to %.2f GiB of it with CUDA in the background (the "
+                   "master, gradients and 16-bit weights its copies touch; T5TRAIN_PAGEABLE_REGISTER=0 keeps everything "
                    "pageable)\n",
                 gib((double)reg));
     DsEstimateRow ds[8];

@@ -45,7 +45,7 @@ static void print_plan(const Engine* E) {
     char reg[256] = "";  // pin_memory false: the pageable buffers the GPU copies touch, pinned while the run goes on
     if (zs.host_register_on)
         snprintf(reg, sizeof reg, "; %.2f GiB of the pageable host buffers to be registered with CUDA in the "
-                 "background (T5TRAIN_PAGEABLE_REGISTER=1; unset or 0: the staging ring alone)",
+                 "background (T5TRAIN_PAGEABLE_REGISTER=0: the staging ring alone)",
                  (double)zs.host_register_total / (1 << 30));
     printf("ZeRO stage %d: optimizer state %s, 16-bit parameters %s; host %.2f GiB (%.2f GiB pinned), GPU %.2f "
            "GiB resident%s%s%s; allocated in %.1f s\n",

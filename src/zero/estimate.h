@@ -74,7 +74,7 @@ typedef struct {
     size_t host_staging;
     size_t host_total, host_pinned, host_pageable;
     // of host_pageable, the bytes the engine registers with CUDA (pins) in the background once its buffers exist
-    // (T5TRAIN_PAGEABLE_REGISTER=1, default off; part_hostreg.c): the pageable master, accumulated gradients and
+    // (unless T5TRAIN_PAGEABLE_REGISTER=0; part_hostreg.c): the pageable master, accumulated gradients and
     // 16-bit weights (what the GPU copies touch; m, v stay pageable). host_pinned / host_pageable are the creation-time
     // split; while training runs, up to host_register more of the host memory becomes page-locked (the same bytes, no
     // new allocation)

@@ -45,8 +45,8 @@ extern "C" {
 
 #define ZERO_HOSTREG_MAX_BUFS 8
 
-// The value of T5TRAIN_PAGEABLE_REGISTER: NULL or "" -> 0 (off: the default until the feature has run on a GPU),
-// "0" -> 0, "1" -> 1; -1 for anything else (the engine then stops with exit 2, but only when some host buffer its
+// The value of T5TRAIN_PAGEABLE_REGISTER: NULL or "" -> 1 (on: the default), "0" -> 0 (the staging ring alone),
+// "1" -> 1; -1 for anything else (the engine then stops with exit 2, but only when some host buffer its
 // copies touch is pageable: a fully pinned run never reads the variable).
 int zero_hostreg_mode(const char* v);
 // The value of T5TRAIN_PAGEABLE_REGISTER_DELAY_MS (a pause before each chunk, to spread the switch over several steps

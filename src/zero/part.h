@@ -22,7 +22,7 @@
  *
  * Staging ring (pin_memory false: some of h_master/m/v, h_gacc, h_w are pageable). Every copy between a pageable
  * engine host buffer and the GPU on the step's path goes through a pinned staging ring (staging.h; sizes in
- * estimate.c), unless its chunk was registered in the background (T5TRAIN_PAGEABLE_REGISTER=1, below): then it takes
+ * estimate.c), unless its chunk was registered in the background (the default, T5TRAIN_PAGEABLE_REGISTER=0 turns it off; below): then it takes
  * the plain copy. zp_copy_to_dev / zp_copy_to_host pick the ring or the registered chunk's direct copy when the host
  * side lies in a pageable HostBuf and issue the plain cudaMemcpyAsync otherwise, so with every buffer pinned (no
  * ring) nothing changes. Two rings, one
@@ -50,7 +50,7 @@
  * (model/t5_weights.c, cudaMemcpyDefault from the device: the driver stages a pageable destination) and the
  * synchronous state / master copies of zero.c and state_copy here, which touch host buffers only with memcpy.
  *
- * Background registration (part_hostreg.c, host_register.h; T5TRAIN_PAGEABLE_REGISTER=1, default off): from the end of
+ * Background registration (part_hostreg.c, host_register.h; on unless T5TRAIN_PAGEABLE_REGISTER=0): from the end of
  * zp_create a worker thread registers h_w, h_gacc and h_master (pageable ones) with cudaHostRegister, chunk by chunk
  * (a chunk: whole unit regions, cut at page boundaries; every copy lies in one unit's region, so in one chunk). A copy
  * whose range lies in a registered chunk is issued as the pinned path's plain cudaMemcpyAsync; the others keep the
@@ -272,7 +272,7 @@ void zp_copy_to_host(ZeroPart* P, ZpRing* ring, void* dst, const void* src, size
 // every D2H issued through the ring has landed in its destination (no-op without a ring)
 void zp_ring_drain(ZpRing* ring);
 // part_hostreg.c: the pageable buffers registered with CUDA in the background (T5TRAIN_PAGEABLE_REGISTER). mode: 1 on,
-// 0 off (unset / empty: off; anything else exits 2; read only when some buffer the copies touch is pageable).
+// 0 off (unset / empty: on; anything else exits 2; read only when some buffer the copies touch is pageable).
 // start: at the end of zp_create; stop: first thing in zp_destroy
 // (joins the worker); release: after the device and the rings are quiet, before host_buf_free (unregisters).
 // zp_copy_to_dev / zp_copy_to_host ask P->hostreg which path each copy takes (host_register.h zero_hostreg_copy).

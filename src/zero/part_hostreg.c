@@ -3,7 +3,7 @@
  * (host_register.h gives the plan and the worker; this file the CUDA calls and the engine's buffers).
  *
  * With pin_memory false the engine starts as before: its host buffers pageable, every copy between them and the GPU
- * through the pinned staging ring (part.h). With T5TRAIN_PAGEABLE_REGISTER=1, right after zp_create has allocated
+ * through the pinned staging ring (part.h). Unless T5TRAIN_PAGEABLE_REGISTER=0, right after zp_create has allocated
  * them, a worker thread registers the buffers the GPU copies touch, chunk by chunk (a chunk: whole unit regions, cut
  * at page boundaries), with cudaHostRegister; zp_copy_to_dev / zp_copy_to_host (part.c) take the pinned path's plain cudaMemcpyAsync for a
  * range whose chunk is registered, the ring otherwise. The same bytes move either way, so the results are
@@ -14,8 +14,9 @@
  * views' publish; fp32 runs' gathers). Adam's m and v (h_m, h_v; Adafactor's state) are never copied to or from the
  * GPU: registering them would lock memory for nothing, so they stay pageable.
  *
- * T5TRAIN_PAGEABLE_REGISTER: 1: on whenever one of those buffers is pageable; unset, empty or 0: off (the ring
- * alone, as before: the default until the feature has run on a GPU); anything else: exit 2, checked only when one of
+ * T5TRAIN_PAGEABLE_REGISTER: unset, empty or 1: on whenever one of those buffers is pageable (the default since it
+ * ran on an H200: t5-3b's homework step with pin_memory false 1.01x the pinned one, docs/zero.md); 0: off (the ring
+ * alone); anything else: exit 2, checked only when one of
  * those buffers is pageable (a fully pinned run never reads it). T5TRAIN_PAGEABLE_REGISTER_DELAY_MS (tests): a pause
  * before each chunk.
  * A failed cudaHostRegister (out of memory, a locked-memory limit, a range registered already) stops the worker with
@@ -66,7 +67,7 @@ int zp_hostreg_mode(void) {
     const int m = zero_hostreg_mode(v);
     if (m < 0)
         t5_die(T5_EXIT_USAGE, "T5TRAIN_PAGEABLE_REGISTER=%s: give 1 (register pageable host buffers in the background) "
-               "or 0 (the pinned staging ring alone, the default)", v);
+               "(the default) or 0 (the pinned staging ring alone)", v);
     const char* d = getenv("T5TRAIN_PAGEABLE_REGISTER_DELAY_MS");
     if (zero_hostreg_delay_ms(d) < 0)
         t5_die(T5_EXIT_USAGE, "T5TRAIN_PAGEABLE_REGISTER_DELAY_MS=%s: give a whole number of milliseconds, 0 .. 60000", d);
