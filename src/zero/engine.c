@@ -49,7 +49,9 @@ static void print_plan(const Engine* E) {
                  (double)zs.host_register_total / (1 << 30));
     printf("ZeRO stage %d: optimizer state %s, 16-bit parameters %s; host %.2f GiB (%.2f GiB pinned), GPU %.2f "
            "GiB resident%s%s%s; allocated in %.1f s\n",
-           zo->stage, !zo->offload_optimizer ? "on the GPU" : zo->ratio >= 1.0 ? "on the CPU" : "split CPU/GPU by ratio",
+           zo->stage,
+           zo->no_optimizer_state ? "none (evaluation only)"
+           : !zo->offload_optimizer ? "on the GPU" : zo->ratio >= 1.0 ? "on the CPU" : "split CPU/GPU by ratio",
            zo->offload_param ? "offloaded to the CPU" : zo->stage == 3 ? "partitioned on the GPU" : "on the GPU",
            (double)zs.host_bytes / (1 << 30), (double)zs.host_pinned_bytes / (1 << 30), (double)zs.gpu_bytes / (1 << 30),
            zs.host_grads_share_weights ? "; offloaded gradients share the 16-bit weights' host buffer" : "", nvme, reg,
