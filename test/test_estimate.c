@@ -251,9 +251,13 @@ static void test_eval_only_sizes(void** state) {
                 for (int k = 0; k < n; k++) {
                     const PlanRow *t = &rt[k], *e = &re[k];
                     assert_int_equal(e->cpu_numel, t->cpu_numel);
-                    if (t->stage == 0) {  // stage 0 keeps its resident buffers (not the engine's flag)
-                        assert_int_equal(e->g_optim, t->g_optim);
+                    if (t->stage == 0) {  // stage 0: no m, v (no optimizer built); master, gradients, working stay
+                        size_t n = 0;
+                        for (int u = 0; u < T.num_units; u++) n += T.units[u].numel;
+                        assert_int_equal(t->g_optim, 12 * n);
+                        assert_int_equal(e->g_optim, 4 * n);
                         assert_int_equal(e->g_grads, t->g_grads);
+                        assert_int_equal(e->g_params, t->g_params);
                         continue;
                     }
                     assert_int_equal(e->g_params, t->g_params);

@@ -112,8 +112,9 @@ int planner_row(const PlanInput* in, int stage, bool off_opt, bool off_param, do
     o.ratio = off_opt ? ratio : 1.0;
     o.offload_param = off_param;
     // evaluation only: the engine keeps no optimizer state, gradients or (16-bit) fp32 master at stages 1-3, as
-    // engine_create builds it from !train (model/zero.h no_optimizer_state); stage 0 keeps everything resident
-    o.no_optimizer_state = in->forward_only && stage > 0;
+    // engine_create builds it from !train (model/zero.h no_optimizer_state); stage 0 builds no optimizer (no m, v)
+    // but keeps its master, gradients and working copy resident (estimate_stage0)
+    o.no_optimizer_state = in->forward_only;
     t5_model_zero_describe(&T, &o);
     ZeroMemEstimate e;
     o.grad_accum_steps = in->grad_accum_steps;
@@ -157,7 +158,8 @@ int planner_row(const PlanInput* in, int stage, bool off_opt, bool off_param, do
         r->d2h_bytes = gas * cpu * as;
         // offloaded gradients do not pile up behind PCIe: the engine's gradient buffers are a fixed set
         // (src/zero/bufcache.h) the backward waits for, counted in gpu_grad_peak
-        if (in->num_nodes == 1) {
+        // (an evaluation-only job: no step time; the rates below are a training step's)
+        if (in->num_nodes == 1 && !in->forward_only) {
             double compute = planner_compute_s(in) * gas;
             if (o.world > 1) {  // the collectives of one update at the measured NVLink rates (top of the file)
                 double P = 0;
@@ -318,7 +320,9 @@ void planner_print(FILE* f, const PlanInput* in, const PlanRow* rows, int n, boo
     if (ada)
         fprintf(f, "Adafactor's CPU step has not been timed: s/step uses the CPU AdamW's measured rate for the offloaded "
                    "parameters\n");
-    fprintf(f, "host GiB per node: the engine's buffers (pinned / pageable); s/step predicted from measured rates\n\n");
+    fprintf(f, "host GiB per node: the engine's buffers (pinned / pageable); s/step predicted from measured rates%s\n\n",
+            in->forward_only ? " (n/a: an evaluation-only job, no optimizer state; the offload ratio only moves "
+                               "16-bit weights with offload_param)" : "");
     fprintf(f, "%-52s %7s %7s %7s %6s %7s %6s %8s | %8s %8s | %7s | %s\n", "plan", "params", "grads", "optim", "comm",
             "act", "work", "GPU", "pinned", "pageable", "s/step", "fits");
     for (int i = 0; i < n; i++) {

@@ -200,13 +200,17 @@ static void estimate_stage0(const ZeroOptions* o, int num_units, const size_t* u
     for (int u = 0; u < num_units; u++) n += unit_numel[u];
     e->gpu_numel = n;
     e->gpu_master = e->gpu_m = e->gpu_v = n * 4;
-    if (o->optimizer == ZERO_OPTIM_ADAFACTOR) {  // stage 0's fused Adafactor over every tensor (step0.c)
+    // evaluation only: engine_create builds no stage-0 optimizer (step0.c: no m, v, Adafactor state or fp32 sum);
+    // zero.c still allocates the fp32 master, the gradients and the working copy
+    const bool noopt = o->no_optimizer_state;
+    if (noopt) e->gpu_m = e->gpu_v = 0;
+    if (o->optimizer == ZERO_OPTIM_ADAFACTOR && !noopt) {  // stage 0's fused Adafactor over every tensor (step0.c)
         size_t g = 0, h = 0, red = 0, hs = 0;
         adafactor_sizes(o, NULL, &g, &h, &e->gpu_ada_scratch, &red, &hs);
         e->gpu_m = g * 4;
         e->gpu_v = 0;
     }
-    e->gpu_gacc = grad_accum_steps > 1 ? n * 4 : 0;
+    e->gpu_gacc = grad_accum_steps > 1 && !noopt ? n * 4 : 0;
     e->gpu_weights = o->working_dtype == DT_F32 ? 0 : n * dtype_size(o->working_dtype);
     e->gpu_grads = n * dtype_size(o->grad_dtype);
     e->gpu_resident = e->gpu_master + e->gpu_m + e->gpu_v + e->gpu_ada_scratch + e->gpu_gacc + e->gpu_weights +
