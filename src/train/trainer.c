@@ -512,7 +512,8 @@ static json_t* run_eval_split(Trainer* t, Dataset* ds, DataLoader* dl, const cha
     const double t_loss = trainer_log_now();
     LossPassTimes lt;
     const double loss = eval_loss_sharded(t, dl, nex, &nbatches, &lt);
-    if (t->main) {  // where the runtime goes (stage 3's gather of the held units before it; generation's share below)
+    // where the runtime goes (stage 3's gather of the held units before it; generation's share below): info lines
+    if (t->main && t5_log_info()) {
         printf("%s loss pass (this rank): %.3f s, %lld steps over %lld examples on %d rank(s) (forwards %.3f s, "
                "all-gather %.3f s; the ranks' forwards %.3f-%.3f s); %.3f s before it\n",
                prefix, trainer_log_now() - t_loss, (long long)nbatches, (long long)nex, t->world, lt.forward_s,
@@ -544,13 +545,13 @@ static json_t* run_eval_split(Trainer* t, Dataset* ds, DataLoader* dl, const cha
             printf("%s\n", line);
             fflush(stdout);
         }
-        if (t->main) {  // where the runtime went
+        if (t->main && t5_log_info()) {  // where the runtime went
             char line[512];
             evaluate_time_line(&r, line, sizeof line);
             printf("%s\n", line);
             fflush(stdout);
         }
-        if (t->main && t->world > 1) {  // how the ranks shared it (test_gpu_multi_eval reads this line)
+        if (t->main && t->world > 1 && t5_log_info()) {  // how the ranks shared it (test_gpu_multi_eval reads it)
             char line[1024];
             evaluate_shard_line(&r, line, sizeof line);
             printf("%s\n", line);
