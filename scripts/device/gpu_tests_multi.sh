@@ -25,7 +25,11 @@ if [ -z "${T5TRAIN_HF_CASES:-}" ] && python3 -c 'import torch, transformers' 2>/
   fi
 fi
 # the queue: the longest first (test_gpu_estimate trains t5-small ... t5-3b), then the rest by name
-# PHASES (default "1 2") picks the phases; ONLY (names, e.g. "test_gpu_zero test_gpu_trainer") limits phase 1's queue
+# PHASES (default "1 2") picks the phases; ONLY (names, e.g. "test_gpu_zero test_gpu_trainer") limits phase 1's queue.
+# A device call ends at 600 s and only brings back what lies under its $OUT: the whole suite takes longer (4 x H200,
+# session 8: phase 1 409 s, phase 2 287 s), so run it as two calls (PHASES=1, then PHASES=2). DEADLINE=S: no
+# program starts after S seconds of this script (listed "not started"); SNAPSHOT=FILE.tgz: the logs tarred there after
+# every program, so a call cut off still brings back what finished. summary.txt: one line per program with its seconds.
 PHASES=${PHASES:-1 2}
 only() { if [ -z "${ONLY:-}" ]; then cat; else grep -E "/($(echo $ONLY | tr ' ' '|'))\$"; fi; }
 [[ " $PHASES " == *" 1 "* ]] || ONLY=none
@@ -37,15 +41,26 @@ worker() {  # GPU: takes programs from the queue until it is empty
   while true; do
     prog=$(flock "$OUT/queue" bash -c 'p=$(head -1 "$0"); [ -n "$p" ] && sed -i 1d "$0"; echo "$p"' "$OUT/queue")
     [ -z "$prog" ] && return
+    if [ -n "${DEADLINE:-}" ] && [ "$SECONDS" -ge "$DEADLINE" ]; then
+      echo "$(basename "$prog"): not started (DEADLINE $DEADLINE s)" >> "$OUT/summary.txt"
+      continue
+    fi
+    local t=$SECONDS
     CUDA_VISIBLE_DEVICES=$gpu bash test/run_tests.sh "$prog" > "$OUT/$(basename "$prog").log" 2>&1
-    echo "$(basename "$prog"): $(grep -E '^[0-9]+ passed, [0-9]+ failed' "$OUT/$(basename "$prog").log" | tail -1)" >> "$OUT/summary.txt"
+    done_line "$prog" $((SECONDS - t))
   done
+}
+done_line() {  # PROG SECONDS: its summary line, then the snapshot
+  echo "$(basename "$1"): $(grep -E '^[0-9]+ passed, [0-9]+ failed' "$OUT/$(basename "$1").log" | tail -1) ($2 s)" >> "$OUT/summary.txt"
+  [ -n "${SNAPSHOT:-}" ] && flock "$OUT/queue" tar czf "$SNAPSHOT" -C "$(dirname "$OUT")" "$(basename "$OUT")" 2>/dev/null
+  return 0
 }
 multi() {  # phase 2: test_gpu_multi and its siblings (test_gpu_multi_*), then the estimate's two-GPU plans
   local t1=$SECONDS prog
   for prog in "$STAGED"/test_gpu_multi*; do
+    local t=$SECONDS
     bash test/run_tests.sh "$prog" > "$OUT/$(basename "$prog").log" 2>&1
-    echo "$(basename "$prog"): $(grep -E '^[0-9]+ passed, [0-9]+ failed' "$OUT/$(basename "$prog").log" | tail -1)" >> "$OUT/summary.txt"
+    done_line "$prog" $((SECONDS - t))
   done
   T5TRAIN_ESTIMATE_MODELS=none bash test/run_tests.sh "$STAGED/test_gpu_estimate" > "$OUT/test_gpu_estimate_2gpu.log" 2>&1
   echo "phase 2 (GPUs ${CUDA_VISIBLE_DEVICES:-all}): $((SECONDS - t1)) s"
@@ -71,5 +86,7 @@ for log in "$OUT"/test_gpu_*.log; do
   read -r p f s < <(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -1 | awk '{print $1, $3, $5}')
   passed=$((passed + ${p:-0})); failed=$((failed + ${f:-1})); skipped=$((skipped + ${s:-0}))
 done
+ns=$(grep -c 'not started' "$OUT/summary.txt" 2>/dev/null)
+[ "${ns:-0}" -gt 0 ] && echo "$ns program(s) not started (DEADLINE): see $OUT/summary.txt"
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]
