@@ -438,6 +438,7 @@ static void set_model_batch(Trainer* t, const Batch* b) {
 // and the slowest and fastest rank's forwards.
 typedef struct {
     double forward_s, gather_s, forward_min_s, forward_max_s;
+    double first_s;  // this rank's first step alone (waited for): what the first use of the kernels costs
 } LossPassTimes;
 
 // The loss pass over a split, sharded over the ranks (src/eval/shard.h): this rank's batches of one GPU's batching
@@ -467,6 +468,10 @@ static double eval_loss_sharded(Trainer* t, DataLoader* dl, int64_t nex, int64_t
         t5_model_forward(t->M, false, 1.0f, 0, t->s);
         CUDA_CHECK(cudaMemcpyAsync(d_step_loss + k, t5_model_loss_device(t->M), sizeof(float), cudaMemcpyDeviceToDevice,
                                    t->s));
+        if (k == 0) {  // the first step alone (one wait): lazy module loads and first-use set-ups land here
+            CUDA_CHECK(cudaStreamSynchronize(t->s));
+            tm->first_s = trainer_log_now() - t0;
+        }
     }
     if (sh.steps > 0)
         CUDA_CHECK(cudaMemcpyAsync(mine, d_step_loss, (size_t)sh.steps * sizeof(float), cudaMemcpyDeviceToHost, t->s));
@@ -478,7 +483,9 @@ static double eval_loss_sharded(Trainer* t, DataLoader* dl, int64_t nex, int64_t
     comm_all_gather_host_f32(sh.world > 1 ? t->comm : NULL, mine, (size_t)sh.steps, all, t->s);
     const double t2 = trainer_log_now();
     const double loss = eval_shard_loss(&sh, all);
-    *tm = (LossPassTimes){.forward_s = t1 - t0, .gather_s = t2 - t1, .forward_min_s = t1 - t0, .forward_max_s = t1 - t0};
+    const double first = tm->first_s;
+    *tm = (LossPassTimes){.forward_s = t1 - t0, .gather_s = t2 - t1, .forward_min_s = t1 - t0, .forward_max_s = t1 - t0,
+                          .first_s = first};
     if (sh.world > 1) {  // every rank's forward time, for the line (one float each)
         float f = (float)(t1 - t0), *fs = calloc_check((size_t)sh.world, sizeof(float));
         comm_all_gather_host_f32(t->comm, &f, 1, fs, t->s);
@@ -510,14 +517,14 @@ static json_t* run_eval_split(Trainer* t, Dataset* ds, DataLoader* dl, const cha
     const bool held = engine_eval_begin(t->E, t->s);
     int64_t nbatches = 0;
     const double t_loss = trainer_log_now();
-    LossPassTimes lt;
+    LossPassTimes lt = {0};
     const double loss = eval_loss_sharded(t, dl, nex, &nbatches, &lt);
     // where the runtime goes (stage 3's gather of the held units before it; generation's share below): info lines
     if (t->main && t5_log_info()) {
-        printf("%s loss pass (this rank): %.3f s, %lld steps over %lld examples on %d rank(s) (forwards %.3f s, "
-               "all-gather %.3f s; the ranks' forwards %.3f-%.3f s); %.3f s before it\n",
+        printf("%s loss pass (this rank): %.3f s, %lld steps over %lld examples on %d rank(s) (forwards %.3f s, the "
+               "first step %.3f s; all-gather %.3f s; the ranks' forwards %.3f-%.3f s); %.3f s before it\n",
                prefix, trainer_log_now() - t_loss, (long long)nbatches, (long long)nex, t->world, lt.forward_s,
-               lt.gather_s, lt.forward_min_s, lt.forward_max_s, t_loss - t0);
+               lt.first_s, lt.gather_s, lt.forward_min_s, lt.forward_max_s, t_loss - t0);
         fflush(stdout);
     }
     char key[64];
