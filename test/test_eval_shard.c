@@ -324,6 +324,83 @@ static void test_deal_snake(void** state) {
     free(o);
 }
 
+// The loss pass dealt by cost (eval_shard_deal_by_cost): for every size, world and random costs, each of one GPU's
+// batches is evaluated by exactly one (rank, step), every rank has `steps` steps with padding only in the last round,
+// eval_shard_loss_at over the all-gather is one GPU's loss bit for bit, and the ranks' summed costs lie within the
+// largest batch's cost of each other (the snake's bound); on a split whose costs fall with the index, round robin's
+// spread is larger.
+static void test_deal_by_cost(void** state) {
+    (void)state;
+    const int64_t ns[] = {0, 1, 7, 9, 65, 1999};
+    const int64_t bs[] = {1, 8, 32};
+    const int ws[] = {1, 2, 3, 4, 8};
+    uint64_t x = 0x2545F4914F6CDD1Dull;
+    for (size_t a = 0; a < T5_ARRAY_LEN(ns); a++)
+        for (size_t b = 0; b < T5_ARRAY_LEN(bs); b++)
+            for (size_t w = 0; w < T5_ARRAY_LEN(ws); w++) {
+                EvalShard s;
+                eval_shard_plan(&s, ns[a], bs[b], ws[w]);
+                const int64_t nb = s.n_batches, W = s.world, slots = T5_MAX(s.steps * W, (int64_t)1);
+                int64_t* cost = malloc((size_t)T5_MAX(nb, (int64_t)1) * sizeof(int64_t));
+                int64_t* at = malloc((size_t)slots * sizeof(int64_t));
+                int* used = calloc((size_t)T5_MAX(nb, (int64_t)1), sizeof(int));
+                int64_t cmax = 0;
+                for (int64_t i = 0; i < nb; i++) {
+                    x = x * 6364136223846793005ull + 1442695040888963407ull;
+                    cost[i] = 1 + (int64_t)((x >> 33) % 5000);
+                    cmax = T5_MAX(cmax, cost[i]);
+                }
+                assert_int_equal(eval_shard_deal_by_cost(&s, cost, at), 0);
+                float* all = malloc((size_t)slots * sizeof(float));
+                double rmin = 1e300, rmax = -1;
+                for (int64_t r = 0; r < W; r++) {
+                    double sum = 0;
+                    for (int64_t k = 0; k < s.steps; k++) {
+                        const int64_t i = at[r * s.steps + k];
+                        all[r * s.steps + k] = NAN;
+                        if (i < 0) {
+                            if (k != s.steps - 1) fail_msg("a padding step before the last round");
+                            continue;
+                        }
+                        if (i >= nb || used[i]++) fail_msg("batch %lld dealt twice or out of range", (long long)i);
+                        int64_t f, c;
+                        eval_shard_examples(&s, i, &f, &c);
+                        all[r * s.steps + k] = batch_mean(f, c);
+                        sum += (double)cost[i];
+                    }
+                    rmin = fmin(rmin, sum);
+                    rmax = fmax(rmax, sum);
+                }
+                for (int64_t i = 0; i < nb; i++)
+                    if (used[i] != 1) fail_msg("batch %lld dealt %d times", (long long)i, used[i]);
+                if (W == 1)  // one rank: input order
+                    for (int64_t k = 0; k < nb; k++) assert_int_equal(at[k], k);
+                const double got = eval_shard_loss_at(&s, at, all), ref = one_gpu_loss(s.n, s.batch);
+                if (nb > 0 && got != ref) fail_msg("loss %.17g, one GPU %.17g", got, ref);
+                if (nb == 0) assert_true(isnan(got));
+                if (nb > 0 && !(rmax - rmin <= (double)cmax))
+                    fail_msg("n %lld B %lld W %lld: the ranks' costs %g..%g, largest batch %lld", (long long)s.n,
+                             (long long)s.batch, (long long)W, rmin, rmax, (long long)cmax);
+                free(all);
+                free(used);
+                free(at);
+                free(cost);
+            }
+    // falling costs (63 batches of 32 on 4 ranks, cost 100 - i): round robin gives 1120 1104 1088 1035
+    EvalShard s;
+    eval_shard_plan(&s, 1999, 32, 4);
+    int64_t cost[63], at[64];
+    for (int i = 0; i < 63; i++) cost[i] = 100 - i;
+    assert_int_equal(eval_shard_deal_by_cost(&s, cost, at), 0);
+    int64_t sums[4] = {0};
+    for (int r = 0; r < 4; r++)
+        for (int k = 0; k < 16; k++)
+            if (at[r * 16 + k] >= 0) sums[r] += cost[at[r * 16 + k]];
+    // the last, partial round goes to ranks 3, 2, 1 (an odd round): 1059 1096 1096 1096, the slowest at 1096
+    assert_int_equal(sums[0], 1059);
+    for (int r = 1; r < 4; r++) assert_int_equal(sums[r], 1096);
+}
+
 // the padded positions, by hand: lengths {5, 9, 5, 1, 9, 7, 5} in batches of 3
 static void test_padded_positions(void** state) {
     (void)state;
@@ -349,6 +426,7 @@ int main(void) {
         cmocka_unit_test(test_order_by_length),
         cmocka_unit_test(test_sorted_order_restored),
         cmocka_unit_test(test_deal_snake),
+        cmocka_unit_test(test_deal_by_cost),
         cmocka_unit_test(test_padded_positions),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

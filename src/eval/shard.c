@@ -103,3 +103,51 @@ int64_t eval_shard_padded_positions(const int32_t* lengths, const int64_t* order
     }
     return total;
 }
+
+typedef struct {
+    int64_t cost, idx;
+} CostIdx;
+
+// largest cost first; equal costs by batch index (one order, whatever qsort does with ties)
+static int by_cost(const void* a, const void* b) {
+    const CostIdx *x = a, *y = b;
+    if (x->cost != y->cost) return x->cost > y->cost ? -1 : 1;
+    return (x->idx > y->idx) - (x->idx < y->idx);
+}
+
+int eval_shard_deal_by_cost(const EvalShard* s, const int64_t* cost, int64_t* at) {
+    const int64_t W = s->world, nb = s->n_batches;
+    for (int64_t j = 0; j < s->steps * W; j++) at[j] = -1;
+    if (nb <= 0) return 0;
+    if (W == 1) {  // one rank: input order, as before
+        for (int64_t i = 0; i < nb; i++) at[i] = i;
+        return 0;
+    }
+    CostIdx* v = malloc((size_t)nb * sizeof *v);
+    if (!v) return -1;
+    for (int64_t i = 0; i < nb; i++) v[i] = (CostIdx){cost[i], i};
+    qsort(v, (size_t)nb, sizeof *v, by_cost);
+    for (int64_t j = 0; j < nb; j++) {
+        const int64_t k = j / W, q = j % W, r = k % 2 == 0 ? q : W - 1 - q;
+        at[r * s->steps + k] = v[j].idx;
+    }
+    free(v);
+    return 0;
+}
+
+double eval_shard_loss_at(const EvalShard* s, const int64_t* at, const float* gathered) {
+    double sum = 0;
+    int64_t rows = 0;
+    int64_t* slot = malloc((size_t)(s->n_batches > 0 ? s->n_batches : 1) * sizeof(int64_t));
+    if (!slot) return NAN;
+    for (int64_t j = 0; j < s->steps * s->world; j++)
+        if (at[j] >= 0) slot[at[j]] = j;  // rank r's step k sits at r x steps + k in the all-gather
+    for (int64_t i = 0; i < s->n_batches; i++) {  // input order, as one GPU sums
+        int64_t first, count;
+        eval_shard_examples(s, i, &first, &count);
+        sum += (double)gathered[slot[i]] * (double)count;
+        rows += count;
+    }
+    free(slot);
+    return rows ? sum / (double)rows : NAN;
+}

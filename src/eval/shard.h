@@ -10,6 +10,10 @@
  * padding steps carry no examples into the metrics: every real batch is exactly one GPU's, so the eval loss (the
  * per-batch means weighted by examples, summed in batch order) and fp32 greedy generations equal one GPU's.
  *
+ * The loss pass (src/train/trainer.c) deals the same batches by cost instead (eval_shard_deal_by_cost: the ranks'
+ * padded tokens close, each batch still one GPU's, the loss summed in input order by eval_shard_loss_at); what
+ * follows is generation's round robin.
+ *
  * Gathering: each rank keeps its results of the steps [k0, k0 + nk) in step order, and an all-gather lays the W
  * pieces out rank after rank (NCCL's order): batch i's result sits at slot eval_shard_slot(i, k0, nk) =
  * (i % W) * nk + (i / W - k0). Those steps hold batches [k0 * W, (k0 + nk) * W) (the ones below n_batches): a
@@ -58,6 +62,15 @@ int64_t eval_shard_slot(const EvalShard* s, int64_t i, int64_t k0, int64_t nk);
 // value): sum over batches in input order of (double)loss_i * examples_i, divided by n, as one GPU sums its batches
 // (HF's evaluation_loop: each batch's mean weighted by its examples). NAN for n == 0.
 double eval_shard_loss(const EvalShard* s, const float* gathered);
+// The loss pass's dealing by cost (src/train/trainer.c): one GPU's batches (input order, their eval loss unchanged)
+// given to the ranks so that the ranks' summed costs are close: sorted by cost[i] (largest first, ties by index) and
+// dealt in a snake, round k of W batches to ranks 0..W-1 (k even) or W-1..0 (k odd) at step k. at (steps x world):
+// at[r x steps + k] = the batch rank r evaluates at step k, -1 for a padding step (only in the last round). Every rank
+// still runs s->steps steps. One rank: input order (at[k] = k). Returns 0, or -1 when scratch cannot be allocated.
+int eval_shard_deal_by_cost(const EvalShard* s, const int64_t* cost, int64_t* at);
+// eval_shard_loss for a dealing `at`: the all-gather of every rank's per-step losses (rank r's step k at
+// r x steps + k), summed over the batches in input order, each weighted by its examples, / n: one GPU's number.
+double eval_shard_loss_at(const EvalShard* s, const int64_t* at, const float* gathered);
 // perm[j] = the example at position j when sorted by length, longest first, ties in input order (stable).
 // Returns 0, or -1 when perm cannot be allocated scratch (n too large).
 int eval_shard_order_by_length(const int32_t* lengths, int64_t n, int64_t* perm);

@@ -442,15 +442,45 @@ typedef struct {
 } LossPassTimes;
 
 // The loss pass over a split, sharded over the ranks (src/eval/shard.h): this rank's batches of one GPU's batching
-// (dl: one rank's loader), its per-step mean losses all-gathered, and the mean reduced as one GPU does (HF
+// (dl: one rank's loader), dealt by cost (several ranks; one rank: input order), its per-step mean losses
+// all-gathered, and the mean reduced as one GPU does (HF
 // evaluation_loop: each batch's mean loss weighted by its number of examples, in batch order). A padding step runs
 // the split's last batch and drops its loss: every rank runs the same forwards, so the same ZeRO-3 gathers.
 // Each step's loss is copied on the stream into a device array and read back once at the end, so the host builds
 // batch k + 1 (the loader, set_model_batch's checks) while the GPU runs forward k.
 // *steps: the steps every rank ran (HF's eval steps on N GPUs: ceil(examples / (batch x N))).
-static double eval_loss_sharded(Trainer* t, DataLoader* dl, int64_t nex, int64_t* steps, LossPassTimes* tm) {
+// Each of one GPU's batches' cost for the dealing: rows x (longest source + longest target), each capped by its
+// max length (the collator's padded widths, pad_to_multiple_of aside); with pad_to_max_length all equal.
+static void loss_pass_costs(const Dataset* ds, const EvalShard* sh, const DataOptions* o, int64_t* cost) {
+    const int cap_s = o->max_source_length, cap_t = T5_MAX(o->max_target_length, o->val_max_target_length);
+    for (int64_t i = 0; i < sh->n_batches; i++) {
+        int64_t first, count;
+        eval_shard_examples(sh, i, &first, &count);
+        int ws = 0, wt = 0;
+        for (int64_t e = first; e < first + count; e++) {
+            const int32_t *src, *tgt;
+            int ns, nt;
+            dataset_get(ds, e, &src, &ns, &tgt, &nt);
+            ws = T5_MAX(ws, T5_MIN(ns, cap_s));
+            wt = T5_MAX(wt, T5_MIN(nt, cap_t));
+        }
+        if (o->pad_to_max_length) ws = cap_s, wt = cap_t;
+        cost[i] = count * (int64_t)(ws + wt);
+    }
+}
+
+static double eval_loss_sharded(Trainer* t, const Dataset* ds, DataLoader* dl, int64_t nex, int64_t* steps,
+                                LossPassTimes* tm) {
     EvalShard sh;
     eval_shard_plan(&sh, nex, t->a->data.eval_batch_size, t->world);
+    // the batches dealt to the ranks by cost (src/eval/shard.h): the ranks' shares of the work even, each batch one
+    // GPU's, the loss summed in input order
+    int64_t* cost = malloc_check((size_t)T5_MAX(sh.n_batches, (int64_t)1) * sizeof(int64_t));
+    int64_t* at = malloc_check((size_t)T5_MAX(sh.steps * sh.world, (int64_t)1) * sizeof(int64_t));
+    loss_pass_costs(ds, &sh, &t->a->data, cost);
+    if (eval_shard_deal_by_cost(&sh, cost, at)) t5_die(T5_EXIT_FAILURE, "out of memory dealing %lld evaluation batches",
+                                                       (long long)sh.n_batches);
+    free(cost);
     const size_t ns = (size_t)T5_MAX(sh.steps, (int64_t)1);
     float* mine = calloc_check(ns, sizeof(float));
     float* all = calloc_check((size_t)T5_MAX(sh.steps * sh.world, (int64_t)1), sizeof(float));
@@ -458,7 +488,7 @@ static double eval_loss_sharded(Trainer* t, DataLoader* dl, int64_t nex, int64_t
     CUDA_CHECK(cudaMalloc((void**)&d_step_loss, ns * sizeof(float)));
     const double t0 = trainer_log_now();
     for (int64_t k = 0; k < sh.steps; k++) {
-        const int64_t i = eval_shard_batch(&sh, t->rank, k), b = i >= 0 ? i : sh.n_batches - 1;
+        const int64_t i = at[(int64_t)t->rank * sh.steps + k], b = i >= 0 ? i : sh.n_batches - 1;
         int64_t first, count;
         eval_shard_examples(&sh, b, &first, &count);
         if (dataloader_seek(dl, b) || !dataloader_next_batch(dl, &t->batch) || t->batch.B != count ||
@@ -478,11 +508,11 @@ static double eval_loss_sharded(Trainer* t, DataLoader* dl, int64_t nex, int64_t
     CUDA_CHECK(cudaStreamSynchronize(t->s));
     CUDA_CHECK(cudaFree(d_step_loss));
     for (int64_t k = 0; k < sh.steps; k++)
-        if (eval_shard_batch(&sh, t->rank, k) < 0) mine[k] = 0.0f;  // a padding step's loss is dropped
+        if (at[(int64_t)t->rank * sh.steps + k] < 0) mine[k] = 0.0f;  // a padding step's loss is dropped
     const double t1 = trainer_log_now();
     comm_all_gather_host_f32(sh.world > 1 ? t->comm : NULL, mine, (size_t)sh.steps, all, t->s);
     const double t2 = trainer_log_now();
-    const double loss = eval_shard_loss(&sh, all);
+    const double loss = eval_shard_loss_at(&sh, at, all);
     const double first = tm->first_s;
     *tm = (LossPassTimes){.forward_s = t1 - t0, .gather_s = t2 - t1, .forward_min_s = t1 - t0, .forward_max_s = t1 - t0,
                           .first_s = first};
@@ -497,6 +527,7 @@ static double eval_loss_sharded(Trainer* t, DataLoader* dl, int64_t nex, int64_t
     }
     free(mine);
     free(all);
+    free(at);
     *steps = sh.steps;
     return loss;
 }
@@ -518,7 +549,7 @@ static json_t* run_eval_split(Trainer* t, Dataset* ds, DataLoader* dl, const cha
     int64_t nbatches = 0;
     const double t_loss = trainer_log_now();
     LossPassTimes lt = {0};
-    const double loss = eval_loss_sharded(t, dl, nex, &nbatches, &lt);
+    const double loss = eval_loss_sharded(t, ds, dl, nex, &nbatches, &lt);
     // where the runtime goes (stage 3's gather of the held units before it; generation's share below): info lines
     if (t->main && t5_log_info()) {
         printf("%s loss pass (this rank): %.3f s, %lld steps over %lld examples on %d rank(s) (forwards %.3f s, the "
