@@ -11,7 +11,8 @@
 #            line's registration figures (GiB registered, seconds after the engine's start);
 #   nvme     (issue 28 item 2) the disk's O_DIRECT write/read bandwidth (dd), then the homework ZeRO-3 config fp16 batch 8
 #            with offload_optimizer on NVMe (NVME_DIR, default /tmp/t5nvme) beside offload_optimizer cpu, NVME_STEPS
-#            (default 4) updates each; the end line's NVMe bytes read / written per run;
+#            (default 4) updates each (NVME_DEVS picks "cpu nvme"); the end line's NVMe bytes read / written per run;
+#            NVME_T5_11B=1 adds t5-11b bf16 with the optimizer on NVMe and offload_param cpu (x4 machines' disk);
 #   profile  (issue 32) DeepSpeed's flops_profiler on t5-3b bf16 stage 0 8 x (128+128), profile_step 3;
 #   afbs     (issue 32 item 4) --auto_find_batch_size from micro-batch 2048 on t5-3b: stage 0 bf16 and the homework
 #            ZeRO-3 config fp16; 4 updates each; prints the batch chosen, the measured GPU peak against the
@@ -120,7 +121,7 @@ if want nvme; then
   dd if=/dev/zero of="$ND/dd.bin" bs=64M count=64 oflag=direct 2>&1 | tail -1 | sed 's/^/nvme dd write O_DIRECT: /'
   dd if="$ND/dd.bin" of=/dev/null bs=64M iflag=direct 2>&1 | tail -1 | sed 's/^/nvme dd read O_DIRECT: /'
   rm -f "$ND/dd.bin"
-  for dev in cpu nvme; do
+  for dev in ${NVME_DEVS:-cpu nvme}; do
     cfg=$OUT/ds_nvme_$dev.json
     python3 - "$dev" "$ND" "$cfg" <<'PY'
 import json, sys
@@ -140,6 +141,30 @@ PY
     grep -oE "NVMe [0-9.]+ GiB read, [0-9.]+ GiB written|swap file under [^;]*" "$OUT/$name.log" | sed "s/^/$name: /"
     summary "$name" "$OUT/$name" "$OUT/$name.log"
   done
+  # NVME_T5_11B=1: issue 28's t5-11b row (the Show: one GPU of an x4 machine, 235 GB disk, host RSS <= 40 GiB):
+  # bf16, stage 3, offload_optimizer nvme + offload_param cpu, gradient checkpointing, batch 8, NVME_STEPS updates;
+  # with branch nvme-master the fp32 master is in the swap file too (about 136 GB of file)
+  if [ -n "${NVME_T5_11B:-}" ]; then
+    cfg=$OUT/ds_nvme_t5-11b.json
+    python3 - "$ND" "$cfg" <<'PY'
+import json, sys
+nd, out = sys.argv[1:3]
+c = {"bf16": {"enabled": "auto"}, "zero_optimization": {"stage": 3,
+     "offload_optimizer": {"device": "nvme", "nvme_path": nd, "pin_memory": True, "pipeline_read": True,
+                           "pipeline_write": True},
+     "offload_param": {"device": "cpu", "pin_memory": True}}}
+json.dump(c, open(out, "w"), indent=1)
+PY
+    t=$SECONDS
+    timeout 500 "$BIN" --deepspeed "$cfg" "${common[@]}" --model_name_or_path t5-11b --gradient_checkpointing --bf16 \
+        --per_device_train_batch_size 8 --max_steps "${NVME_STEPS:-4}" --output_dir "$OUT/nvme_t5-11b" \
+        > "$OUT/nvme_t5-11b.log" 2>&1
+    echo "nvme_t5-11b: exit $? in $((SECONDS - t)) s"
+    drop_models
+    grep -oE "NVMe [0-9.]+ GiB read, [0-9.]+ GiB written|swap file under [^;]*|host [0-9.]+ GiB \([0-9.]+ GiB pinned\)" \
+        "$OUT/nvme_t5-11b.log" | sed "s/^/nvme_t5-11b: /"
+    summary nvme_t5-11b "$OUT/nvme_t5-11b" "$OUT/nvme_t5-11b.log"
+  fi
   rm -rf "$ND"
 fi
 if want profile; then
