@@ -682,7 +682,13 @@ int config_check_implemented(const RunConfig* c, char* err, size_t n) {
         if (!c->has_deepspeed) break;
         if (devs[i] == OFFLOAD_CPU && !T5_BUILD_FEATURES.offload_cpu) MISSING("%s device cpu", what[i]);
         const bool nvme_ok = i == 0 ? T5_BUILD_FEATURES.offload_nvme_optimizer : T5_BUILD_FEATURES.offload_nvme_param;
-        if (devs[i] == OFFLOAD_NVME && !nvme_ok) MISSING("%s device nvme", what[i]);
+        // offload_param: the 16-bit partitions' host buffer is also where the offloaded gradients land (the 14-byte
+        // layout, docs/zero.md), so that buffer on disk would free no host memory; the reason goes with the refusal
+        if (devs[i] == OFFLOAD_NVME && !nvme_ok)
+            MISSING("%s device nvme%s", what[i],
+                    i == 1 ? " (the 16-bit parameters' host buffer also takes the offloaded gradients, so on disk it "
+                             "would save no host memory; use device cpu, with offload_optimizer nvme for the rest)"
+                           : "");
     }
     if (c->has_deepspeed && z->offload_optimizer.device == OFFLOAD_NVME && c->optim == OPTIM_ADAFACTOR &&
         !c->ds.optimizer.present)
