@@ -496,23 +496,30 @@ static void exit_check(void) {
     if (write(g_exit_pipe, &ok, 1) != 1) _exit(3);
 }
 
-static void test_exit_joins_worker(void** state) {
-    (void)state;
+// A child process that starts a worker over `chunks` chunks whose register calls each take sleep_us, lets it run
+// 20 ms and exits (with exit's wait bounded to wait_ms when >= 0), its atexit `check` (registered before the
+// worker's handler, so it runs after it) writing one byte to the pipe; the parent returns that byte, checks the
+// child exited 0, and gives the seconds from the fork to the child's end.
+static char exit_child(int chunks, int sleep_us, int wait_ms, void (*check)(void), double* seconds) {
     int fd[2];
     assert_int_equal(pipe(fd), 0);
+    const double t0 = now_s();
     const pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
         close(fd[0]);
         g_exit_pipe = fd[1];
-        if (atexit(exit_check) != 0) _exit(4);  // before the worker's: runs after its handler
-        bufs_plan(&g_exit_bufs, 200, 4096);
+        if (atexit(check) != 0) _exit(4);
+        if (wait_ms >= 0) zero_hostreg_set_exit_wait_ms(wait_ms);
+        bufs_plan(&g_exit_bufs, chunks, 4096);
         g_exit_fake.R = &g_exit_bufs.R;
         g_exit_fake.fail_at = -1;
-        g_exit_fake.sleep_us = 2000;
-        if (zero_hostreg_start(&g_exit_bufs.R, (ZeroRegOps){fake_reg, fake_unreg, NULL, &g_exit_fake}, 1) != 0) _exit(5);
+        g_exit_fake.sleep_us = sleep_us;
+        if (zero_hostreg_start(&g_exit_bufs.R, (ZeroRegOps){fake_reg, fake_unreg, NULL, &g_exit_fake},
+                               wait_ms >= 0 ? 0 : 1) != 0)
+            _exit(5);
         const struct timespec ts = {0, 20 * 1000000};
-        nanosleep(&ts, NULL);
+        nanosleep(&ts, NULL);  // the worker is under way
         exit(0);
     }
     close(fd[1]);
@@ -520,11 +527,18 @@ static void test_exit_joins_worker(void** state) {
     const ssize_t n = read(fd[0], &got, 1);
     int status = 0;
     assert_int_equal(waitpid(pid, &status, 0), pid);
+    *seconds = now_s() - t0;
     close(fd[0]);
     assert_true(WIFEXITED(status));
     assert_int_equal(WEXITSTATUS(status), 0);
     assert_int_equal(n, 1);
-    assert_int_equal(got, 'y');
+    return got;
+}
+
+static void test_exit_joins_worker(void** state) {
+    (void)state;
+    double dt;
+    assert_int_equal(exit_child(200, 2000, -1, exit_check, &dt), 'y');
 }
 
 // The exit's wait is bounded: a register call that takes 0.9 s (a large chunk, a slow driver) with the bound at 50 ms:
@@ -536,37 +550,9 @@ static void exit_check_unjoined(void) {
 
 static void test_exit_wait_bounded(void** state) {
     (void)state;
-    int fd[2];
-    assert_int_equal(pipe(fd), 0);
-    const double t0 = now_s();
-    const pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        close(fd[0]);
-        g_exit_pipe = fd[1];
-        if (atexit(exit_check_unjoined) != 0) _exit(4);  // before the worker's: runs after its handler
-        zero_hostreg_set_exit_wait_ms(50);
-        bufs_plan(&g_exit_bufs, 4, 4096);
-        g_exit_fake.R = &g_exit_bufs.R;
-        g_exit_fake.fail_at = -1;
-        g_exit_fake.sleep_us = 900000;
-        if (zero_hostreg_start(&g_exit_bufs.R, (ZeroRegOps){fake_reg, fake_unreg, NULL, &g_exit_fake}, 0) != 0) _exit(5);
-        const struct timespec ts = {0, 20 * 1000000};
-        nanosleep(&ts, NULL);  // the first register call is under way
-        exit(0);
-    }
-    close(fd[1]);
-    char got = 0;
-    const ssize_t n = read(fd[0], &got, 1);
-    int status = 0;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    const double dt = now_s() - t0;
-    close(fd[0]);
+    double dt;
+    assert_int_equal(exit_child(4, 900000, 50, exit_check_unjoined, &dt), 'y');
     print_message("the exit returned %.0f ms after the start, a 900 ms register call under way\n", dt * 1e3);
-    assert_true(WIFEXITED(status));
-    assert_int_equal(WEXITSTATUS(status), 0);
-    assert_int_equal(n, 1);
-    assert_int_equal(got, 'y');
     assert_true(dt < 0.6);
 }
 
