@@ -22,7 +22,7 @@
 # Needs (carried): .devdata/hw (spiece.model, wmt16-ro-en/train.*), .devlibs, .devrun-after/t5train (or T5TRAIN_BIN) and, for
 # engine, .devrun-before/t5train. PARTS (default "engine pageable profile afbs") picks parts; STEPS (default 10);
 # PAGEABLE (default "true:fp16 false:fp16:0 false:fp16:1") the pageable part's PIN:DTYPE[:REG] runs (REG: the value of
-# T5TRAIN_PAGEABLE_REGISTER, unset when absent, which is off), PAGEABLE_STEPS (default 20) their updates, TAG a suffix of their names.
+# T5TRAIN_PAGEABLE_REGISTER, unset when absent, which is on since session 8), PAGEABLE_STEPS (default 20) their updates, TAG a suffix of their names.
 set -u
 OUT=${1:?usage: single_gpu_figures.sh OUT}
 cd "$(dirname "$0")/../.."

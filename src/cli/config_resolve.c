@@ -682,12 +682,15 @@ int config_check_implemented(const RunConfig* c, char* err, size_t n) {
         if (!c->has_deepspeed) break;
         if (devs[i] == OFFLOAD_CPU && !T5_BUILD_FEATURES.offload_cpu) MISSING("%s device cpu", what[i]);
         const bool nvme_ok = i == 0 ? T5_BUILD_FEATURES.offload_nvme_optimizer : T5_BUILD_FEATURES.offload_nvme_param;
-        // offload_param: the 16-bit partitions' host buffer is also where the offloaded gradients land (the 14-byte
-        // layout, docs/zero.md), so that buffer on disk would free no host memory; the reason goes with the refusal
+        // offload_param while training in 16 bits with both offloads and no accumulation (the 14-byte layout,
+        // docs/zero.md): the 16-bit partitions' host buffer is also where the offloaded gradients land, so that
+        // buffer on disk would free no host memory; the reason goes with the refusal there
+        const bool shared = i == 1 && c->do_train && (c->fp16 || c->bf16) && c->gradient_accumulation_steps <= 1 &&
+                            z->offload_optimizer.device != OFFLOAD_NONE;
         if (devs[i] == OFFLOAD_NVME && !nvme_ok)
             MISSING("%s device nvme%s", what[i],
-                    i == 1 ? " (the 16-bit parameters' host buffer also takes the offloaded gradients, so on disk it "
-                             "would save no host memory; use device cpu, with offload_optimizer nvme for the rest)"
+                    shared ? " (in this run the 16-bit parameters' host buffer also takes the offloaded gradients, so on "
+                             "disk it would save no host memory; use device cpu)"
                            : "");
     }
     if (c->has_deepspeed && z->offload_optimizer.device == OFFLOAD_NVME && c->optim == OPTIM_ADAFACTOR &&

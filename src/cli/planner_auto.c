@@ -28,10 +28,12 @@ int planner_auto_choose(const PlanInput* in, bool have_gpu, size_t gpu_free, siz
     char name[96];
     if (best >= 0) {
         planner_row_name(&rows[best], name, sizeof name);
+        char st[48] = "";  // an evaluation-only job has no step time (planner.c)
+        if (rows[best].step_s >= 0) snprintf(st, sizeof st, ", %.3f s/step", rows[best].step_s);
         fprintf(log, "zero plan auto: %s: predicted %.1f GiB GPU of %.1f GiB free, %.1f GiB host of %.1f GiB "
-                     "available, %.3f s/step\n",
+                     "available%s\n",
                 name, rows[best].g_total / 1073741824.0, gpu_free / 1073741824.0, rows[best].h_total / 1073741824.0,
-                host_avail / 1073741824.0, rows[best].step_s);
+                host_avail / 1073741824.0, st);
     }
     // the faster plans, each once per (stage, offloads) family: the fastest of the family that was rejected
     for (int i = 0; i < n; i++) {
@@ -44,7 +46,9 @@ int planner_auto_choose(const PlanInput* in, bool have_gpu, size_t gpu_free, siz
                 shown = true;
         if (shown && r->off_opt) continue;
         planner_row_name(r, name, sizeof name);
-        fprintf(log, "zero plan auto: rejected %s (%.3f s/step): %s\n", name, r->step_s, r->why);
+        char st[48] = "";
+        if (r->step_s >= 0) snprintf(st, sizeof st, " (%.3f s/step)", r->step_s);
+        fprintf(log, "zero plan auto: rejected %s%s: %s\n", name, st, r->why);
     }
     return best;
 }

@@ -447,12 +447,14 @@ typedef struct {
 // evaluation_loop: each batch's mean loss weighted by its number of examples, in batch order). A padding step runs
 // the split's last batch and drops its loss: every rank runs the same forwards, so the same ZeRO-3 gathers.
 // Each step's loss is copied on the stream into a device array and read back once at the end, so the host builds
-// batch k + 1 (the loader, set_model_batch's checks) while the GPU runs forward k.
+// batch k + 1 (the loader; set_model_batch's checks up to its first wait) while the GPU runs forward k.
 // *steps: the steps every rank ran (HF's eval steps on N GPUs: ceil(examples / (batch x N))).
 // Each of one GPU's batches' cost for the dealing: rows x (longest source + longest target), each capped by its
 // max length (the collator's padded widths, pad_to_multiple_of aside); with pad_to_max_length all equal.
 static void loss_pass_costs(const Dataset* ds, const EvalShard* sh, const DataOptions* o, int64_t* cost) {
-    const int cap_s = o->max_source_length, cap_t = T5_MAX(o->max_target_length, o->val_max_target_length);
+    // the evaluation loader's caps (data/dataloader.c: val_max_target_length when set, else max_target_length)
+    const int cap_s = o->max_source_length,
+              cap_t = o->val_max_target_length > 0 ? o->val_max_target_length : o->max_target_length;
     for (int64_t i = 0; i < sh->n_batches; i++) {
         int64_t first, count;
         eval_shard_examples(sh, i, &first, &count);
