@@ -5,7 +5,7 @@
  * (NCCL's order), for the whole split at once (the loss) or in pieces of a few steps (generation). Checked: every
  * example is evaluated exactly once, every rank runs the same number of steps, eval_shard_slot finds each batch in
  * the gathered buffer, a piece's batches come out in input order and no padding slot is ever read (they hold NAN /
- * -1, which would show), and eval_shard_loss over the gathered losses is one GPU's mean bit for bit; the length
+ * -1, which would show), and eval_shard_loss_at over the gathered losses is one GPU's mean bit for bit; the length
  * order is longest first, ties in input order; generation over the length-sorted batches puts every row back at its
  * input index, with the same batches on any number of ranks; the padded positions those batches save.
  */
@@ -38,14 +38,16 @@ static double one_gpu_loss(int64_t n, int64_t batch) {
 }
 
 // The loss: every rank's `steps` losses (a padding step: NAN) all-gathered rank after rank, reduced by
-// eval_shard_loss; also counts how often each example is evaluated.
+// eval_shard_loss_at over the round-robin table (eval_shard_batch); also counts how often each example is evaluated.
 static void check_loss(const EvalShard* s, int* seen) {
     const int64_t n = s->n, batch = s->batch;
     const int world = s->world;
     float* all = malloc((size_t)(s->steps * world + 1) * sizeof(float));
+    int64_t* at = malloc((size_t)(s->steps * world + 1) * sizeof(int64_t));
     for (int r = 0; r < world; r++)
         for (int64_t k = 0; k < s->steps; k++) {
             const int64_t i = eval_shard_batch(s, r, k);
+            at[r * s->steps + k] = i;
             all[r * s->steps + k] = NAN;
             if (i < 0) continue;
             int64_t f, c;
@@ -55,7 +57,8 @@ static void check_loss(const EvalShard* s, int* seen) {
             for (int64_t e = f; e < f + c; e++) seen[e]++;
             all[r * s->steps + k] = batch_mean(f, c);
         }
-    const double got = eval_shard_loss(s, all), ref = one_gpu_loss(n, batch);
+    const double got = eval_shard_loss_at(s, at, all), ref = one_gpu_loss(n, batch);
+    free(at);
     if (n == 0) {
         if (!isnan(got)) fail_msg("an empty split gave loss %g, not NAN", got);
     } else if (got != ref) {

@@ -39,18 +39,6 @@ int64_t eval_shard_slot(const EvalShard* s, int64_t i, int64_t k0, int64_t nk) {
     return (i % s->world) * nk + i / s->world - k0;
 }
 
-double eval_shard_loss(const EvalShard* s, const float* gathered) {
-    double sum = 0;
-    int64_t rows = 0;
-    for (int64_t i = 0; i < s->n_batches; i++) {
-        int64_t first, count;
-        eval_shard_examples(s, i, &first, &count);
-        sum += (double)gathered[eval_shard_slot(s, i, 0, s->steps)] * (double)count;
-        rows += count;
-    }
-    return rows ? sum / (double)rows : NAN;
-}
-
 typedef struct {
     int32_t len;
     int64_t idx;

@@ -58,18 +58,16 @@ int64_t eval_shard_rank_batches(const EvalShard* s, int rank);
 int eval_shard_real_at(const EvalShard* s, int64_t k);
 // Where batch i (k0 * W <= i < (k0 + nk) * W) sits in the all-gather of steps [k0, k0 + nk): (i % W) * nk + i / W - k0.
 int64_t eval_shard_slot(const EvalShard* s, int64_t i, int64_t k0, int64_t nk);
-// The eval loss from the all-gather of every rank's per-step mean losses (gathered: world * steps, padding slots any
-// value): sum over batches in input order of (double)loss_i * examples_i, divided by n, as one GPU sums its batches
-// (HF's evaluation_loop: each batch's mean weighted by its examples). NAN for n == 0.
-double eval_shard_loss(const EvalShard* s, const float* gathered);
 // The loss pass's dealing by cost (src/train/trainer.c): one GPU's batches (input order, their eval loss unchanged)
 // given to the ranks so that the ranks' summed costs are close: sorted by cost[i] (largest first, ties by index) and
 // dealt in a snake, round k of W batches to ranks 0..W-1 (k even) or W-1..0 (k odd) at step k. at (steps x world):
 // at[r x steps + k] = the batch rank r evaluates at step k, -1 for a padding step (only in the last round). Every rank
 // still runs s->steps steps. One rank: input order (at[k] = k). Returns 0, or -1 when scratch cannot be allocated.
 int eval_shard_deal_by_cost(const EvalShard* s, const int64_t* cost, int64_t* at);
-// eval_shard_loss for a dealing `at`: the all-gather of every rank's per-step losses (rank r's step k at
-// r x steps + k), summed over the batches in input order, each weighted by its examples, / n: one GPU's number.
+// The eval loss for a dealing `at` (eval_shard_deal_by_cost, or any other table of the same layout) from the
+// all-gather of every rank's per-step mean losses (rank r's step k at r x steps + k; padding slots any value): sum over
+// the batches in input order of (double)loss_i * examples_i, divided by n, as one GPU sums its batches (HF's
+// evaluation_loop: each batch's mean weighted by its examples). NAN for n == 0.
 double eval_shard_loss_at(const EvalShard* s, const int64_t* at, const float* gathered);
 // perm[j] = the example at position j when sorted by length, longest first, ties in input order (stable).
 // Returns 0, or -1 when perm cannot be allocated scratch (n too large).

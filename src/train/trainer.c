@@ -515,9 +515,8 @@ static double eval_loss_sharded(Trainer* t, const Dataset* ds, DataLoader* dl, i
     comm_all_gather_host_f32(sh.world > 1 ? t->comm : NULL, mine, (size_t)sh.steps, all, t->s);
     const double t2 = trainer_log_now();
     const double loss = eval_shard_loss_at(&sh, at, all);
-    const double first = tm->first_s;
-    *tm = (LossPassTimes){.forward_s = t1 - t0, .gather_s = t2 - t1, .forward_min_s = t1 - t0, .forward_max_s = t1 - t0,
-                          .first_s = first};
+    tm->forward_s = tm->forward_min_s = tm->forward_max_s = t1 - t0;
+    tm->gather_s = t2 - t1;
     if (sh.world > 1) {  // every rank's forward time, for the line (one float each)
         float f = (float)(t1 - t0), *fs = calloc_check((size_t)sh.world, sizeof(float));
         comm_all_gather_host_f32(t->comm, &f, 1, fs, t->s);
